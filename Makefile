@@ -1,0 +1,56 @@
+# swapagent: one Makefile, with one fragment per component (*.mk beside its sources) so each part owns
+# its build, test and bench rules. Quick start: `make demo`, `make test`.
+SHELL := /bin/bash
+GO ?= go
+BUILD := build
+ASCEND := $(BUILD)/ascend/latest
+CC ?= gcc
+CWARN := -Wall -Wextra -Werror
+CFLAGS ?= -O2 -g
+CFLAGS += $(CWARN) -std=gnu11 -fPIC -D_GNU_SOURCE
+ACL_INC := sim/acl/include
+export GOFLAGS ?= -mod=mod
+
+# Fragments append to these.
+BUILD_TARGETS :=
+CTESTS :=
+BENCHES :=
+
+.PHONY: all build test demo bench bootstrap fmt-check vet go-test c-test clean
+all: build
+
+include $(sort $(wildcard sim/*/*.mk shim/*.mk cmd/*/*.mk scripts/*.mk))
+
+bootstrap:
+	@bash scripts/bootstrap.sh
+
+build: $(BUILD_TARGETS)
+
+fmt-check:
+	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './build/*' -not -path './.venv/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+c-test: build
+	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
+
+go-test: build
+	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -race ./tracker/... ./offload/... ./trace/...
+
+test: bootstrap
+	@$(MAKE) --no-print-directory build
+	@$(MAKE) --no-print-directory fmt-check vet c-test go-test
+
+demo: bootstrap
+	@$(MAKE) --no-print-directory build
+	@bash scripts/demo.sh
+
+bench: bootstrap
+	@$(MAKE) --no-print-directory build
+	@set -e; for b in $(BENCHES); do $(MAKE) --no-print-directory $$b; done
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,73 @@
+/* swapagent.h: the control ABI (v1) exported by libswapagent.so.
+ * Frameworks (or their companions) tell the agent where a swap wrapper's boundary is and what it saved;
+ * the agent decides what may leave the device. Every call is thread-safe; a misuse returns a negative
+ * SWAPAGENT_E* code and logs once, it never aborts the host process. */
+#ifndef SWAPAGENT_H_
+#define SWAPAGENT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SWAPAGENT_ABI_VERSION 1
+
+/* Stable error codes (never re-numbered). */
+#define SWAPAGENT_OK 0
+#define SWAPAGENT_EINVAL (-1)       /* bad argument (NULL group, n > 0 with NULL ptrs, ...) */
+#define SWAPAGENT_EGROUP (-2)       /* unknown group */
+#define SWAPAGENT_EHANDLE (-3)      /* unknown handle */
+#define SWAPAGENT_EORDER (-4)       /* call out of order (exit without enter, save outside a region, ...) */
+#define SWAPAGENT_ESTATE (-5)       /* illegal state transition */
+#define SWAPAGENT_ENOOPS (-6)       /* no storage ops registered */
+#define SWAPAGENT_ERUNTIME (-7)     /* the runtime or a storage op failed */
+#define SWAPAGENT_EDISABLED (-8)    /* agent inert (forked child, init failure) */
+
+/* Flags of swapagent_save. */
+#define SWAPAGENT_SAVE_PARAM 1u     /* a parameter or buffer of the wrapped module */
+
+/* States of swapagent_state. */
+#define SWAPAGENT_STATE_DEVICE 0
+#define SWAPAGENT_STATE_D2H 1
+#define SWAPAGENT_STATE_HOST 2
+#define SWAPAGENT_STATE_H2D 3
+
+/* Keep reasons of swapagent_keep_reason. */
+#define SWAPAGENT_KEEP_INTERNAL 0
+#define SWAPAGENT_KEEP_INPUT 1
+#define SWAPAGENT_KEEP_OUTPUT 2
+#define SWAPAGENT_KEEP_PROTECTED 3
+#define SWAPAGENT_KEEP_PARAM 4
+#define SWAPAGENT_KEEP_SHARED 5
+#define SWAPAGENT_KEEP_SMALL 6
+#define SWAPAGENT_KEEP_DUPLICATE 7
+
+/* release frees a storage's device memory (the framework's resize_(0)); restore gives it nbytes again
+ * and returns the new base (0 on failure). */
+typedef int (*swapagent_release_fn)(void *ctx, int64_t handle, uintptr_t ptr, size_t nbytes);
+typedef uintptr_t (*swapagent_restore_fn)(void *ctx, int64_t handle, size_t nbytes);
+
+int swapagent_abi_version(void);
+int swapagent_set_storage_ops(swapagent_release_fn release, swapagent_restore_fn restore, void *ctx);
+int swapagent_region_enter(const char *group, const uintptr_t *input_ptrs, size_t n);
+int64_t swapagent_save(const char *group, uintptr_t storage_ptr, size_t nbytes, uint32_t flags);
+int swapagent_region_exit(const char *group, const uintptr_t *output_ptrs, size_t n);
+int swapagent_protect(const char *group, const uintptr_t *ptrs, size_t n);
+int swapagent_backward_enter(const char *group);
+uintptr_t swapagent_unpack(int64_t handle);
+int swapagent_backward_exit(const char *group);
+int swapagent_state(int64_t handle);
+int swapagent_keep_reason(int64_t handle);
+int swapagent_stats_json(char *buf, size_t cap);
+
+/* Extensions to v1 (additive). */
+/* Like region_enter, and tells which inputs were keyword arguments: the first n_positional pointers
+ * came from positional arguments, the rest from keyword arguments. Fault reports name the kind. */
+int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, size_t n, size_t n_positional);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

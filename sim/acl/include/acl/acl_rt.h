@@ -1,0 +1,97 @@
+/* acl_rt.h: AscendCL runtime (device, memory, stream, event, exception, VMM) prototypes and enums. */
+#ifndef ACL_ACL_RT_H_
+#define ACL_ACL_RT_H_
+
+#include "acl_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ACL_MEM_MALLOC_HUGE_FIRST = 0,
+  ACL_MEM_MALLOC_HUGE_ONLY = 1,
+  ACL_MEM_MALLOC_NORMAL_ONLY = 2,
+  ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3,
+  ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4,
+  ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
+  ACL_MEM_MALLOC_HUGE1G_ONLY = 6,
+  ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7
+} aclrtMemMallocPolicy;
+
+typedef enum {
+  ACL_MEMCPY_HOST_TO_HOST = 0,
+  ACL_MEMCPY_HOST_TO_DEVICE = 1,
+  ACL_MEMCPY_DEVICE_TO_HOST = 2,
+  ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
+  ACL_MEMCPY_DEFAULT = 4
+} aclrtMemcpyKind;
+
+typedef enum {
+  ACL_DDR_MEM = 0,
+  ACL_HBM_MEM = 1,
+  ACL_DDR_MEM_HUGE = 2,
+  ACL_DDR_MEM_NORMAL = 3,
+  ACL_HBM_MEM_HUGE = 4,
+  ACL_HBM_MEM_NORMAL = 5,
+  ACL_DDR_MEM_P2P_HUGE = 6,
+  ACL_DDR_MEM_P2P_NORMAL = 7,
+  ACL_HBM_MEM_P2P_HUGE = 8,
+  ACL_HBM_MEM_P2P_NORMAL = 9
+} aclrtMemAttr;
+
+#define ACL_EVENT_SYNC 0x00000001u
+#define ACL_EVENT_CAPTURE_STREAM_PROGRESS 0x00000002u
+#define ACL_EVENT_TIME_LINE 0x00000008u
+
+typedef void (*aclrtExceptionInfoCallback)(aclrtExceptionInfo *exceptionInfo);
+
+/* Init and device. */
+ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath);
+ACL_FUNC_VISIBILITY aclError aclFinalize(void);
+ACL_FUNC_VISIBILITY aclError aclrtSetDevice(int32_t deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId);
+ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count);
+
+/* Memory. */
+ACL_FUNC_VISIBILITY aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+ACL_FUNC_VISIBILITY aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+ACL_FUNC_VISIBILITY aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy);
+ACL_FUNC_VISIBILITY aclError aclrtFree(void *devPtr);
+ACL_FUNC_VISIBILITY aclError aclrtMallocHost(void **hostPtr, size_t size);
+ACL_FUNC_VISIBILITY aclError aclrtFreeHost(void *hostPtr);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                                         aclrtMemcpyKind kind);
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+                                              aclrtMemcpyKind kind, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count);
+ACL_FUNC_VISIBILITY aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+                                              aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total);
+
+/* Streams and events. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout);
+ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event);
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag);
+ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream);
+ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event);
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event);
+ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event);
+ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent);
+
+/* Exceptions. The getters return 0xFFFFFFFF for NULL. */
+ACL_FUNC_VISIBILITY aclError aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback callback);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetTaskIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetStreamIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetThreadIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetDeviceIdFromExceptionInfo(const aclrtExceptionInfo *info);
+ACL_FUNC_VISIBILITY uint32_t aclrtGetErrorCodeFromExceptionInfo(const aclrtExceptionInfo *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

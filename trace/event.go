@@ -1,0 +1,70 @@
+// Package trace owns swapagent's trace format: the event schema, the crash-safe writer and the one
+// reader every command uses. Nothing else in the project parses trace bytes.
+package trace
+
+// Kind says what an Event records. Values are part of the on-disk format: never re-number.
+type Kind uint8
+
+const (
+	// KindCall is one intercepted runtime call: Fn, TID, TS, Ret and up to four Args
+	// (see docs/trace-format.md for each function's argument layout).
+	KindCall Kind = 1
+	// KindFunc names a function id: Fn and Text. Written before the first KindCall that uses Fn.
+	KindFunc Kind = 2
+	// KindGroup names a group id: Group and Text. Written before the first event that uses Group.
+	KindGroup Kind = 3
+	// KindRegionEnter: Group, Ptrs (inputs), Args[0] = number of positional inputs (rest are keyword).
+	KindRegionEnter Kind = 4
+	// KindSave: Group, Handle, Args[0] = storage ptr, Args[1] = nbytes, Args[2] = flags, Args[3] = generation.
+	KindSave Kind = 5
+	// KindRegionExit: Group, Ptrs (outputs).
+	KindRegionExit Kind = 6
+	// KindProtect: Group, Ptrs.
+	KindProtect Kind = 7
+	// KindBackwardEnter: Group.
+	KindBackwardEnter Kind = 8
+	// KindUnpack: Handle, Ret = returned base.
+	KindUnpack Kind = 9
+	// KindBackwardExit: Group.
+	KindBackwardExit Kind = 10
+	// KindClassify: Group, Handle, Args[0] = storage base, Args[1] = nbytes, Args[2] = keep reason,
+	// Args[3] = generation.
+	KindClassify Kind = 11
+	// KindState: Handle, Args[0] = from state, Args[1] = to state, Args[2] = device base after the change,
+	// Args[3] = nbytes.
+	KindState Kind = 12
+	// KindFault: Text holds the fault record as JSON (kernel, addr, size, storage, released_by, owner, ...).
+	KindFault Kind = 13
+	// KindStats: Text holds the stats JSON (written at exit and periodically).
+	KindStats Kind = 14
+	// KindLog: Text holds a warning or error the agent logged (config problems, misuse).
+	KindLog Kind = 15
+	// KindMeta: Text holds key=value process metadata (policy, prefetch, min_bytes, rank, argv, ...).
+	KindMeta Kind = 16
+	// KindLost: Args[0] = number of runtime events the shim had to drop (ring full with no drainer).
+	KindLost Kind = 17
+)
+
+// Event is one decoded trace record. Fields a Kind does not use are zero.
+type Event struct {
+	Kind   Kind
+	TS     int64 // nanoseconds since the trace header's start time
+	TID    uint32
+	Fn     uint16
+	Group  uint32
+	Handle int64
+	Ret    int64
+	Args   [4]uint64
+	Ptrs   []uint64
+	Text   string
+}
+
+// Header is the per-process preamble of a trace file.
+type Header struct {
+	Version   uint32
+	PID       int
+	Host      string
+	Rank      int // -1 when unknown
+	StartUnix int64 // wall clock at start, nanoseconds since the epoch
+	Argv      []string
+}
