@@ -1,0 +1,272 @@
+// render.go owns the explanation of each fault (address, size, causes, advice) and the text output.
+package doctor
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// runtimeCodes names the runtime error codes the parser picks up.
+var runtimeCodes = map[int]string{
+	507011: "ACL_ERROR_RT_MODEL_EXECUTE (task execution failed)",
+	507015: "ACL_ERROR_RT_AICORE_EXCEPTION",
+	507035: "ACL_ERROR_RT_VECTOR_CORE_EXCEPTION",
+	507046: "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
+	507053: "ACL_ERROR_RT_DEVICE_MEM_ERROR",
+	507899: "ACL_ERROR_RT_DRV_INTERNAL_ERROR (context poisoned by an earlier fault)",
+}
+
+const (
+	adviceUpgrade = "protect swap inputs: upgrade hyper-parallel to a version with the input-protection fix " +
+		"(module inputs, positional and keyword, stay on device; hyper-parallel issue #294)"
+	adviceSafe = "or run the job under `swapagent run --policy safe -- <launch command>`: the agent never " +
+		"releases a storage owned outside the swap wrapper, and records a trace that names the storage"
+	adviceTrace = "to confirm, rerun under `swapagent run --policy off` (records, never releases) or `--policy safe` " +
+		"and run `swapagent doctor` again with the traces beside the logs"
+	adviceSwapLess = "until then, swap less: exclude the layers or modules that receive shared tensors " +
+		"(operator-level swap on self_attention.core_attention completed in the report)"
+)
+
+// explain fills AddrKind, SizeInfo, Causes and Advice, most likely cause first.
+func explain(f *Fault) {
+	switch {
+	case f.Addr == nil:
+		f.AddrKind = "unknown"
+	case *f.Addr == 0:
+		f.AddrKind = "null"
+	case nearNull(*f.Addr):
+		f.AddrKind = "near-null"
+	default:
+		f.AddrKind = "non-null"
+	}
+	if f.Size != nil && *f.Size > 0 {
+		si := ExplainSize(*f.Size)
+		f.SizeInfo = &si
+	}
+	ref := f.StorageRef
+	rope, isRoPE := Shape{}, false
+	if f.SizeInfo != nil {
+		rope, isRoPE = f.SizeInfo.RoPEMatch()
+	}
+	named := ref != nil && ref.ReleasedBy != ""
+	external := ref != nil && ref.Owner != ""
+
+	switch f.AddrKind {
+	case "null", "near-null":
+		if named {
+			c := fmt.Sprintf("storage %#x (generation %d, %d bytes) was released by %s's activation swap",
+				ref.Base, ref.Generation, ref.Nbytes, ref.ReleasedBy)
+			if ref.KeepReason != "" {
+				c += " (classified " + ref.KeepReason + ")"
+			}
+			if external {
+				c += " while it was still owned as " + ref.Owner + "; the kernel then read it with no device memory behind it"
+			} else {
+				c += "; the kernel read it before it was restored"
+			}
+			f.Causes = append(f.Causes, c)
+		}
+		if isRoPE {
+			f.Causes = append(f.Causes, fmt.Sprintf("a tensor shared by several layers, most likely a RoPE cos/sin "+
+				"table (%s: seq %d, rope dim %d) computed once and passed to every decoder layer as a keyword input, "+
+				"was saved inside one layer's swap wrapper and released by its offload (storage resized to zero) "+
+				"while the other layers and the backward pass still used it (activation swap that protects only "+
+				"module outputs, not inputs: hyper-parallel issue #294)", rope, rope.Dims[0], rope.Dims[1]))
+		}
+		f.Causes = append(f.Causes,
+			"a storage whose device memory was released (resized to zero, as activation swap does when it "+
+				"offloads a saved tensor) was read by a kernel before it was restored: a null base"+
+				nearNullNote(f)+" is what a released storage's tensors point at",
+			"a tensor freed or resized to zero elsewhere (framework or user code) and still referenced by a later kernel")
+	case "non-null":
+		if ref != nil && ref.MatchedBy == "address" {
+			f.Causes = append(f.Causes, fmt.Sprintf("the address lies in storage %#x (generation %d, %d bytes), "+
+				"released by %s's activation swap: a use after release, possibly of an address already reused "+
+				"by a newer storage", ref.Base, ref.Generation, ref.Nbytes, orUnknown(ref.ReleasedBy)))
+		}
+		f.Causes = append(f.Causes,
+			"a use after free: the kernel read device memory that was freed (or released by swap) and possibly "+
+				"reused by a newer allocation",
+			"an out-of-range access: the tensor's view (shape, strides, offset) reaches past its storage")
+	default:
+		if f.Record != nil && len(f.Record.Codes) == 1 && f.Record.Codes[0] == 507899 {
+			f.Causes = append(f.Causes, "a later runtime call failed on a context poisoned by an earlier fault: "+
+				"look for the first fault of this rank (or of another rank)")
+		}
+		f.Causes = append(f.Causes, "a kernel failed and the stream sync reported it, but this log has no fault "+
+			"dump (kernel, address, size): look in the device logs (plog; ASCEND_SLOG_PRINT_TO_STDOUT=1 puts them in the "+
+			"worker log)")
+	}
+
+	if f.AddrKind != "non-null" || named {
+		f.Advice = append(f.Advice, adviceUpgrade, adviceSafe)
+	}
+	if ref == nil {
+		f.Advice = append(f.Advice, adviceTrace)
+	}
+	if f.AddrKind == "null" || f.AddrKind == "near-null" {
+		f.Advice = append(f.Advice, adviceSwapLess)
+	}
+	if f.AddrKind == "non-null" && !named {
+		f.Advice = append(f.Advice, "check the kernel's input shapes and the lifetime of the tensor at that index; "+
+			"run with ASCEND_LAUNCH_BLOCKING=1 to stop at the first failing kernel")
+	}
+}
+
+func nearNullNote(f *Fault) string {
+	if f.AddrKind == "near-null" {
+		return fmt.Sprintf(" (plus a view offset of %d bytes)", *f.Addr)
+	}
+	return ""
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown group"
+	}
+	return s
+}
+
+// Render prints the diagnosis as text.
+func (r *Result) Render(w io.Writer) {
+	if !r.Diagnosed() {
+		fmt.Fprintf(w, "no null-address or aicore faults found in %d logs\n", len(r.Logs))
+		r.renderNotes(w)
+		return
+	}
+	fmt.Fprintf(w, "swapagent doctor: %d fault(s) in %d logs under %s", len(r.Faults), len(r.Logs), r.Dir)
+	if len(r.Traces) > 0 {
+		fmt.Fprintf(w, " (%d traces)", len(r.Traces))
+	}
+	fmt.Fprintln(w)
+	for i := range r.Faults {
+		fmt.Fprintln(w)
+		r.Faults[i].render(w)
+	}
+	r.renderNotes(w)
+}
+
+func (r *Result) renderNotes(w io.Writer) {
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func (f *Fault) render(w io.Writer) {
+	who := "unknown rank"
+	if f.Rank >= 0 {
+		who = fmt.Sprintf("rank %d", f.Rank)
+	}
+	where := f.Log
+	if f.Line > 0 {
+		where = fmt.Sprintf("%s:%d", f.Log, f.Line)
+	}
+	what := "fault"
+	if rec := f.Record; rec != nil && rec.AICore {
+		what = "aicore exception"
+	} else if rec != nil && rec.VectorCore {
+		what = "vector core exception"
+	} else if f.Source == "trace" {
+		what = "fault caught by the agent"
+	}
+	fmt.Fprintf(w, "%s (%s): %s", who, where, what)
+	if f.Kernel != "" {
+		fmt.Fprintf(w, " in kernel %s", f.Kernel)
+	}
+	if f.Op != "" {
+		fmt.Fprintf(w, " (op %s)", f.Op)
+	}
+	fmt.Fprintln(w)
+
+	if rec := f.Record; rec != nil {
+		var parts []string
+		if rec.ErrorCode != "" {
+			parts = append(parts, "error code "+rec.ErrorCode)
+		}
+		if rec.ErrorStr != "" {
+			parts = append(parts, rec.ErrorStr)
+		}
+		if rec.SubErrType != "" {
+			parts = append(parts, "subErrType "+rec.SubErrType)
+		}
+		if rec.RetCode != "" {
+			parts = append(parts, "retCode "+rec.RetCode)
+		}
+		for _, c := range rec.Codes {
+			if n, ok := runtimeCodes[c]; ok {
+				parts = append(parts, fmt.Sprintf("%d %s", c, n))
+			} else {
+				parts = append(parts, fmt.Sprint(c))
+			}
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "  error:   %s\n", strings.Join(parts, "; "))
+		}
+		if rec.PythonError != "" {
+			fmt.Fprintf(w, "  python:  %s\n", rec.PythonError)
+		}
+	}
+	var t []string
+	if f.TensorIndex != nil {
+		t = append(t, fmt.Sprintf("index %d", *f.TensorIndex))
+	}
+	if f.Addr != nil {
+		t = append(t, fmt.Sprintf("addr %#x (%s)", *f.Addr, f.AddrKind))
+	}
+	if f.Size != nil {
+		t = append(t, fmt.Sprintf("size %d bytes", *f.Size))
+	}
+	if len(t) > 0 {
+		fmt.Fprintf(w, "  tensor:  %s\n", strings.Join(t, ", "))
+	}
+	if si := f.SizeInfo; si != nil && len(si.Shapes) > 0 {
+		top := si.Shapes[0]
+		line := fmt.Sprintf("%d bytes", si.Bytes)
+		if n, ok := si.Elements[top.DType]; ok {
+			line += fmt.Sprintf(" = %d %s elements", n, top.DType)
+		}
+		line += " = " + top.String()
+		if top.Note != "" {
+			line += ": " + top.Note
+		}
+		fmt.Fprintf(w, "  size:    %s\n", line)
+		if len(si.Shapes) > 1 {
+			var alt []string
+			for _, s := range si.Shapes[1:] {
+				alt = append(alt, s.String())
+			}
+			fmt.Fprintf(w, "           other shapes: %s\n", strings.Join(alt, ", "))
+		}
+	}
+	if ref := f.StorageRef; ref != nil {
+		s := fmt.Sprintf("%#x generation %d, %d bytes, handle %d", ref.Base, ref.Generation, ref.Nbytes, ref.Handle)
+		if ref.ReleasedBy != "" {
+			s += ", released by " + ref.ReleasedBy
+		}
+		if ref.KeepReason != "" {
+			s += " (classified " + ref.KeepReason + ")"
+		}
+		fmt.Fprintf(w, "  storage: %s\n", s)
+		if ref.Owner != "" {
+			fmt.Fprintf(w, "  owner:   %s\n", ref.Owner)
+		}
+		src := "matched by " + ref.MatchedBy
+		if ref.Others > 0 {
+			src += fmt.Sprintf("; %d other released storages have the same size", ref.Others)
+		}
+		fmt.Fprintf(w, "           (%s in %s)\n", src, ref.Trace)
+	}
+	if len(f.Causes) > 0 {
+		fmt.Fprintln(w, "  cause (most likely first):")
+		for i, c := range f.Causes {
+			fmt.Fprintf(w, "    %d. %s\n", i+1, c)
+		}
+	}
+	if len(f.Advice) > 0 {
+		fmt.Fprintln(w, "  what to do:")
+		for _, a := range f.Advice {
+			fmt.Fprintf(w, "    - %s\n", a)
+		}
+	}
+}
