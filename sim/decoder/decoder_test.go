@@ -1,0 +1,235 @@
+// Package decoder_test runs build/bin/decoder-sim (the decoder-stack workload) against the emulated
+// AscendCL runtime: both link modes, determinism, a first-order check of the backward, call counts and
+// flag errors.
+package decoder_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"swapagent/internal/testenv"
+)
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// run executes decoder-sim with a deadline so a hang fails the test instead of the CI job.
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	bin := testenv.Path(t, testenv.DecoderSim)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("decoder-sim %v: timed out\nstderr:\n%s", args, errb.String())
+	}
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("decoder-sim %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}
+
+func mustRun(t *testing.T, args ...string) result {
+	t.Helper()
+	r := run(t, args...)
+	if r.code != 0 {
+		t.Fatalf("decoder-sim %v: exit %d\nstderr:\n%s", args, r.code, r.stderr)
+	}
+	return r
+}
+
+var stepRE = regexp.MustCompile(`^step (\d+)/(\d+): loss (\S+), grad_norm (\S+)$`)
+
+type step struct{ loss, gradNorm float64 }
+
+// steps returns the step lines (verbatim) and their values, checking the format and the numbering.
+func steps(t *testing.T, stdout string, want int) ([]string, []step) {
+	t.Helper()
+	var lines []string
+	var vals []step
+	for _, l := range strings.Split(stdout, "\n") {
+		if !strings.HasPrefix(l, "step ") {
+			continue
+		}
+		m := stepRE.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("bad step line %q", l)
+		}
+		if m[1] != strconv.Itoa(len(lines)+1) || m[2] != strconv.Itoa(want) {
+			t.Fatalf("step line %q out of sequence", l)
+		}
+		loss, err1 := strconv.ParseFloat(m[3], 64)
+		gn, err2 := strconv.ParseFloat(m[4], 64)
+		if err1 != nil || err2 != nil || math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(gn) || gn <= 0 {
+			t.Fatalf("bad values in %q", l)
+		}
+		// At least 9 significant digits: the mantissa before the exponent.
+		if digits := len(strings.ReplaceAll(strings.SplitN(m[3], "e", 2)[0], ".", "")); digits < 9 {
+			t.Fatalf("loss %q has %d significant digits, want >= 9", m[3], digits)
+		}
+		lines = append(lines, l)
+		vals = append(vals, step{loss, gn})
+	}
+	if len(lines) != want {
+		t.Fatalf("got %d step lines, want %d:\n%s", len(lines), want, stdout)
+	}
+	return lines, vals
+}
+
+// calls parses the `calls <function> <count>` lines.
+func calls(t *testing.T, stdout string) map[string]int {
+	t.Helper()
+	m := map[string]int{}
+	for _, l := range strings.Split(stdout, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "calls" {
+			continue
+		}
+		n, err := strconv.Atoi(f[len(f)-1])
+		if len(f) != 3 || err != nil || n <= 0 {
+			t.Fatalf("bad calls line %q", l)
+		}
+		m[f[1]] = n
+	}
+	return m
+}
+
+func TestLinkModesAgreeAndRunsRepeat(t *testing.T) {
+	direct := mustRun(t, "--steps", "3", "--link", "direct")
+	dlsym := mustRun(t, "--steps", "3", "--link", "dlsym")
+	again := mustRun(t, "--steps", "3")
+	dl, vals := steps(t, direct.stdout, 3)
+	sl, _ := steps(t, dlsym.stdout, 3)
+	al, _ := steps(t, again.stdout, 3)
+	if strings.Join(dl, "\n") != strings.Join(sl, "\n") {
+		t.Errorf("direct and dlsym differ:\n%s\n--\n%s", strings.Join(dl, "\n"), strings.Join(sl, "\n"))
+	}
+	if strings.Join(dl, "\n") != strings.Join(al, "\n") {
+		t.Errorf("two direct runs differ:\n%s\n--\n%s", strings.Join(dl, "\n"), strings.Join(al, "\n"))
+	}
+	for i := 1; i < len(vals); i++ {
+		if vals[i].loss == vals[i-1].loss {
+			t.Errorf("loss did not change from step %d to %d: %v", i, i+1, vals[i].loss)
+		}
+	}
+	// Same code, same calls: the dlsym table reaches the same functions the same number of times.
+	cd, cs := calls(t, direct.stdout), calls(t, dlsym.stdout)
+	if len(cd) == 0 || len(cd) != len(cs) {
+		t.Fatalf("calls lines differ: direct %v, dlsym %v", cd, cs)
+	}
+	for fn, n := range cd {
+		if cs[fn] != n {
+			t.Errorf("calls %s: direct %d, dlsym %d", fn, n, cs[fn])
+		}
+	}
+}
+
+// The backward is real: one SGD step lowers the loss by lr*|g|^2 to first order.
+func TestBackwardFirstOrder(t *testing.T) {
+	const lr = 0.1
+	r := mustRun(t, "--steps", "2", "--layers", "4", "--lr", "0.1")
+	_, v := steps(t, r.stdout, 2)
+	got := v[0].loss - v[1].loss
+	want := lr * v[0].gradNorm * v[0].gradNorm
+	if got <= 0 || math.Abs(got-want) > 0.05*want {
+		t.Fatalf("loss drop %g, first-order prediction lr*|g|^2 = %g (gradients wrong?)", got, want)
+	}
+}
+
+func TestCallCounts(t *testing.T) {
+	r := mustRun(t, "--steps", "1", "--layers", "3")
+	c := calls(t, r.stdout)
+	for _, fn := range []string{"aclrtMalloc", "aclnnMul", "aclnnAdd", "aclnnMatmul", "aclnnInplaceCopy",
+		"aclCreateTensor", "aclrtSynchronizeStream", "aclrtMemcpy", "aclrtMemcpyAsync"} {
+		if c[fn] <= 0 {
+			t.Errorf("calls %s = %d, want > 0", fn, c[fn])
+		}
+	}
+	pairs := [][2]string{{"aclInit", "aclFinalize"}, {"aclrtMalloc", "aclrtFree"}, {"aclCreateTensor", "aclDestroyTensor"},
+		{"aclCreateScalar", "aclDestroyScalar"}, {"aclnnMul", "aclnnMulGetWorkspaceSize"},
+		{"aclnnAdd", "aclnnAddGetWorkspaceSize"}, {"aclnnMatmul", "aclnnMatmulGetWorkspaceSize"},
+		{"aclnnInplaceCopy", "aclnnInplaceCopyGetWorkspaceSize"}, {"aclrtMallocHost", "aclrtFreeHost"}}
+	for _, p := range pairs {
+		if c[p[0]] != c[p[1]] {
+			t.Errorf("calls %s = %d but %s = %d", p[0], c[p[0]], p[1], c[p[1]])
+		}
+	}
+	if c["aclInit"] != 1 {
+		t.Errorf("calls aclInit = %d, want 1", c["aclInit"])
+	}
+	// Every launch is described by its tensors: at least two per kernel.
+	launches := c["aclnnMul"] + c["aclnnAdd"] + c["aclnnMatmul"] + c["aclnnInplaceCopy"]
+	if c["aclCreateTensor"] < 2*launches {
+		t.Errorf("aclCreateTensor %d < 2 x %d launches", c["aclCreateTensor"], launches)
+	}
+	if !strings.Contains(r.stderr, "agent absent") {
+		t.Errorf("without the agent preloaded decoder-sim should say so:\n%s", r.stderr)
+	}
+}
+
+// Without the agent --swap-layers changes nothing: every set gives the same numbers.
+func TestSwapLayersParse(t *testing.T) {
+	var first string
+	for _, set := range []string{"none", "0,2,4", "1-3", "0-1,3", "all"} {
+		r := mustRun(t, "--steps", "1", "--layers", "5", "--swap-layers", set, "--sync", "layer")
+		l, _ := steps(t, r.stdout, 1)
+		if first == "" {
+			first = l[0]
+		} else if l[0] != first {
+			t.Errorf("--swap-layers %s: %q, want %q", set, l[0], first)
+		}
+	}
+}
+
+func TestBadFlags(t *testing.T) {
+	cases := [][]string{
+		{"--bogus"},
+		{"--layers", "x"},
+		{"--layers", "0"},
+		{"--layers"},
+		{"--steps", "-1"},
+		{"--link", "static"},
+		{"--sync", "never"},
+		{"--rope-dim", "63"},
+		{"--swap-layers", "0-99"},
+		{"--swap-layers", "3-1"},
+		{"--swap-layers", "a"},
+		{"--swap-layers", "1,"},
+		{"--hidden=0"},
+		{"--lr", "nan"},
+		{"positional"},
+	}
+	for _, args := range cases {
+		r := run(t, args...)
+		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		if r.code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "decoder-sim: ") || r.stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one stderr line", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	r := mustRun(t, "--help")
+	for _, f := range []string{"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden", "--link", "--seed"} {
+		if !strings.Contains(r.stdout, f) {
+			t.Errorf("--help does not mention %s", f)
+		}
+	}
+}

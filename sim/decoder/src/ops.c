@@ -1,0 +1,136 @@
+/* ops.c: launches aclnn kernels the two-phase way (GetWorkspaceSize, then launch on the stream) on tensors
+ * described with aclCreateTensor at launch time, and syncs the stream per op, per layer or per step. A
+ * failed sync names the last kernel launched, as MindSpore's "SyncStream failed for op aclnnMul" does. */
+#include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+static aclrtStream stream;
+static enum ops_sync sync_mode;
+static const char *last_op = "none";
+
+void ops_init(aclrtStream s, enum ops_sync mode) {
+  stream = s;
+  sync_mode = mode;
+}
+
+aclrtStream ops_stream(void) { return stream; }
+enum ops_sync ops_sync_mode(void) { return sync_mode; }
+
+tensor tensor_new(int64_t rows, int64_t cols) {
+  tensor t = {storage_new((size_t)(rows * cols) * sizeof(float)), rows, cols, cols, 1, 0};
+  return t;
+}
+
+void tensor_free(tensor *t) {
+  storage_unref(t->st);
+  t->st = NULL;
+}
+
+tensor tensor_t(tensor t) {
+  tensor r = {t.st, t.cols, t.rows, t.cs, t.rs, t.offset};
+  return r;
+}
+
+size_t tensor_bytes(tensor t) { return (size_t)(t.rows * t.cols) * sizeof(float); }
+
+static aclTensor *describe(tensor t) {
+  int64_t dims[2] = {t.rows, t.cols};
+  int64_t strides[2] = {t.rs, t.cs};
+  int64_t storage_dims[1] = {(int64_t)(t.st->capacity / sizeof(float))};
+  aclTensor *a = RT(aclCreateTensor)(dims, 2, ACL_FLOAT, strides, t.offset, ACL_FORMAT_ND, storage_dims, 1,
+                                     (void *)storage_base(t.st));
+  if (a == NULL) rt_fail("aclCreateTensor", NULL, ACL_ERROR_INVALID_PARAM);
+  return a;
+}
+
+static void destroy(aclTensor *a) {
+  aclnnStatus rc = RT(aclDestroyTensor)(a);
+  rt_check(rc, "aclDestroyTensor", NULL);
+}
+
+/* launch runs phase two with a pool workspace when one is asked for; the workspace goes back to the pool
+ * at once, which is safe because everything that reuses it is ordered after it on the same stream. */
+typedef aclnnStatus (*launch_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
+static void launch(const char *op, int fn_index, launch_fn fn, uint64_t ws_size, aclOpExecutor *exec) {
+  storage *ws = ws_size > 0 ? storage_new(ws_size) : NULL;
+  rt_calls[fn_index]++;
+  aclnnStatus rc = fn(ws != NULL ? (void *)storage_base(ws) : NULL, ws_size, exec, stream);
+  last_op = op;
+  rt_check(rc, op, NULL);
+  storage_unref(ws);
+}
+
+static void maybe_sync(void) {
+  if (sync_mode == OPS_SYNC_OP) ops_sync();
+}
+
+void op_mul(tensor out, tensor self, tensor other) {
+  aclTensor *a = describe(self), *b = describe(other), *o = describe(out);
+  uint64_t ws = 0;
+  aclOpExecutor *exec = NULL;
+  rt_check(RT(aclnnMulGetWorkspaceSize)(a, b, o, &ws, &exec), "aclnnMulGetWorkspaceSize", NULL);
+  launch("aclnnMul", RT_FN_aclnnMul, rt_fns.aclnnMul, ws, exec);
+  destroy(a);
+  destroy(b);
+  destroy(o);
+  maybe_sync();
+}
+
+void op_add(tensor out, tensor self, tensor other, float alpha) {
+  aclTensor *a = describe(self), *b = describe(other), *o = describe(out);
+  aclScalar *s = RT(aclCreateScalar)(&alpha, ACL_FLOAT);
+  if (s == NULL) rt_fail("aclCreateScalar", NULL, ACL_ERROR_INVALID_PARAM);
+  uint64_t ws = 0;
+  aclOpExecutor *exec = NULL;
+  rt_check(RT(aclnnAddGetWorkspaceSize)(a, b, s, o, &ws, &exec), "aclnnAddGetWorkspaceSize", NULL);
+  launch("aclnnAdd", RT_FN_aclnnAdd, rt_fns.aclnnAdd, ws, exec);
+  destroy(a);
+  destroy(b);
+  destroy(o);
+  rt_check(RT(aclDestroyScalar)(s), "aclDestroyScalar", NULL);
+  maybe_sync();
+}
+
+void op_matmul(tensor out, tensor self, tensor mat2) {
+  aclTensor *a = describe(self), *b = describe(mat2), *o = describe(out);
+  uint64_t ws = 0;
+  aclOpExecutor *exec = NULL;
+  rt_check(RT(aclnnMatmulGetWorkspaceSize)(a, b, o, 0, &ws, &exec), "aclnnMatmulGetWorkspaceSize", NULL);
+  launch("aclnnMatmul", RT_FN_aclnnMatmul, rt_fns.aclnnMatmul, ws, exec);
+  destroy(a);
+  destroy(b);
+  destroy(o);
+  maybe_sync();
+}
+
+void op_copy(tensor dst, tensor src) {
+  aclTensor *d = describe(dst), *s = describe(src);
+  uint64_t ws = 0;
+  aclOpExecutor *exec = NULL;
+  rt_check(RT(aclnnInplaceCopyGetWorkspaceSize)(d, s, &ws, &exec), "aclnnInplaceCopyGetWorkspaceSize", NULL);
+  launch("aclnnInplaceCopy", RT_FN_aclnnInplaceCopy, rt_fns.aclnnInplaceCopy, ws, exec);
+  destroy(d);
+  destroy(s);
+  maybe_sync();
+}
+
+void ops_sync(void) {
+  aclError rc = RT(aclrtSynchronizeStream)(stream);
+  if (rc != ACL_SUCCESS) rt_fail("aclrtSynchronizeStream", last_op, rc);
+}
+
+void ops_h2d_async(tensor dst, const float *host) {
+  size_t n = tensor_bytes(dst);
+  aclError rc = RT(aclrtMemcpyAsync)((void *)storage_base(dst.st), dst.st->nbytes, host, n,
+                                     ACL_MEMCPY_HOST_TO_DEVICE, stream);
+  last_op = "aclrtMemcpyAsync";
+  rt_check(rc, "aclrtMemcpyAsync", NULL);
+}
+
+void ops_d2h(float *host, tensor src) {
+  size_t n = tensor_bytes(src);
+  aclError rc = RT(aclrtMemcpy)(host, n, (const void *)storage_base(src.st), n, ACL_MEMCPY_DEVICE_TO_HOST);
+  rt_check(rc, "aclrtMemcpy", NULL);
+}
