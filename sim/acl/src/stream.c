@@ -1,0 +1,583 @@
+/* stream.c: streams (one worker thread each, running its queue in order), events, the copy engine with
+ * its optional host-link throttle, and the copy/memset API. Synchronous copies and memsets run as tasks
+ * on the default stream and wait for it, so they are ordered after earlier default-stream work. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "aclsim.h"
+
+enum task_kind { TK_COPY, TK_MEMSET, TK_KERNEL, TK_RECORD, TK_WAIT };
+
+struct sim_event {
+  uint32_t flags;
+  int refs;           /* the handle plus each queued task naming it; guarded by ev_mu */
+  uint64_t recorded;  /* sequence of the latest record enqueued */
+  uint64_t completed; /* sequence of the latest record executed */
+  uint64_t ts_ns;     /* when the latest record executed */
+};
+
+struct sim_task {
+  struct sim_task *next;
+  enum task_kind kind;
+  uint32_t id;
+  uint32_t tid;
+  bool sync;                  /* issued by a synchronous API call (names the fault "Memcpy" not "MemcpyAsync") */
+  void *dst;
+  const void *src;
+  size_t n;
+  aclrtMemcpyKind dir;
+  bool dst_dev, src_dev, dst_pinned, src_pinned;
+  int value;
+  struct sim_exec *exec;
+  struct sim_event *ev;
+  uint64_t seq;
+};
+
+struct sim_stream {
+  uint32_t id;
+  pthread_t thr;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* broadcast on new work, on completion and on stop */
+  struct sim_task *head, *tail;
+  uint64_t enq, done;
+  uint32_t next_task;
+  bool stop;
+};
+
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct sim_stream **streams; /* every live stream, the default one first */
+static size_t nstreams, capstreams;
+static struct sim_stream *default_stream;
+static uint32_t next_stream_id;
+static struct sim_ptrset stream_set = SIM_PTRSET_INIT;
+static struct sim_ptrset event_set = SIM_PTRSET_INIT;
+
+static pthread_mutex_t ev_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ev_cv;
+static pthread_once_t ev_once = PTHREAD_ONCE_INIT;
+
+static pthread_mutex_t lane_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t lane_free_at[2]; /* H2D, D2H: when each direction of the host link is next idle */
+
+#define STREAM_ANY (UINT32_MAX - 1)
+
+static void init_cond(pthread_cond_t *cv) {
+  pthread_condattr_t a;
+  pthread_condattr_init(&a);
+  pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+  pthread_cond_init(cv, &a);
+  pthread_condattr_destroy(&a);
+}
+
+static void ev_init_once(void) { init_cond(&ev_cv); }
+
+static struct timespec abs_after_ns(uint64_t ns) {
+  uint64_t t = sim_now_ns() + ns;
+  return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+}
+
+static void sleep_until(uint64_t t) {
+  struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  }
+}
+
+static void event_unref(struct sim_event *e) {
+  pthread_mutex_lock(&ev_mu);
+  bool last = --e->refs == 0;
+  pthread_mutex_unlock(&ev_mu);
+  if (last) free(e);
+}
+
+/* ---- faults from copies ---- */
+static const char *dir_name(aclrtMemcpyKind d) {
+  switch (d) {
+    case ACL_MEMCPY_HOST_TO_DEVICE: return "H2D";
+    case ACL_MEMCPY_DEVICE_TO_HOST: return "D2H";
+    case ACL_MEMCPY_DEVICE_TO_DEVICE: return "D2D";
+    default: return "H2H";
+  }
+}
+
+static void copy_fault(struct sim_stream *s, struct sim_task *t, int index, const void *addr, size_t size) {
+  char lines[1024];
+  const char *name = t->kind == TK_MEMSET ? "Memset" : t->sync ? "Memcpy" : "MemcpyAsync";
+  char dir[8] = "";
+  if (t->kind == TK_COPY) snprintf(dir, sizeof dir, "_%s", dir_name(t->dir));
+  snprintf(lines, sizeof lines,
+           "there is a sdma error exception, core id is 0, error code = 0x800000\n"
+           "errorStr: The DDR address of the SDMA copy is out of range. device_id=%d, stream_id=%u, "
+           "task_id=%u, subErrType:4\n"
+           "Memory copy task happen error, retCode=0x%x, [sdma exception]\n"
+           "fault kernel_name=%s%s\n"
+           "tensor index:%d\n"
+           "addr:%#lx\n"
+           "size:%zu bytes",
+           (int)sim_device(), s->id, t->id, ACL_ERROR_RT_DEVICE_MEM_ERROR, name, dir, index, (unsigned long)addr,
+           size);
+  struct sim_fault f = {ACL_ERROR_RT_DEVICE_MEM_ERROR, s->id, t->id, t->tid, lines};
+  sim_fault_raise(&f);
+}
+
+/* side_ok re-validates one side of a copy at execution time (the memory may have been freed since). */
+static bool side_ok(const void *p, size_t n, bool dev, bool pinned) {
+  if (dev) return sim_dev_range_ok((uintptr_t)p, n);
+  if (pinned) return sim_pinned_check(p, n) == 1;
+  return true; /* pageable host memory: the caller's to keep valid, as on hardware */
+}
+
+static void run_copy(struct sim_stream *s, struct sim_task *t) {
+  int lane = t->dir == ACL_MEMCPY_HOST_TO_DEVICE ? 0 : t->dir == ACL_MEMCPY_DEVICE_TO_HOST ? 1 : -1;
+  double gbps = sim_cfg.copy_gbps;
+  bool throttled = gbps > 0 && lane >= 0;
+  uint64_t start = 0;
+  size_t chunk = t->n;
+  if (throttled) {
+    /* Reserve this copy's slot on its direction of the link; copies queued behind it wait their turn. */
+    uint64_t dur = (uint64_t)((double)t->n / gbps); /* 1 GB/s moves one byte per ns */
+    pthread_mutex_lock(&lane_mu);
+    uint64_t now = sim_now_ns();
+    start = lane_free_at[lane] > now ? lane_free_at[lane] : now;
+    lane_free_at[lane] = start + dur;
+    pthread_mutex_unlock(&lane_mu);
+    sleep_until(start);
+    /* Bytes land progressively, as a DMA would deliver them; chunks stay large enough for memcpy to run
+     * at full speed (glibc streams big copies). */
+    chunk = t->n / 16;
+    if (chunk < 256 * 1024) chunk = 256 * 1024;
+    if (chunk > 8u << 20) chunk = 8u << 20;
+  }
+  for (size_t off = 0; off < t->n; off += chunk) {
+    size_t len = t->n - off < chunk ? t->n - off : chunk;
+    sim_mem_rdlock();
+    if (!side_ok(t->dst, t->n, t->dst_dev, t->dst_pinned)) {
+      sim_mem_unlock();
+      copy_fault(s, t, 0, t->dst, t->n);
+      return;
+    }
+    if (!side_ok(t->src, t->n, t->src_dev, t->src_pinned)) {
+      sim_mem_unlock();
+      copy_fault(s, t, 1, t->src, t->n);
+      return;
+    }
+    if (t->kind == TK_MEMSET) memset((char *)t->dst + off, t->value, len);
+    else memmove((char *)t->dst + off, (const char *)t->src + off, len);
+    sim_mem_unlock();
+    if (throttled) sleep_until(start + (uint64_t)((double)(off + len) / gbps));
+  }
+}
+
+static void run_task(struct sim_stream *s, struct sim_task *t) {
+  bool dead = sim_poisoned(); /* a poisoned context runs nothing; records still complete so waits end */
+  switch (t->kind) {
+    case TK_COPY:
+    case TK_MEMSET:
+      if (!dead) run_copy(s, t);
+      break;
+    case TK_KERNEL:
+      if (!dead) sim_exec_run(t->exec, s->id, t->id, t->tid);
+      sim_exec_free(t->exec);
+      break;
+    case TK_RECORD:
+      pthread_mutex_lock(&ev_mu);
+      if (t->seq > t->ev->completed) {
+        t->ev->completed = t->seq;
+        t->ev->ts_ns = sim_now_ns();
+      }
+      pthread_cond_broadcast(&ev_cv);
+      pthread_mutex_unlock(&ev_mu);
+      event_unref(t->ev);
+      break;
+    case TK_WAIT:
+      pthread_mutex_lock(&ev_mu);
+      while (t->ev->completed < t->seq && !sim_poisoned()) {
+        struct timespec ts = abs_after_ns(10 * 1000000ull); /* re-check poison now and then */
+        pthread_cond_timedwait(&ev_cv, &ev_mu, &ts);
+      }
+      pthread_mutex_unlock(&ev_mu);
+      event_unref(t->ev);
+      break;
+  }
+}
+
+static void *worker(void *arg) {
+  struct sim_stream *s = arg;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    while (!s->head && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+    struct sim_task *t = s->head;
+    if (!t) {
+      pthread_mutex_unlock(&s->mu);
+      return NULL;
+    }
+    s->head = t->next;
+    if (!s->head) s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    run_task(s, t);
+    free(t);
+    pthread_mutex_lock(&s->mu);
+    s->done++;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+  }
+}
+
+static struct sim_stream *stream_new(void) {
+  struct sim_stream *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  pthread_mutex_init(&s->mu, NULL);
+  init_cond(&s->cv);
+  pthread_mutex_lock(&streams_mu);
+  s->id = next_stream_id++;
+  if (nstreams == capstreams) {
+    size_t ncap = capstreams ? capstreams * 2 : 16;
+    struct sim_stream **p = realloc(streams, ncap * sizeof *p);
+    if (!p) {
+      pthread_mutex_unlock(&streams_mu);
+      free(s);
+      return NULL;
+    }
+    streams = p;
+    capstreams = ncap;
+  }
+  if (pthread_create(&s->thr, NULL, worker, s) != 0) {
+    pthread_mutex_unlock(&streams_mu);
+    free(s);
+    return NULL;
+  }
+  streams[nstreams++] = s;
+  pthread_mutex_unlock(&streams_mu);
+  return s;
+}
+
+/* stream_stop joins the worker once its queue is empty and frees the stream. */
+static void stream_stop(struct sim_stream *s) {
+  pthread_mutex_lock(&s->mu);
+  s->stop = true;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thr, NULL);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  free(s);
+}
+
+int sim_streams_init(void) {
+  pthread_once(&ev_once, ev_init_once);
+  next_stream_id = 0;
+  lane_free_at[0] = lane_free_at[1] = 0;
+  default_stream = stream_new();
+  return default_stream ? 0 : -1;
+}
+
+void sim_streams_fini(void) {
+  pthread_mutex_lock(&streams_mu);
+  struct sim_stream **all = streams;
+  size_t n = nstreams;
+  streams = NULL;
+  nstreams = capstreams = 0;
+  default_stream = NULL;
+  pthread_mutex_unlock(&streams_mu);
+  for (size_t i = 0; i < n; i++) stream_stop(all[i]);
+  free(all);
+  sim_ptrset_clear(&stream_set);
+  /* Events are freed by their handles' owners; forget the handles so stale ones are rejected. */
+  sim_ptrset_clear(&event_set);
+}
+
+/* resolve maps an API stream handle (NULL = default) to a live stream. */
+static struct sim_stream *resolve(aclrtStream h) {
+  if (!h) return default_stream;
+  return sim_ptrset_has(&stream_set, h) ? (struct sim_stream *)h : NULL;
+}
+
+static void enqueue(struct sim_stream *s, struct sim_task *t) {
+  t->tid = (uint32_t)sim_gettid();
+  pthread_mutex_lock(&s->mu);
+  t->id = s->next_task++;
+  t->next = NULL;
+  if (s->tail) s->tail->next = t;
+  else s->head = t;
+  s->tail = t;
+  s->enq++;
+  pthread_cond_broadcast(&s->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* stream_wait waits for everything enqueued on s before the call; timeout_ms < 0 waits forever. */
+static aclError stream_wait(struct sim_stream *s, int32_t timeout_ms, uint32_t report_as) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t target = s->enq;
+  struct timespec dl = abs_after_ns(timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
+  while (s->done < target) {
+    if (timeout_ms < 0) {
+      pthread_cond_wait(&s->cv, &s->mu);
+    } else if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT && s->done < target) {
+      pthread_mutex_unlock(&s->mu);
+      return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+    }
+  }
+  pthread_mutex_unlock(&s->mu);
+  return sim_wait_result(report_as);
+}
+
+aclError sim_sync_all(void) {
+  pthread_mutex_lock(&streams_mu);
+  size_t n = nstreams;
+  struct sim_stream **all = malloc((n ? n : 1) * sizeof *all);
+  if (all) memcpy(all, streams, n * sizeof *all);
+  pthread_mutex_unlock(&streams_mu);
+  if (!all) return ACL_ERROR_BAD_ALLOC;
+  /* Streams are only freed by aclrtDestroyStream/aclFinalize; racing those with a device sync is a misuse. */
+  for (size_t i = 0; i < n; i++) stream_wait(all[i], -1, UINT32_MAX);
+  free(all);
+  return sim_wait_result(STREAM_ANY);
+}
+
+aclError sim_launch_kernel(struct sim_exec *e, aclrtStream stream) {
+  struct sim_stream *s = resolve(stream);
+  if (!s) return ACL_ERROR_RT_PARAM_INVALID;
+  struct sim_task *t = calloc(1, sizeof *t);
+  if (!t) return ACL_ERROR_BAD_ALLOC;
+  t->kind = TK_KERNEL;
+  t->exec = e;
+  enqueue(s, t);
+  return ACL_SUCCESS;
+}
+
+/* ---- streams API ---- */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!stream) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is NULL");
+  struct sim_stream *s = stream_new();
+  if (!s) return sim_fail(ACL_ERROR_INTERNAL_ERROR, "aclrtCreateStream: cannot start a stream worker");
+  sim_ptrset_add(&stream_set, s);
+  *stream = s;
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!stream || !sim_ptrset_del(&stream_set, stream))
+    return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtDestroyStream: %p is not a created stream", stream);
+  struct sim_stream *s = stream;
+  pthread_mutex_lock(&streams_mu);
+  for (size_t i = 0; i < nstreams; i++)
+    if (streams[i] == s) {
+      streams[i] = streams[--nstreams];
+      break;
+    }
+  pthread_mutex_unlock(&streams_mu);
+  stream_stop(s); /* drains the queue first, like the runtime's implicit sync */
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream) {
+  if (!sim_initialized()) return sim_check();
+  struct sim_stream *s = resolve(stream);
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeStream: %p is not a stream", stream);
+  return stream_wait(s, -1, s->id);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+  if (!sim_initialized()) return sim_check();
+  if (timeout < -1)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStreamWithTimeout: invalid timeout %d", timeout);
+  struct sim_stream *s = resolve(stream);
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeStreamWithTimeout: %p is not a stream", stream);
+  aclError rc = stream_wait(s, timeout, s->id);
+  if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
+    return sim_fail(rc, "aclrtSynchronizeStreamWithTimeout: stream %u not done after %d ms", s->id, timeout);
+  return rc;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void) {
+  if (!sim_initialized()) return sim_check();
+  return sim_sync_all();
+}
+
+/* ---- events API ---- */
+static aclError event_create(const char *fn, aclrtEvent *event, uint32_t flag) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!event) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: event is NULL", fn);
+  if (flag & ~0x3Fu) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: invalid flag %#x", fn, flag);
+  pthread_once(&ev_once, ev_init_once);
+  struct sim_event *e = calloc(1, sizeof *e);
+  if (!e) return sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn);
+  e->flags = flag;
+  e->refs = 1;
+  sim_ptrset_add(&event_set, e);
+  *event = e;
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag) {
+  return event_create("aclrtCreateEventWithFlag", event, flag);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event) {
+  return event_create("aclrtCreateEvent", event, ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE);
+}
+
+static struct sim_event *event_of(aclrtEvent h) {
+  return sim_ptrset_has(&event_set, h) ? (struct sim_event *)h : NULL;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!event || !sim_ptrset_del(&event_set, event))
+    return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtDestroyEvent: %p is not a created event", event);
+  event_unref(event); /* queued records and waits keep it alive until they ran */
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  struct sim_event *e = event_of(event);
+  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not an event", event);
+  struct sim_stream *s = resolve(stream);
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not a stream", stream);
+  struct sim_task *t = calloc(1, sizeof *t);
+  if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "aclrtRecordEvent: out of host memory");
+  t->kind = TK_RECORD;
+  t->ev = e;
+  pthread_mutex_lock(&ev_mu);
+  e->refs++;
+  t->seq = ++e->recorded;
+  pthread_mutex_unlock(&ev_mu);
+  enqueue(s, t);
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  struct sim_event *e = event_of(event);
+  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not an event", event);
+  struct sim_stream *s = resolve(stream);
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a stream", stream);
+  struct sim_task *t = calloc(1, sizeof *t);
+  if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "aclrtStreamWaitEvent: out of host memory");
+  t->kind = TK_WAIT;
+  t->ev = e;
+  pthread_mutex_lock(&ev_mu);
+  e->refs++;
+  t->seq = e->recorded; /* waits for the record enqueued before this call; none recorded = no wait */
+  pthread_mutex_unlock(&ev_mu);
+  enqueue(s, t);
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event) {
+  if (!sim_initialized()) return sim_check();
+  struct sim_event *e = event_of(event);
+  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeEvent: %p is not an event", event);
+  pthread_mutex_lock(&ev_mu);
+  uint64_t target = e->recorded;
+  while (e->completed < target) pthread_cond_wait(&ev_cv, &ev_mu);
+  pthread_mutex_unlock(&ev_mu);
+  return sim_wait_result(UINT32_MAX);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!ms) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: ms is NULL");
+  struct sim_event *a = event_of(startEvent), *b = event_of(endEvent);
+  if (!a || !b) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtEventElapsedTime: not an event");
+  pthread_mutex_lock(&ev_mu);
+  bool ready = a->recorded && b->recorded && a->completed == a->recorded && b->completed == b->recorded;
+  double d = ready ? ((double)b->ts_ns - (double)a->ts_ns) / 1e6 : 0;
+  pthread_mutex_unlock(&ev_mu);
+  if (!ready)
+    return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtEventElapsedTime: an event is not recorded or not complete");
+  *ms = (float)d;
+  return ACL_SUCCESS;
+}
+
+/* ---- copies and memsets ---- */
+static aclError copy_api(const char *fn, void *dst, size_t destMax, const void *src, size_t count,
+                         aclrtMemcpyKind kind, aclrtStream stream, bool async) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!dst || !src) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: dst or src is NULL", fn);
+  if (count > destMax)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu exceeds destMax %zu", fn, count, destMax);
+  if ((int)kind < 0 || (int)kind > ACL_MEMCPY_DEFAULT)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: invalid kind %d", fn, (int)kind);
+  bool ddev = sim_in_arena(dst), sdev = sim_in_arena(src);
+  if (kind == ACL_MEMCPY_DEFAULT) {
+    kind = ddev ? (sdev ? ACL_MEMCPY_DEVICE_TO_DEVICE : ACL_MEMCPY_HOST_TO_DEVICE)
+                : (sdev ? ACL_MEMCPY_DEVICE_TO_HOST : ACL_MEMCPY_HOST_TO_HOST);
+  } else {
+    bool want_d = kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    bool want_s = kind == ACL_MEMCPY_DEVICE_TO_HOST || kind == ACL_MEMCPY_DEVICE_TO_DEVICE;
+    if (ddev != want_d || sdev != want_s)
+      return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: kind %s does not match dst %p (%s) and src %p (%s)", fn,
+                      dir_name(kind), dst, ddev ? "device" : "host", src, sdev ? "device" : "host");
+  }
+  if (async && kind == ACL_MEMCPY_HOST_TO_HOST)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: host-to-host copies are not supported", fn);
+  int dp = ddev ? 0 : sim_pinned_check(dst, count), sp = sdev ? 0 : sim_pinned_check(src, count);
+  if (dp < 0 || sp < 0)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes overrun the pinned host allocation at %s", fn, count,
+                    dp < 0 ? "dst" : "src");
+  struct sim_stream *s = async ? resolve(stream) : default_stream;
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a stream", fn, stream);
+  if (count == 0) return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+  struct sim_task *t = calloc(1, sizeof *t);
+  if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn);
+  *t = (struct sim_task){.kind = TK_COPY, .sync = !async, .dst = dst, .src = src, .n = count, .dir = kind,
+                         .dst_dev = ddev, .src_dev = sdev, .dst_pinned = dp == 1, .src_pinned = sp == 1};
+  enqueue(s, t);
+  return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                                         aclrtMemcpyKind kind) {
+  return copy_api("aclrtMemcpy", dst, destMax, src, count, kind, NULL, false);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+                                              aclrtMemcpyKind kind, aclrtStream stream) {
+  return copy_api("aclrtMemcpyAsync", dst, destMax, src, count, kind, stream, true);
+}
+
+static aclError memset_api(const char *fn, void *devPtr, size_t maxCount, int32_t value, size_t count,
+                           aclrtStream stream, bool async) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!devPtr) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is NULL", fn);
+  if (count > maxCount)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu exceeds maxCount %zu", fn, count, maxCount);
+  bool dev = sim_in_arena(devPtr);
+  int pinned = dev ? 0 : sim_pinned_check(devPtr, count);
+  if (pinned < 0) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes overrun the pinned allocation", fn, count);
+  struct sim_stream *s = async ? resolve(stream) : default_stream;
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a stream", fn, stream);
+  if (count == 0) return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+  struct sim_task *t = calloc(1, sizeof *t);
+  if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn);
+  *t = (struct sim_task){.kind = TK_MEMSET, .sync = !async, .dst = devPtr, .src = devPtr, .n = count,
+                         .dir = ACL_MEMCPY_DEVICE_TO_DEVICE, .dst_dev = dev, .src_dev = dev,
+                         .dst_pinned = pinned == 1, .src_pinned = pinned == 1, .value = value & 0xff};
+  enqueue(s, t);
+  return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
+  return memset_api("aclrtMemset", devPtr, maxCount, value, count, NULL, false);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+                                              aclrtStream stream) {
+  return memset_api("aclrtMemsetAsync", devPtr, maxCount, value, count, stream, true);
+}
