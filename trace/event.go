@@ -2,11 +2,13 @@
 // reader every command uses. Nothing else in the project parses trace bytes.
 package trace
 
+import "strconv"
+
 // Kind says what an Event records. Values are part of the on-disk format: never re-number.
 type Kind uint8
 
 const (
-	// KindCall is one intercepted runtime call: Fn, TID, TS, Ret and up to four Args
+	// KindCall is one intercepted runtime call: Fn, TID, TS, Ret and up to six Args
 	// (see docs/trace-format.md for each function's argument layout).
 	KindCall Kind = 1
 	// KindFunc names a function id: Fn and Text. Written before the first KindCall that uses Fn.
@@ -54,7 +56,7 @@ type Event struct {
 	Group  uint32
 	Handle int64
 	Ret    int64
-	Args   [4]uint64
+	Args   [6]uint64
 	Ptrs   []uint64
 	Text   string
 }
@@ -64,7 +66,24 @@ type Header struct {
 	Version   uint32
 	PID       int
 	Host      string
-	Rank      int // -1 when unknown
+	Rank      int   // -1 when unknown
 	StartUnix int64 // wall clock at start, nanoseconds since the epoch
 	Argv      []string
+}
+
+var kindNames = [...]string{
+	KindCall: "call", KindFunc: "func", KindGroup: "group", KindRegionEnter: "region_enter",
+	KindSave: "save", KindRegionExit: "region_exit", KindProtect: "protect",
+	KindBackwardEnter: "backward_enter", KindUnpack: "unpack", KindBackwardExit: "backward_exit",
+	KindClassify: "classify", KindState: "state", KindFault: "fault", KindStats: "stats",
+	KindLog: "log", KindMeta: "meta", KindLost: "lost",
+}
+
+// String returns the Kind's short name ("call", "region_enter", ...) or "kind(N)" for one this
+// build does not know.
+func (k Kind) String() string {
+	if int(k) < len(kindNames) && kindNames[k] != "" {
+		return kindNames[k]
+	}
+	return "kind(" + strconv.Itoa(int(k)) + ")"
 }

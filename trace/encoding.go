@@ -1,0 +1,376 @@
+// encoding.go owns the byte layout of a trace file: the file header, the batch frame, the delta
+// encoding of one event, the limits a reader enforces and the errors it reports. writer.go and
+// reader.go only move these bytes; docs/trace-format.md describes the same layout for people.
+package trace
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+)
+
+// Version is the format version this package writes and the only one it reads.
+const Version = 1
+
+// FileSuffix ends the name of every trace file (<host>.<pid>.swtrace).
+const FileSuffix = ".swtrace"
+
+// Limits on one event. The writer refuses larger events and the reader treats them as corrupt, so
+// a reader never allocates more than these, whatever the input claims.
+const (
+	MaxText = 4 << 20 // bytes of Event.Text
+	MaxPtrs = 1 << 18 // entries of Event.Ptrs
+)
+
+const (
+	headerSize = 20       // magic[8], version u32, payload length u32, CRC32C u32
+	maxHeader  = 1 << 20  // header payload limit (host and argv)
+	frameSize  = 16       // magic[4], payload length u32, event count u32, CRC32C u32
+	maxBatch   = 16 << 20 // batch payload limit; a bigger length is corruption, not a reason to allocate
+	flushBytes = 64 << 10 // the writer ends a batch once its payload reaches this size
+	numCtx     = 128      // delta contexts: one per KindCall Fn (mod 64), one per other Kind (mod 64)
+)
+
+var (
+	fileMagic  = [8]byte{'S', 'W', 'T', 'R', 'A', 'C', 'E', 0}
+	batchMagic = [4]byte{'S', 'W', 'B', 'T'}
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+)
+
+// Errors a reader reports, always wrapped with where it happened; test them with errors.Is.
+var (
+	// ErrFormat: not a trace, a bad header, or a version this package does not read.
+	ErrFormat = errors.New("trace: not a valid trace")
+	// ErrCorrupt: a batch failed its checksum or does not decode.
+	ErrCorrupt = errors.New("trace: corrupt batch")
+	// ErrTruncated: the file ends inside a batch; every event before that batch was delivered.
+	ErrTruncated = errors.New("trace: truncated batch")
+)
+
+// traceError is a one-line message that matches one of the sentinel errors under errors.Is.
+type traceError struct {
+	kind error
+	msg  string
+}
+
+func (e *traceError) Error() string        { return e.msg }
+func (e *traceError) Is(target error) bool { return target == e.kind }
+
+func errorf(kind error, format string, args ...any) error {
+	return &traceError{kind: kind, msg: "trace: " + fmt.Sprintf(format, args...)}
+}
+
+// Presence bits of an event record. A field whose bit is clear equals its predicted value (see
+// codec), so fields that never change, zero ones included, cost nothing. The most frequent fields
+// get the low seven bits so the bitmap of a typical call fits in one byte.
+const (
+	bitTS = 1 << iota
+	bitFn
+	bitArg0
+	bitArg1
+	bitArg2
+	bitRet
+	bitTID
+	bitArg3
+	bitArg4
+	bitArg5
+	bitGroup
+	bitHandle
+	bitPtrs
+	bitText
+	bitsKnown = 1<<iota - 1
+)
+
+var argBits = [6]uint64{bitArg0, bitArg1, bitArg2, bitArg3, bitArg4, bitArg5}
+
+// slot holds the previous Ret and Args of one delta context.
+type slot struct {
+	ret  int64
+	args [6]uint64
+}
+
+// codec is the delta state shared by the encoder and the decoder. It starts at zero at every
+// batch, so each batch decodes on its own.
+type codec struct {
+	ts     int64
+	tid    uint32
+	fn     uint16
+	group  uint32
+	handle int64
+	ptr    uint64 // last pointer of the batch's Ptrs chain
+	ctx    [numCtx]slot
+}
+
+// ctxIndex picks the delta context: calls of one function share one (a malloc's size is
+// predicted by the previous malloc's size, not by a launch's workspace size).
+func ctxIndex(k Kind, fn uint16) int {
+	if k == KindCall {
+		return int(fn % 64)
+	}
+	return 64 + int(k%64)
+}
+
+// appendEvent encodes ev onto b and advances the state. The caller has checked the limits.
+func (c *codec) appendEvent(b []byte, ev *Event) []byte {
+	s := &c.ctx[ctxIndex(ev.Kind, ev.Fn)]
+	var bits uint64
+	if ev.TS != c.ts {
+		bits |= bitTS
+	}
+	if ev.TID != c.tid {
+		bits |= bitTID
+	}
+	if ev.Fn != c.fn {
+		bits |= bitFn
+	}
+	if ev.Group != c.group {
+		bits |= bitGroup
+	}
+	if ev.Handle != c.handle {
+		bits |= bitHandle
+	}
+	if ev.Ret != s.ret {
+		bits |= bitRet
+	}
+	for i, a := range ev.Args {
+		if a != s.args[i] {
+			bits |= argBits[i]
+		}
+	}
+	if len(ev.Ptrs) > 0 {
+		bits |= bitPtrs
+	}
+	if ev.Text != "" {
+		bits |= bitText
+	}
+
+	b = append(b, byte(ev.Kind))
+	b = binary.AppendUvarint(b, bits)
+	if bits&bitTS != 0 {
+		b = binary.AppendVarint(b, ev.TS-c.ts)
+		c.ts = ev.TS
+	}
+	if bits&bitTID != 0 {
+		b = binary.AppendUvarint(b, uint64(ev.TID))
+		c.tid = ev.TID
+	}
+	if bits&bitFn != 0 {
+		b = binary.AppendUvarint(b, uint64(ev.Fn))
+		c.fn = ev.Fn
+	}
+	if bits&bitGroup != 0 {
+		b = binary.AppendUvarint(b, uint64(ev.Group))
+		c.group = ev.Group
+	}
+	if bits&bitHandle != 0 {
+		b = binary.AppendVarint(b, ev.Handle-c.handle)
+		c.handle = ev.Handle
+	}
+	if bits&bitRet != 0 {
+		b = binary.AppendVarint(b, ev.Ret-s.ret)
+		s.ret = ev.Ret
+	}
+	for i, a := range ev.Args {
+		if bits&argBits[i] != 0 {
+			b = binary.AppendVarint(b, int64(a-s.args[i]))
+			s.args[i] = a
+		}
+	}
+	if bits&bitPtrs != 0 {
+		b = binary.AppendUvarint(b, uint64(len(ev.Ptrs)))
+		for _, p := range ev.Ptrs {
+			b = binary.AppendVarint(b, int64(p-c.ptr))
+			c.ptr = p
+		}
+	}
+	if bits&bitText != 0 {
+		b = binary.AppendUvarint(b, uint64(len(ev.Text)))
+		b = append(b, ev.Text...)
+	}
+	return b
+}
+
+// decoder reads varints from a batch payload; the first error sticks and ends decoding.
+type decoder struct {
+	b   []byte
+	i   int
+	err string
+}
+
+func (d *decoder) fail(msg string) {
+	if d.err == "" {
+		d.err = msg
+	}
+	d.i = len(d.b)
+}
+
+// raw reads one unsigned varint; most values in a batch are one byte, so that case comes first.
+func (d *decoder) raw(what string) uint64 {
+	if d.i < len(d.b) && d.b[d.i] < 0x80 {
+		d.i++
+		return uint64(d.b[d.i-1])
+	}
+	v, n := binary.Uvarint(d.b[d.i:])
+	if n <= 0 {
+		d.fail("bad varint in " + what)
+		return 0
+	}
+	d.i += n
+	return v
+}
+
+func (d *decoder) uvarint(max uint64, what string) uint64 {
+	v := d.raw(what)
+	if v > max {
+		d.fail(fmt.Sprintf("%s %d out of range", what, v))
+		return 0
+	}
+	return v
+}
+
+// varint reads a zig-zag signed varint (encoding/binary's Varint layout).
+func (d *decoder) varint(what string) int64 {
+	u := d.raw(what)
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+// decodeEvent decodes one record into ev (overwriting all of it) and advances the state. It
+// allocates only for Ptrs and Text, after checking their length against the limits and against
+// the bytes left in the batch. On bad input it returns a reason.
+func (c *codec) decodeEvent(d *decoder, ev *Event) string {
+	if d.i >= len(d.b) {
+		return "batch ends before its last event"
+	}
+	k := Kind(d.b[d.i])
+	d.i++
+	if k == 0 {
+		return "event kind 0"
+	}
+	bits := d.uvarint(bitsKnown, "presence bitmap")
+	if d.err != "" {
+		return d.err
+	}
+	*ev = Event{Kind: k}
+	if bits&bitTS != 0 {
+		c.ts += d.varint("timestamp")
+	}
+	if bits&bitTID != 0 {
+		c.tid = uint32(d.uvarint(math.MaxUint32, "thread id"))
+	}
+	if bits&bitFn != 0 {
+		c.fn = uint16(d.uvarint(math.MaxUint16, "function id"))
+	}
+	if bits&bitGroup != 0 {
+		c.group = uint32(d.uvarint(math.MaxUint32, "group id"))
+	}
+	if bits&bitHandle != 0 {
+		c.handle += d.varint("handle")
+	}
+	ev.TS, ev.TID, ev.Fn, ev.Group, ev.Handle = c.ts, c.tid, c.fn, c.group, c.handle
+	s := &c.ctx[ctxIndex(k, c.fn)]
+	if bits&bitRet != 0 {
+		s.ret += d.varint("ret")
+	}
+	ev.Ret = s.ret
+	for i := range ev.Args {
+		if bits&argBits[i] != 0 {
+			s.args[i] += uint64(d.varint("argument"))
+		}
+	}
+	ev.Args = s.args
+	if bits&bitPtrs != 0 {
+		// Each pointer takes at least one byte: a count beyond the bytes left is corrupt.
+		n := d.uvarint(MaxPtrs, "pointer count")
+		if n == 0 || n > uint64(len(d.b)-d.i) {
+			d.fail(fmt.Sprintf("pointer count %d does not fit in the batch", n))
+			return d.err
+		}
+		ev.Ptrs = make([]uint64, n)
+		for i := range ev.Ptrs {
+			c.ptr += uint64(d.varint("pointer"))
+			ev.Ptrs[i] = c.ptr
+		}
+	}
+	if bits&bitText != 0 {
+		n := d.uvarint(MaxText, "text length")
+		if n == 0 || n > uint64(len(d.b)-d.i) {
+			d.fail(fmt.Sprintf("text length %d does not fit in the batch", n))
+			return d.err
+		}
+		ev.Text = string(d.b[d.i : d.i+int(n)])
+		d.i += int(n)
+	}
+	return d.err
+}
+
+// checkEvent reports why the writer cannot encode ev, or nil.
+func checkEvent(ev *Event) error {
+	switch {
+	case ev.Kind == 0:
+		return errors.New("trace: event has kind 0")
+	case len(ev.Text) > MaxText:
+		return fmt.Errorf("trace: event text is %d bytes, limit %d", len(ev.Text), MaxText)
+	case len(ev.Ptrs) > MaxPtrs:
+		return fmt.Errorf("trace: event has %d pointers, limit %d", len(ev.Ptrs), MaxPtrs)
+	}
+	return nil
+}
+
+// appendHeader encodes the header payload (everything after the fixed 20 bytes).
+func appendHeader(b []byte, h *Header) []byte {
+	b = binary.AppendVarint(b, int64(h.PID))
+	b = appendString(b, h.Host)
+	b = binary.AppendVarint(b, int64(h.Rank))
+	b = binary.AppendVarint(b, h.StartUnix)
+	b = binary.AppendUvarint(b, uint64(len(h.Argv)))
+	for _, a := range h.Argv {
+		b = appendString(b, a)
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// decodeHeader decodes a header payload whose checksum has been verified.
+func decodeHeader(p []byte, version uint32) (Header, string) {
+	d := decoder{b: p}
+	h := Header{Version: version}
+	h.PID = int(d.varint("pid"))
+	h.Host = d.str("host")
+	h.Rank = int(d.varint("rank"))
+	h.StartUnix = d.varint("start time")
+	// Each argument takes at least one byte.
+	n := d.uvarint(math.MaxInt32, "argument count")
+	if n > uint64(len(p)-d.i) {
+		d.fail(fmt.Sprintf("argument count %d does not fit in the header", n))
+	}
+	if n > 0 && d.err == "" {
+		h.Argv = make([]string, 0, n)
+		for range n {
+			h.Argv = append(h.Argv, d.str("argument"))
+		}
+	}
+	if d.err == "" && d.i != len(p) {
+		d.fail(fmt.Sprintf("%d unexpected bytes after the header fields", len(p)-d.i))
+	}
+	return h, d.err
+}
+
+func (d *decoder) str(what string) string {
+	n := d.uvarint(math.MaxInt32, what+" length")
+	if d.err != "" {
+		return ""
+	}
+	if n > uint64(len(d.b)-d.i) {
+		d.fail(fmt.Sprintf("%s length %d does not fit in the header", what, n))
+		return ""
+	}
+	s := string(d.b[d.i : d.i+int(n)])
+	d.i += int(n)
+	return s
+}
