@@ -1,0 +1,841 @@
+// engine.go owns the Engine: the swap schedule (offload at region exit, completion at the next exit,
+// restore with prefetch at backward), the per-storage state machine, and the control calls the agent
+// maps onto the C ABI.
+package offload
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"swapagent/tracker"
+)
+
+// StorageOps are the framework's storage operations (swapagent_set_storage_ops). Release frees a
+// storage's device memory (resize_(0)); Restore gives it nbytes again and returns the new base.
+// Both are called with the engine's lock held and must not call back into the Engine. An agent should
+// feed the runtime events they cause (frees, allocations) to the Tracker before returning, so the
+// tracker never learns of a free after the storage was already rebased.
+type StorageOps interface {
+	Release(handle int64, ptr, nbytes uint64) error
+	Restore(handle int64, nbytes uint64) (uint64, error)
+}
+
+// lastHandle makes handles unique within the process, across engines.
+var lastHandle atomic.Int64
+
+type phase uint8
+
+const (
+	phIdle     phase = iota // never entered, or forgotten by backward_exit
+	phForward               // inside its region
+	phExited                // region exited, waiting for backward
+	phBackward              // backward entered
+)
+
+type group struct {
+	name     string
+	phase    phase
+	handles  []*handle // since the group became live
+	region   []*handle // saved in the open region
+	first    map[uint64]*handle
+	restored bool // restored synchronously since its last region exit
+	swapped  bool // some handle has a unit this step
+}
+
+type handle struct {
+	id         int64
+	g          *group
+	sid        uint64
+	size       uint64
+	dup        bool
+	classified bool
+	match      tracker.Mask
+	truth      tracker.Reason // what the ownership model says
+	reason     tracker.Reason // what the policy made of it (KeepReason)
+	u          *unit
+}
+
+// unit is one storage's swap state, shared by every handle that lets it move: the duplicates of its
+// group and, under outputs-only, the other groups that saved it. One unit per storage is what makes a
+// double release impossible.
+type unit struct {
+	sid        uint64
+	size       uint64
+	state      State
+	owner      *group // the group whose offload launched it and releases it
+	rel        int64  // handle passed to Release
+	refs       int
+	host       HostBuf
+	copy       Copy
+	base       uint64 // base the copy out read from
+	released   bool   // device memory released by us and not restored yet
+	devValid   bool   // the device memory holds the storage's bytes
+	copyFailed bool
+	external   bool // some handle's true reason is not internal (only possible off safe)
+	pinned     bool // found shared or protected: never offload again
+	dead       bool
+}
+
+// Engine is the offload engine. Every method is safe for concurrent use.
+type Engine struct {
+	mu    sync.Mutex
+	cfg   Config
+	mover Mover
+	ops   StorageOps
+	obs   Observer
+	tr    *tracker.Tracker
+
+	groups  map[string]*group
+	handles map[int64]*handle
+	units   map[uint64]*unit // by storage ID
+	order   []*group         // groups that exited this step, in forward order
+	pending []*unit          // launched at the last region exit, completed at the next
+
+	pool   pool
+	st     Stats
+	gstats map[string]*GroupStats
+	evq    []Event
+	seq    uint64
+}
+
+// NewEngine returns an engine. A nil mover disables moving (internal storages are kept and counted as
+// errors); nil ops keeps internal storages on device until SetStorageOps; obs may be nil.
+func NewEngine(cfg Config, mover Mover, ops StorageOps, obs Observer) *Engine {
+	if cfg.Prefetch < 0 {
+		cfg.Prefetch = 0
+	}
+	return &Engine{cfg: cfg, mover: mover, ops: ops, obs: obs, tr: tracker.New(),
+		groups: map[string]*group{}, handles: map[int64]*handle{}, units: map[uint64]*unit{},
+		gstats: map[string]*GroupStats{}}
+}
+
+// Tracker returns the engine's tracker; the agent feeds it runtime allocations and frees and uses it
+// for fault attribution.
+func (e *Engine) Tracker() *tracker.Tracker { return e.tr }
+
+// Config returns the configuration in use.
+func (e *Engine) Config() Config { return e.cfg }
+
+// SetStorageOps registers (or, with nil, removes) the framework's storage ops.
+func (e *Engine) SetStorageOps(ops StorageOps) {
+	e.mu.Lock()
+	e.ops = ops
+	e.mu.Unlock()
+}
+
+func (e *Engine) lock() { e.mu.Lock() }
+
+// unlock releases the lock, then delivers queued events so an observer may call back.
+func (e *Engine) unlock() {
+	evs := e.evq
+	e.evq = nil
+	e.mu.Unlock()
+	for _, ev := range evs {
+		e.obs.Observe(ev)
+	}
+}
+
+func (e *Engine) emit(ev Event) {
+	if e.obs == nil {
+		return
+	}
+	e.seq++
+	ev.Seq = e.seq
+	e.evq = append(e.evq, ev)
+}
+
+func (e *Engine) gs(name string) *GroupStats {
+	s := e.gstats[name]
+	if s == nil {
+		s = &GroupStats{}
+		e.gstats[name] = s
+	}
+	return s
+}
+
+func (e *Engine) move(u *unit, to State, grp string) error {
+	if err := Transition(u.state, to); err != nil {
+		e.emit(Event{Kind: EvError, Group: grp, Storage: u.sid, Size: u.size, From: u.state, To: to, Detail: err.Error()})
+		return err
+	}
+	e.emit(Event{Kind: EvState, Group: grp, Handle: u.rel, Storage: u.sid, Base: u.base, Size: u.size, From: u.state, To: to})
+	u.state = to
+	return nil
+}
+
+// RegionEnter opens group's forward region; inputs are storage base pointers, the first nPositional
+// from positional arguments. Re-entering a group whose backward began forgets its previous step
+// (an implicit BackwardExit); re-entering a group still waiting for backward keeps its handles.
+func (e *Engine) RegionEnter(name string, inputs []uint64, nPositional int) error {
+	if name == "" || nPositional < 0 || nPositional > len(inputs) {
+		return fmt.Errorf("%w: region_enter(%q, %d inputs, %d positional)", ErrInvalid, name, len(inputs), nPositional)
+	}
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil {
+		g = &group{name: name}
+		e.groups[name] = g
+	}
+	switch g.phase {
+	case phForward:
+		return fmt.Errorf("%w: group %q is already in its region", ErrOrder, name)
+	case phBackward:
+		e.forget(g)
+	}
+	if err := e.tr.EnterRegion(name, inputs, nPositional); err != nil {
+		return err
+	}
+	g.phase, g.restored, g.region = phForward, false, nil
+	return nil
+}
+
+// Save registers a storage saved for backward in group's open region and returns its handle.
+func (e *Engine) Save(name string, ptr, nbytes uint64, flags uint32) (int64, error) {
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil || g.phase != phForward {
+		return 0, fmt.Errorf("%w: save in group %q outside its region", ErrOrder, name)
+	}
+	sv, err := e.tr.Save(name, ptr, nbytes, flags)
+	if err != nil {
+		return 0, err
+	}
+	h := &handle{id: lastHandle.Add(1), g: g, sid: sv.Storage, size: nbytes, dup: sv.Duplicate}
+	if h.dup {
+		h.reason, h.truth = tracker.Duplicate, tracker.Duplicate
+	}
+	if g.first == nil {
+		g.first = map[uint64]*handle{}
+	}
+	if !h.dup {
+		g.first[h.sid] = h
+	}
+	g.handles = append(g.handles, h)
+	g.region = append(g.region, h)
+	e.handles[h.id] = h
+	e.st.Saves++
+	e.gs(name).Saves++
+	return h.id, nil
+}
+
+// effective is the reason the policy acts on.
+func (e *Engine) effective(m tracker.Mask, truth tracker.Reason) tracker.Reason {
+	if e.cfg.Policy != PolicyOutputsOnly || truth == tracker.Duplicate {
+		return truth
+	}
+	for _, r := range []tracker.Reason{tracker.Output, tracker.Protected, tracker.Param, tracker.Small} {
+		if m.Has(r) {
+			return r
+		}
+	}
+	return tracker.Internal
+}
+
+func (e *Engine) count(h *handle, d int64) {
+	gs := e.gs(h.g.name)
+	if h.reason == tracker.Internal {
+		e.st.Internal = uint64(int64(e.st.Internal) + d)
+		gs.Internal = uint64(int64(gs.Internal) + d)
+		return
+	}
+	e.st.Kept.add(h.reason, d)
+	gs.Kept = uint64(int64(gs.Kept) + d)
+}
+
+func (e *Engine) setReason(h *handle, r tracker.Reason, why string) {
+	if h.reason == r {
+		return
+	}
+	e.count(h, -1)
+	old := h.reason
+	h.reason = r
+	e.count(h, 1)
+	e.emit(Event{Kind: EvReclassify, Group: h.g.name, Handle: h.id, Storage: h.sid, Size: h.size, Reason: r,
+		Detail: fmt.Sprintf("%v -> %v: %s", old, r, why)})
+}
+
+// RegionExit closes group's region: classifies its saves, launches the copies out of its internal
+// storages, and completes (waits, then releases) the offload launched at the previous region exit.
+func (e *Engine) RegionExit(name string, outputs []uint64) error {
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil || g.phase != phForward {
+		return fmt.Errorf("%w: region_exit of group %q without region_enter", ErrOrder, name)
+	}
+	cls, err := e.tr.ExitRegion(name, outputs, e.cfg.MinBytes)
+	if err != nil {
+		return err
+	}
+	for i, c := range cls {
+		h := g.region[i]
+		h.match, h.truth, h.classified = c.Match, c.Reason, true
+		h.reason = e.effective(c.Match, c.Reason)
+		e.count(h, 1)
+		e.emit(Event{Kind: EvClassify, Group: name, Handle: h.id, Storage: h.sid, Size: h.size, Reason: h.reason,
+			Detail: "ownership: " + h.truth.String()})
+	}
+	if e.cfg.Policy == PolicySafe {
+		for _, h := range g.region {
+			if h.match.Has(tracker.Shared) {
+				e.unshare(h)
+			}
+		}
+	}
+	var launched []*unit
+	if e.cfg.Policy != PolicyOff {
+		for _, h := range g.region {
+			if !h.dup && h.reason == tracker.Internal {
+				if u := e.attach(g, h); u != nil {
+					launched = append(launched, u)
+				}
+			}
+		}
+		for _, h := range g.region {
+			if f := g.first[h.sid]; h.dup && f != nil && f.u != nil {
+				h.u = f.u
+				f.u.refs++
+			}
+		}
+	}
+	prev := e.pending
+	e.pending = launched
+	e.complete(prev)
+	g.region = nil
+	g.phase = phExited
+	e.removeOrder(g)
+	e.order = append(e.order, g)
+	return nil
+}
+
+// unshare keeps a storage that another live group also saved: their internal handles become shared and
+// an offload in progress is undone before anything is released.
+func (e *Engine) unshare(h *handle) {
+	for _, o := range e.handles {
+		if o.sid == h.sid && o.g != h.g && o.classified && o.reason == tracker.Internal {
+			o.match |= 1 << tracker.Shared
+			o.truth = tracker.Shared
+			e.setReason(o, tracker.Shared, "also saved by "+h.g.name)
+		}
+	}
+	if u := e.units[h.sid]; u != nil {
+		u.pinned = true
+		if u.released {
+			e.emit(Event{Kind: EvError, Group: h.g.name, Handle: h.id, Storage: h.sid, Size: h.size,
+				Detail: "shared storage was already released by " + u.owner.name})
+			return
+		}
+		e.unwind(u, h.g.name)
+	}
+}
+
+// attach lets handle h's storage move: it joins the storage's unit or creates it, and returns the unit
+// when g launched its copy out.
+func (e *Engine) attach(g *group, h *handle) *unit {
+	if u := e.units[h.sid]; u != nil {
+		h.u = u
+		u.refs++
+		u.external = u.external || h.truth != tracker.Internal
+		g.swapped = true
+		if u.state == Device && !u.pinned && e.launch(u, g, h) {
+			return u
+		}
+		if u.state != Device {
+			e.emit(Event{Kind: EvShare, Group: g.name, Handle: h.id, Storage: h.sid, Size: h.size,
+				Detail: "already offloaded by " + u.owner.name})
+		}
+		return nil
+	}
+	u := &unit{sid: h.sid, size: h.size, state: Device, owner: g, devValid: true}
+	if !e.launch(u, g, h) {
+		return nil
+	}
+	u.refs = 1
+	u.external = h.truth != tracker.Internal
+	h.u = u
+	e.units[h.sid] = u
+	g.swapped = true
+	return u
+}
+
+// launch starts the copy out of u for g; false when the storage stays on device.
+func (e *Engine) launch(u *unit, g *group, h *handle) bool {
+	keep := func(why string) bool {
+		e.emit(Event{Kind: EvKeep, Group: g.name, Handle: h.id, Storage: h.sid, Size: h.size, Detail: why})
+		return false
+	}
+	if e.ops == nil {
+		e.st.KeptNoOps++
+		return keep("no storage ops registered: kept on device")
+	}
+	if e.mover == nil {
+		e.st.Errors++
+		return keep("no mover: kept on device")
+	}
+	base, ok := e.tr.Base(u.sid)
+	if !ok || base == 0 {
+		return keep("storage is not on device (released or freed): nothing to copy")
+	}
+	buf, err := e.pool.get(e.mover, u.size)
+	if err != nil {
+		e.st.Errors++
+		return keep("host buffer: " + err.Error())
+	}
+	c, err := e.mover.CopyOut(buf.Addr, base, u.size)
+	if err != nil {
+		e.pool.put(buf)
+		e.st.Errors++
+		return keep("copy out: " + err.Error())
+	}
+	u.host, u.copy, u.base, u.owner, u.rel, u.copyFailed = buf, c, base, g, h.id, false
+	_ = e.move(u, D2H, g.name)
+	return true
+}
+
+// complete waits for the copies out of units and releases their device memory.
+func (e *Engine) complete(units []*unit) {
+	for _, u := range units {
+		if u.dead || u.state != D2H {
+			continue
+		}
+		t0 := time.Now()
+		err := e.mover.Wait(u.copy)
+		e.addWait(&e.st.OffloadWaitNS, t0)
+		if err != nil {
+			e.st.Errors++
+			e.emit(Event{Kind: EvError, Group: u.owner.name, Storage: u.sid, Size: u.size, Detail: "copy out: " + err.Error()})
+			e.unwind(u, u.owner.name)
+			continue
+		}
+		_ = e.move(u, Host, u.owner.name)
+		base, ok := e.tr.Base(u.sid)
+		var why string
+		switch {
+		case !ok || base != u.base:
+			why = "storage freed or moved during the copy: not released"
+		case e.ops == nil:
+			e.st.KeptNoOps++
+			why = "no storage ops registered: not released"
+		default:
+			if err := e.ops.Release(u.rel, base, u.size); err != nil {
+				e.st.Errors++
+				why = "release: " + err.Error()
+			}
+		}
+		if why != "" {
+			e.emit(Event{Kind: EvKeep, Group: u.owner.name, Handle: u.rel, Storage: u.sid, Size: u.size, Detail: why})
+			e.unwind(u, u.owner.name)
+			continue
+		}
+		_ = e.tr.Released(u.sid, u.owner.name)
+		u.released, u.devValid = true, false
+		e.st.OffloadedStorages++
+		e.st.OffloadedBytes += u.size
+		if u.external {
+			e.st.ReleasedExternal++
+		}
+		e.st.SavedBytes += u.size
+		e.st.SavedBytesPeak = max(e.st.SavedBytesPeak, e.st.SavedBytes)
+		gs := e.gs(u.owner.name)
+		gs.Offloaded++
+		gs.OffloadedBytes += u.size
+		e.emit(Event{Kind: EvRelease, Group: u.owner.name, Handle: u.rel, Storage: u.sid, Base: base, Size: u.size})
+	}
+}
+
+func (e *Engine) addWait(p *uint64, t0 time.Time) {
+	d := uint64(time.Since(t0).Nanoseconds())
+	*p += d
+	e.st.WaitNS += d
+}
+
+// unwind returns a unit whose device memory was never released to device, through legal transitions.
+func (e *Engine) unwind(u *unit, grp string) {
+	if u.released {
+		return
+	}
+	if u.state == D2H {
+		_ = e.mover.Wait(u.copy)
+		_ = e.move(u, Host, grp)
+	}
+	if u.state == Host {
+		_ = e.move(u, H2D, grp)
+	}
+	if u.state == H2D {
+		_ = e.move(u, Device, grp)
+	}
+	e.pool.put(u.host)
+	u.host, u.copy = HostBuf{}, 0
+}
+
+// unitOf is the unit deciding where h's bytes are: its own, or, for a handle kept by this group while
+// another group swaps the same storage (possible only off safe), that group's.
+func (e *Engine) unitOf(h *handle) *unit {
+	if h.u != nil {
+		return h.u
+	}
+	if h.classified {
+		return e.units[h.sid]
+	}
+	return nil
+}
+
+func (e *Engine) completePending() {
+	p := e.pending
+	e.pending = nil
+	e.complete(p)
+}
+
+// restoreGroup brings g's storages back synchronously, then launches the restore of the next
+// Prefetch swapped groups in backward order.
+func (e *Engine) restoreGroup(g *group) error {
+	e.completePending()
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, h := range g.handles {
+		if u := e.unitOf(h); u != nil && u.state == Host {
+			note(e.startRestore(u, h, g.name))
+		}
+	}
+	for _, h := range g.handles {
+		if u := e.unitOf(h); u != nil && u.state == H2D {
+			note(e.finishRestore(u, g.name))
+		}
+	}
+	if first == nil {
+		g.restored = true
+	}
+	e.prefetch(g)
+	return first
+}
+
+func (e *Engine) prefetch(g *group) {
+	if e.cfg.Prefetch <= 0 {
+		return
+	}
+	i := len(e.order) - 1
+	for i >= 0 && e.order[i] != g {
+		i--
+	}
+	for n, i := 0, i-1; i >= 0 && n < e.cfg.Prefetch; i-- {
+		q := e.order[i]
+		if !q.swapped {
+			continue
+		}
+		n++
+		for _, h := range q.handles {
+			if u := e.unitOf(h); u != nil && u.state == Host {
+				_ = e.startRestore(u, h, q.name)
+			}
+		}
+	}
+}
+
+// startRestore gives u device memory again (through the framework) and launches the copy back.
+func (e *Engine) startRestore(u *unit, h *handle, grp string) error {
+	fail := func(err error) error {
+		e.st.Errors++
+		e.emit(Event{Kind: EvError, Group: grp, Handle: h.id, Storage: u.sid, Size: u.size, Detail: err.Error()})
+		return err
+	}
+	if u.released {
+		if e.ops == nil {
+			return fail(fmt.Errorf("%w: cannot restore storage of handle %d", ErrNoOps, h.id))
+		}
+		base, err := e.ops.Restore(h.id, u.size)
+		if err != nil || base == 0 {
+			return fail(fmt.Errorf("%w: restore of handle %d (%d bytes): %v", ErrRuntime, h.id, u.size, err))
+		}
+		if err := e.tr.Restored(u.sid, base); err != nil {
+			return fail(fmt.Errorf("%w: %v", ErrRuntime, err))
+		}
+		u.released, u.base = false, base
+		e.st.SavedBytes -= u.size
+		e.emit(Event{Kind: EvRestore, Group: grp, Handle: h.id, Storage: u.sid, Base: base, Size: u.size})
+	}
+	u.copy = 0
+	if !u.devValid {
+		c, err := e.mover.CopyIn(u.base, u.host.Addr, u.size)
+		if err != nil {
+			return fail(fmt.Errorf("%w: copy in: %v", ErrRuntime, err))
+		}
+		u.copy = c
+		e.st.RestoredStorages++
+		e.st.RestoredBytes += u.size
+		e.gs(grp).Restored++
+	}
+	return e.move(u, H2D, grp)
+}
+
+// finishRestore waits for u's copy back.
+func (e *Engine) finishRestore(u *unit, grp string) error {
+	if u.copyFailed {
+		c, err := e.mover.CopyIn(u.base, u.host.Addr, u.size)
+		if err != nil {
+			e.st.Errors++
+			return fmt.Errorf("%w: copy in: %v", ErrRuntime, err)
+		}
+		u.copy, u.copyFailed = c, false
+	}
+	t0 := time.Now()
+	err := e.mover.Wait(u.copy)
+	e.addWait(&e.st.RestoreWaitNS, t0)
+	if err != nil {
+		u.copyFailed = true
+		e.st.Errors++
+		e.emit(Event{Kind: EvError, Group: grp, Storage: u.sid, Size: u.size, Detail: "copy in: " + err.Error()})
+		return fmt.Errorf("%w: copy in: %v", ErrRuntime, err)
+	}
+	u.devValid = true
+	e.pool.put(u.host)
+	u.host, u.copy = HostBuf{}, 0
+	return e.move(u, Device, grp)
+}
+
+// BackwardEnter restores group's storages (completing any pending offload first) and prefetches.
+func (e *Engine) BackwardEnter(name string) error {
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil {
+		return fmt.Errorf("%w: backward_enter(%q)", ErrGroup, name)
+	}
+	if g.phase == phForward {
+		return fmt.Errorf("%w: backward_enter(%q) inside its forward region", ErrOrder, name)
+	}
+	if g.phase == phExited {
+		g.phase = phBackward
+	}
+	if e.cfg.Policy == PolicyOff || g.restored {
+		return nil
+	}
+	return e.restoreGroup(g)
+}
+
+// Unpack makes sure the handle's storage is on device and returns its current base (which differs from
+// the saved pointer after a restore). The first unpack of a group not yet restored restores it.
+func (e *Engine) Unpack(id int64) (uint64, error) {
+	e.lock()
+	defer e.unlock()
+	h := e.handles[id]
+	if h == nil {
+		return 0, fmt.Errorf("%w: %d", ErrHandle, id)
+	}
+	if u := e.unitOf(h); u != nil && u.state != Device {
+		if !h.g.restored {
+			if err := e.restoreGroup(h.g); err != nil {
+				return 0, err
+			}
+		}
+		if u.state == D2H {
+			e.completePending()
+		}
+		if u.state == Host {
+			if err := e.startRestore(u, h, h.g.name); err != nil {
+				return 0, err
+			}
+		}
+		if u.state == H2D {
+			if err := e.finishRestore(u, h.g.name); err != nil {
+				return 0, err
+			}
+		}
+	}
+	base, _ := e.tr.Base(h.sid)
+	return base, nil
+}
+
+// BackwardExit forgets group's handles (State then says ErrHandle); the group may enter again next step.
+func (e *Engine) BackwardExit(name string) error {
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil {
+		return fmt.Errorf("%w: backward_exit(%q)", ErrGroup, name)
+	}
+	if g.phase == phForward {
+		return fmt.Errorf("%w: backward_exit(%q) inside its forward region", ErrOrder, name)
+	}
+	e.forget(g)
+	return nil
+}
+
+func (e *Engine) forget(g *group) {
+	for _, h := range g.handles {
+		delete(e.handles, h.id)
+		e.emit(Event{Kind: EvForget, Group: g.name, Handle: h.id, Storage: h.sid, Size: h.size, Reason: h.reason})
+		if u := h.u; u != nil {
+			if u.refs--; u.refs == 0 {
+				e.drop(u, g.name)
+			}
+		}
+	}
+	_ = e.tr.Forget(g.name)
+	e.removeOrder(g)
+	g.handles, g.region, g.first = nil, nil, nil
+	g.phase, g.restored, g.swapped = phIdle, false, false
+}
+
+// drop discards a unit nobody references; a storage still released stays released (its savers are done).
+func (e *Engine) drop(u *unit, grp string) {
+	if (u.state == D2H || u.state == H2D) && e.mover != nil {
+		_ = e.mover.Wait(u.copy)
+	}
+	if u.released {
+		e.st.SavedBytes -= u.size
+		e.emit(Event{Kind: EvForget, Group: grp, Storage: u.sid, Size: u.size, From: u.state,
+			Detail: "forgotten while released: the storage stays released"})
+	}
+	e.pool.put(u.host)
+	u.host, u.dead = HostBuf{}, true
+	if e.units[u.sid] == u {
+		delete(e.units, u.sid)
+	}
+}
+
+func (e *Engine) removeOrder(g *group) {
+	for i, o := range e.order {
+		if o == g {
+			e.order = append(e.order[:i], e.order[i+1:]...)
+			return
+		}
+	}
+}
+
+// Protect keeps the storages at ptrs on device for group. Storages the group already classified are
+// reclassified and an offload in progress is undone; ErrState when one was already released.
+func (e *Engine) Protect(name string, ptrs []uint64) error {
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil {
+		return fmt.Errorf("%w: protect(%q)", ErrGroup, name)
+	}
+	ids, err := e.tr.Protect(name, ptrs)
+	if err != nil {
+		return err
+	}
+	var out error
+	for _, sid := range ids {
+		for _, h := range g.handles {
+			if h.sid != sid || !h.classified || h.dup {
+				continue
+			}
+			h.match |= 1 << tracker.Protected
+			h.truth = tracker.First(h.match)
+			e.setReason(h, e.effective(h.match, h.truth), "protected after region exit")
+			if h.reason == tracker.Internal {
+				continue
+			}
+			if u := e.unitOf(h); u != nil {
+				u.pinned = true
+				if u.released {
+					out = fmt.Errorf("%w: storage of handle %d was already released by %s", ErrState, h.id, u.owner.name)
+					continue
+				}
+				e.unwind(u, name)
+			}
+		}
+	}
+	return out
+}
+
+// State returns the handle's state (Device for kept storages).
+func (e *Engine) State(id int64) (int, error) {
+	e.lock()
+	defer e.unlock()
+	h := e.handles[id]
+	if h == nil {
+		return 0, fmt.Errorf("%w: %d", ErrHandle, id)
+	}
+	if u := e.unitOf(h); u != nil {
+		return int(u.state), nil
+	}
+	return int(Device), nil
+}
+
+// KeepReason returns the reason the policy acted on (tracker.Reason values, 0 internal .. 7 duplicate).
+// Before its region exits a handle reports internal, or duplicate for a repeated save.
+func (e *Engine) KeepReason(id int64) (int, error) {
+	e.lock()
+	defer e.unlock()
+	h := e.handles[id]
+	if h == nil {
+		return 0, fmt.Errorf("%w: %d", ErrHandle, id)
+	}
+	return int(h.reason), nil
+}
+
+// HandleInfo describes one handle.
+type HandleInfo struct {
+	Handle  int64
+	Group   string
+	Storage tracker.StorageInfo
+	Reason  tracker.Reason // what the policy acted on
+	Truth   tracker.Reason // what the ownership model says (differs only off safe)
+	State   State
+}
+
+// Info describes a handle, for diagnosis.
+func (e *Engine) Info(id int64) (HandleInfo, error) {
+	e.lock()
+	defer e.unlock()
+	h := e.handles[id]
+	if h == nil {
+		return HandleInfo{}, fmt.Errorf("%w: %d", ErrHandle, id)
+	}
+	si, _ := e.tr.Storage(h.sid)
+	hi := HandleInfo{Handle: id, Group: h.g.name, Storage: si, Reason: h.reason, Truth: h.truth}
+	if u := e.unitOf(h); u != nil {
+		hi.State = u.state
+	}
+	return hi, nil
+}
+
+// AddFault appends a diagnosed fault to the stats.
+func (e *Engine) AddFault(f Fault) {
+	e.lock()
+	e.st.Faults = append(e.st.Faults, f)
+	e.unlock()
+}
+
+// SetPeakDeviceBytes raises peak_device_bytes to n (the agent computes it from runtime events).
+func (e *Engine) SetPeakDeviceBytes(n uint64) {
+	e.lock()
+	e.st.PeakDeviceBytes = max(e.st.PeakDeviceBytes, n)
+	e.unlock()
+}
+
+// Stats returns a snapshot of the accounting.
+func (e *Engine) Stats() Stats {
+	e.lock()
+	defer e.unlock()
+	s := e.st
+	s.Policy, s.Prefetch = e.cfg.Policy.String(), e.cfg.Prefetch
+	s.HostAllocs, s.HostReuses, s.HostBytes = e.pool.allocs, e.pool.reuses, e.pool.bytes
+	s.Faults = append([]Fault{}, e.st.Faults...)
+	s.Groups = make(map[string]GroupStats, len(e.gstats))
+	for k, v := range e.gstats {
+		s.Groups[k] = *v
+	}
+	return s
+}
+
+// Close completes a pending offload and frees the idle host buffers; live handles stay valid.
+func (e *Engine) Close() error {
+	e.lock()
+	defer e.unlock()
+	e.completePending()
+	if e.mover == nil {
+		return nil
+	}
+	return e.pool.drain(e.mover)
+}

@@ -1,0 +1,106 @@
+// mover.go owns the Mover interface (how bytes leave and re-enter the device) and the memcpy mover for
+// storages that live in host memory.
+package offload
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// HostBuf is a host buffer from Mover.AllocHost (pinned memory for a runtime mover).
+type HostBuf struct {
+	Addr uint64
+	Size uint64
+}
+
+// Copy is a mover's token for an asynchronous copy (for example an event); 0 means already complete.
+type Copy uint64
+
+// Mover copies bytes between device storages and host buffers. The engine calls it with its lock held:
+// a Mover must not call back into the Engine.
+type Mover interface {
+	AllocHost(n uint64) (HostBuf, error)
+	FreeHost(b HostBuf) error
+	CopyOut(dstHost, srcDevice, n uint64) (Copy, error) // launch device -> host
+	CopyIn(dstDevice, srcHost, n uint64) (Copy, error)  // launch host -> device
+	Wait(c Copy) error                                  // block until c completed
+}
+
+// MemcpyMover copies with memcpy: for storages whose pointers are real host addresses (CPU tensors with
+// include_cpu, tests, dry runs). Its host buffers are Go memory kept alive until FreeHost. Copies are
+// synchronous, so Wait returns at once.
+type MemcpyMover struct {
+	mu   sync.Mutex
+	bufs map[uint64][]byte
+}
+
+// NewMemcpyMover returns a MemcpyMover.
+func NewMemcpyMover() *MemcpyMover { return &MemcpyMover{bufs: map[uint64][]byte{}} }
+
+// AllocHost allocates n bytes of Go memory.
+func (m *MemcpyMover) AllocHost(n uint64) (HostBuf, error) {
+	if n == 0 || n > 1<<40 {
+		return HostBuf{}, fmt.Errorf("%w: host buffer of %d bytes", ErrInvalid, n)
+	}
+	b := make([]byte, n)
+	a := AddrOf(b)
+	m.mu.Lock()
+	m.bufs[a] = b
+	m.mu.Unlock()
+	return HostBuf{Addr: a, Size: n}, nil
+}
+
+// FreeHost drops a buffer from AllocHost.
+func (m *MemcpyMover) FreeHost(b HostBuf) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.bufs[b.Addr]; !ok {
+		return fmt.Errorf("%w: %#x is not a host buffer of this mover", ErrInvalid, b.Addr)
+	}
+	delete(m.bufs, b.Addr)
+	return nil
+}
+
+// Buffers returns how many host buffers are allocated.
+func (m *MemcpyMover) Buffers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.bufs)
+}
+
+// CopyOut copies n bytes from srcDevice to dstHost.
+func (m *MemcpyMover) CopyOut(dstHost, srcDevice, n uint64) (Copy, error) {
+	return 0, memcpy(dstHost, srcDevice, n)
+}
+
+// CopyIn copies n bytes from srcHost to dstDevice.
+func (m *MemcpyMover) CopyIn(dstDevice, srcHost, n uint64) (Copy, error) {
+	return 0, memcpy(dstDevice, srcHost, n)
+}
+
+// Wait returns nil: memcpy copies are complete when launched.
+func (m *MemcpyMover) Wait(Copy) error { return nil }
+
+func memcpy(dst, src, n uint64) error {
+	if dst == 0 || src == 0 {
+		return fmt.Errorf("%w: memcpy with address 0 (dst %#x, src %#x)", ErrRuntime, dst, src)
+	}
+	copy(Bytes(dst, n), Bytes(src, n))
+	return nil
+}
+
+// Bytes views n bytes at host address addr. The address is reinterpreted through memory rather than
+// converted from an integer, so checkptr (-race) accepts addresses inside Go objects.
+func Bytes(addr, n uint64) []byte {
+	p := *(*unsafe.Pointer)(unsafe.Pointer(&addr))
+	return unsafe.Slice((*byte)(p), n)
+}
+
+// AddrOf returns the address of b's first byte (0 for an empty slice).
+func AddrOf(b []byte) uint64 {
+	if len(b) == 0 {
+		return 0
+	}
+	return uint64(uintptr(unsafe.Pointer(&b[0])))
+}

@@ -1,0 +1,112 @@
+// policy.go owns the offload vocabulary: ABI errors, policies, configuration and the state machine.
+package offload
+
+import (
+	"errors"
+	"fmt"
+
+	"swapagent/tracker"
+)
+
+// ABI errors; the agent maps them to SWAPAGENT_E* codes -1..-8 in this order. Returned errors wrap
+// them with detail: test with errors.Is.
+var (
+	ErrInvalid  = tracker.ErrInvalid
+	ErrGroup    = tracker.ErrGroup
+	ErrHandle   = errors.New("unknown handle")
+	ErrOrder    = tracker.ErrOrder
+	ErrState    = errors.New("illegal state transition")
+	ErrNoOps    = errors.New("no storage ops registered")
+	ErrRuntime  = errors.New("runtime or storage op failed")
+	ErrDisabled = errors.New("agent disabled")
+)
+
+// Policy chooses which classified storages may leave the device.
+type Policy int
+
+// Policies. The zero value is PolicySafe.
+const (
+	// PolicySafe swaps only internal storages (the ownership model of architecture.md).
+	PolicySafe Policy = iota
+	// PolicyOutputsOnly reproduces hyper-parallel before the fix of issue 294: only outputs (and explicit
+	// protects, params, small storages and duplicates) are kept; inputs and shared storages are swapped.
+	PolicyOutputsOnly
+	// PolicyOff records and classifies but never moves or releases anything.
+	PolicyOff
+)
+
+// ParsePolicy parses "safe", "outputs-only" or "off".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "safe":
+		return PolicySafe, nil
+	case "outputs-only":
+		return PolicyOutputsOnly, nil
+	case "off":
+		return PolicyOff, nil
+	}
+	return PolicySafe, fmt.Errorf("%w: policy %q (want safe, outputs-only or off)", ErrInvalid, s)
+}
+
+// String returns the policy's name as ParsePolicy accepts it.
+func (p Policy) String() string {
+	switch p {
+	case PolicySafe:
+		return "safe"
+	case PolicyOutputsOnly:
+		return "outputs-only"
+	case PolicyOff:
+		return "off"
+	}
+	return fmt.Sprintf("policy(%d)", int(p))
+}
+
+// DefaultMinBytes is DefaultConfig's threshold for the small rule.
+const DefaultMinBytes = 1024
+
+// Config tunes an Engine. The zero value is policy safe, no prefetch, no small threshold.
+type Config struct {
+	Policy   Policy
+	Prefetch int    // groups restored ahead in backward order; negative means 0
+	MinBytes uint64 // storages below this many bytes are kept with reason small
+}
+
+// DefaultConfig is the configuration of the environment's defaults: safe, prefetch 1, DefaultMinBytes.
+func DefaultConfig() Config {
+	return Config{Policy: PolicySafe, Prefetch: 1, MinBytes: DefaultMinBytes}
+}
+
+// State is where a swappable storage's bytes are; the values are swapagent.h's SWAPAGENT_STATE_*.
+type State int
+
+// States.
+const (
+	Device State = 0 // on device (kept storages never leave it)
+	D2H    State = 1 // copy to host launched; device memory still held
+	Host   State = 2 // copy complete; device memory released
+	H2D    State = 3 // device memory restored, copy back launched
+)
+
+// String names the state.
+func (s State) String() string {
+	switch s {
+	case Device:
+		return "device"
+	case D2H:
+		return "d2h"
+	case Host:
+		return "host"
+	case H2D:
+		return "h2d"
+	}
+	return fmt.Sprintf("state(%d)", int(s))
+}
+
+// Transition checks one step of the cycle device -> d2h -> host -> h2d -> device; anything else,
+// staying put included, is ErrState.
+func Transition(from, to State) error {
+	if from >= Device && from <= H2D && to == (from+1)%4 {
+		return nil
+	}
+	return fmt.Errorf("%w: %v -> %v", ErrState, from, to)
+}

@@ -1,0 +1,140 @@
+// stats.go owns the accounting the engine exposes as the stats JSON of architecture.md, the Fault record
+// the agent fills, and the Observer that sees every decision.
+package offload
+
+import "swapagent/tracker"
+
+// Kept counts kept handles by reason name.
+type Kept struct {
+	Input     uint64 `json:"input"`
+	Output    uint64 `json:"output"`
+	Protected uint64 `json:"protected"`
+	Param     uint64 `json:"param"`
+	Shared    uint64 `json:"shared"`
+	Small     uint64 `json:"small"`
+	Duplicate uint64 `json:"duplicate"`
+}
+
+func (k *Kept) add(r tracker.Reason, d int64) {
+	var p *uint64
+	switch r {
+	case tracker.Input:
+		p = &k.Input
+	case tracker.Output:
+		p = &k.Output
+	case tracker.Protected:
+		p = &k.Protected
+	case tracker.Param:
+		p = &k.Param
+	case tracker.Shared:
+		p = &k.Shared
+	case tracker.Small:
+		p = &k.Small
+	case tracker.Duplicate:
+		p = &k.Duplicate
+	default:
+		return
+	}
+	*p = uint64(int64(*p) + d)
+}
+
+// GroupStats counts one group's handles over all steps.
+type GroupStats struct {
+	Saves          uint64 `json:"saves"`
+	Internal       uint64 `json:"internal"`
+	Kept           uint64 `json:"kept"`
+	Offloaded      uint64 `json:"offloaded"` // storages this group released
+	OffloadedBytes uint64 `json:"offloaded_bytes"`
+	Restored       uint64 `json:"restored"` // storages restored for this group
+}
+
+// Fault is one diagnosed bad access; the agent fills these (package offload only carries them).
+type Fault struct {
+	Kernel     string `json:"kernel"`
+	Addr       uint64 `json:"addr"`
+	Size       uint64 `json:"size"`
+	Storage    string `json:"storage"`     // "0xADDR#GEN", empty when unknown
+	ReleasedBy string `json:"released_by"` // the group whose offload released it
+	Owner      string `json:"owner"`       // e.g. "keyword input of layer.0..layer.10"
+	Detail     string `json:"detail,omitempty"`
+}
+
+// Stats is the engine's accounting; it marshals to the stats JSON.
+type Stats struct {
+	Policy            string                `json:"policy"`
+	Prefetch          int                   `json:"prefetch"`
+	Saves             uint64                `json:"saves"`
+	Internal          uint64                `json:"internal"` // handles classified internal (swap candidates)
+	OffloadedStorages uint64                `json:"offloaded_storages"`
+	OffloadedBytes    uint64                `json:"offloaded_bytes"`
+	RestoredStorages  uint64                `json:"restored_storages"`
+	RestoredBytes     uint64                `json:"restored_bytes"`
+	Kept              Kept                  `json:"kept"`
+	ReleasedExternal  uint64                `json:"released_external"` // releases of storages owned outside (never under safe)
+	PeakDeviceBytes   uint64                `json:"peak_device_bytes"` // set by the agent from runtime events
+	SavedBytes        uint64                `json:"saved_bytes"`       // device bytes released now
+	SavedBytesPeak    uint64                `json:"saved_bytes_peak"`
+	OffloadWaitNS     uint64                `json:"offload_wait_ns"` // compute side waiting for copies out
+	RestoreWaitNS     uint64                `json:"restore_wait_ns"` // compute side waiting for copies back
+	WaitNS            uint64                `json:"wait_ns"`
+	HostAllocs        uint64                `json:"host_allocs"` // pinned buffers obtained from the mover
+	HostReuses        uint64                `json:"host_reuses"` // requests served by the pool
+	HostBytes         uint64                `json:"host_bytes"`  // pinned bytes held by the pool
+	KeptNoOps         uint64                `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
+	Errors            uint64                `json:"errors"`      // mover or storage op failures (the storage was kept)
+	Groups            map[string]GroupStats `json:"groups"`
+	Faults            []Fault               `json:"faults"`
+}
+
+// EventKind says what an Event reports.
+type EventKind uint8
+
+// Event kinds.
+const (
+	EvClassify   EventKind = iota + 1 // a handle classified at region exit
+	EvReclassify                      // a handle's reason changed (shared found later, protect after exit)
+	EvState                           // a storage changed state
+	EvRelease                         // a storage's device memory released
+	EvRestore                         // a storage's device memory restored (Base is the new base)
+	EvShare                           // a handle rides on a storage another group already offloads
+	EvKeep                            // an internal storage kept on device (no ops, no mover, freed under us)
+	EvForget                          // a handle forgotten at backward_exit
+	EvError                           // a mover or storage op failed
+)
+
+var kindNames = [...]string{"", "classify", "reclassify", "state", "release", "restore", "share", "keep", "forget", "error"}
+
+// String names the kind.
+func (k EventKind) String() string {
+	if int(k) < len(kindNames) && k != 0 {
+		return kindNames[k]
+	}
+	return "unknown"
+}
+
+// Event is one decision of the engine.
+type Event struct {
+	Seq     uint64 // engine order: events of concurrent calls can reach the observer interleaved
+	Kind    EventKind
+	Group   string
+	Handle  int64
+	Storage uint64 // tracker storage ID
+	Base    uint64
+	Size    uint64
+	Reason  tracker.Reason
+	From    State
+	To      State
+	Detail  string
+}
+
+// Observer receives every decision. It is called after the engine released its lock, so it may call
+// the engine's query methods.
+type Observer interface {
+	Observe(ev Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f.
+func (f ObserverFunc) Observe(ev Event) { f(ev) }

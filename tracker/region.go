@@ -1,0 +1,294 @@
+// region.go owns groups and regions: the input/output pointer sets of an open region, the saves made in
+// it, and their classification by the ownership rules (first match wins) at region exit.
+package tracker
+
+import "fmt"
+
+type group struct {
+	name     string
+	live     bool // from EnterRegion until Forget
+	inRegion bool
+	inputs   map[uint64]bool // base pointer -> keyword; only while the region is open
+	saves    []save
+	first    map[uint64]int // storage ID -> index of the group's first save of it
+	open     int            // index of the open region's first save
+	protect  map[uint64]struct{}
+}
+
+type save struct {
+	sid   uint64
+	size  uint64
+	flags uint32
+	dup   bool
+}
+
+// FlagParam marks a save as a parameter or buffer of the wrapped module (SWAPAGENT_SAVE_PARAM).
+const FlagParam uint32 = 1
+
+// Saved is the result of Save.
+type Saved struct {
+	Index     int    // position among the group's saves since it became live
+	Storage   uint64 // storage ID
+	Gen       uint32
+	Duplicate bool // the group already saved this storage: it shares the first save's fate
+}
+
+// Class is the classification of one save at region exit.
+type Class struct {
+	Index   int
+	Storage uint64
+	Size    uint64
+	Reason  Reason // the first matching rule; Duplicate for a repeated save
+	Match   Mask   // every rule that matched (policies other than safe pick from it)
+	Keyword bool   // when Match has Input: it came from a keyword argument
+}
+
+func (t *Tracker) getGroup(name string, create bool) *group {
+	g := t.groups[name]
+	if g == nil && create {
+		g = &group{name: name}
+		t.groups[name] = g
+	}
+	return g
+}
+
+// EnterRegion opens a region of group with the storage base pointers of its inputs; the first
+// nPositional came from positional arguments, the rest from keyword arguments. Zero pointers are ignored.
+// A group that is still live (not forgotten) keeps its earlier saves.
+func (t *Tracker) EnterRegion(name string, inputs []uint64, nPositional int) error {
+	if name == "" || nPositional < 0 || nPositional > len(inputs) {
+		return fmt.Errorf("%w: region_enter(%q, %d inputs, %d positional)", ErrInvalid, name, len(inputs), nPositional)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, true)
+	if g.inRegion {
+		return fmt.Errorf("%w: group %q is already in its region", ErrOrder, name)
+	}
+	t.tick()
+	g.live, g.inRegion, g.open = true, true, len(g.saves)
+	g.inputs = make(map[uint64]bool, len(inputs))
+	for i, p := range inputs {
+		if _, seen := g.inputs[p]; p != 0 && !seen {
+			g.inputs[p] = i >= nPositional
+		}
+	}
+	return nil
+}
+
+// Save registers a storage saved inside group's open region. A pointer that is the base of a held
+// storage of the same size is that storage; otherwise it is a new storage, whose generation counts the
+// storages seen at that base (a reused address is never confused with its previous owner).
+func (t *Tracker) Save(name string, ptr, nbytes uint64, flags uint32) (Saved, error) {
+	if ptr == 0 || nbytes == 0 {
+		return Saved{}, fmt.Errorf("%w: save of an empty storage (ptr %#x, %d bytes)", ErrInvalid, ptr, nbytes)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, false)
+	if g == nil || !g.inRegion {
+		return Saved{}, fmt.Errorf("%w: save in group %q outside its region", ErrOrder, name)
+	}
+	seq := t.tick()
+	var s *storage
+	if i, ok := t.mapped.find(ptr); ok {
+		if c := t.storages[t.mapped.s[i].id]; c.base == ptr && c.size == nbytes {
+			s = c
+		}
+	}
+	if s == nil {
+		t.nextID++
+		t.gens[ptr]++
+		s = &storage{id: t.nextID, base: ptr, addr: ptr, gen: t.gens[ptr], size: nbytes, mapped: true,
+			holds: map[string]int{}}
+		t.storages[s.id] = s
+		for _, sp := range t.mapped.insert(span{base: ptr, end: spanEnd(ptr, nbytes), id: s.id}) {
+			t.markStale(sp.id, seq)
+		}
+	}
+	s.holds[name]++
+	if g.first == nil {
+		g.first = map[uint64]int{}
+	}
+	_, dup := g.first[s.id]
+	if !dup {
+		g.first[s.id] = len(g.saves)
+	}
+	g.saves = append(g.saves, save{sid: s.id, size: nbytes, flags: flags, dup: dup})
+	return Saved{Index: len(g.saves) - 1, Storage: s.id, Gen: s.gen, Duplicate: dup}, nil
+}
+
+// ExitRegion closes group's region and classifies the saves made in it. Rules, first match wins:
+// input, output, protected, param, shared (another live group saved it), small (< minBytes), else internal;
+// a repeated save of one storage in the group is Duplicate. The input and output sets are dropped here:
+// only integers were ever held, and nothing outlives the region.
+func (t *Tracker) ExitRegion(name string, outputs []uint64, minBytes uint64) ([]Class, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, false)
+	if g == nil || !g.inRegion {
+		return nil, fmt.Errorf("%w: region_exit of group %q without region_enter", ErrOrder, name)
+	}
+	t.tick()
+	outs := make(map[uint64]struct{}, len(outputs))
+	for _, p := range outputs {
+		if p != 0 {
+			outs[p] = struct{}{}
+		}
+	}
+	// Remember every input that is a held storage, saved here or not: fault reports name the owner.
+	for p, kw := range g.inputs {
+		if i, ok := t.mapped.find(p); ok {
+			if s := t.storages[t.mapped.s[i].id]; s.base == p {
+				s.addInput(name, kw)
+			}
+		}
+	}
+	cls := make([]Class, 0, len(g.saves)-g.open)
+	for i := g.open; i < len(g.saves); i++ {
+		sv := g.saves[i]
+		s := t.storages[sv.sid]
+		c := Class{Index: i, Storage: sv.sid, Size: sv.size}
+		p := s.base
+		if p == 0 { // released during the region by another group: compare what the framework saved
+			p = s.addr
+		}
+		if kw, ok := g.inputs[p]; ok {
+			c.Match |= bit(Input)
+			c.Keyword = kw
+		}
+		if _, ok := outs[p]; ok {
+			c.Match |= bit(Output)
+		}
+		if _, ok := g.protect[p]; ok {
+			c.Match |= bit(Protected)
+		}
+		if sv.flags&FlagParam != 0 {
+			c.Match |= bit(Param)
+		}
+		for other := range s.holds {
+			if other != name {
+				c.Match |= bit(Shared)
+				break
+			}
+		}
+		if sv.size < minBytes {
+			c.Match |= bit(Small)
+		}
+		c.Reason = First(c.Match)
+		if sv.dup {
+			c.Match |= bit(Duplicate)
+			c.Reason = Duplicate
+		}
+		cls = append(cls, c)
+	}
+	g.inRegion, g.inputs = false, nil
+	return cls, nil
+}
+
+// First returns the first rule in m in rule order, Internal when none.
+func First(m Mask) Reason {
+	for r := Input; r <= Small; r++ {
+		if m.Has(r) {
+			return r
+		}
+	}
+	return Internal
+}
+
+func (s *storage) addInput(group string, kw bool) {
+	if s.inputIx == nil {
+		s.inputIx = map[string]int{}
+	}
+	if i, ok := s.inputIx[group]; ok {
+		s.inputs[i].Keyword = kw
+		return
+	}
+	s.inputIx[group] = len(s.inputs)
+	s.inputs = append(s.inputs, InputUse{Group: group, Keyword: kw})
+}
+
+// Protect marks pointers as explicitly protected for group until it is forgotten. It returns the IDs of
+// storages the group already saved and classified (before the open region, if any) that match, so the
+// caller can reclassify them; matching is by registration base or current base.
+func (t *Tracker) Protect(name string, ptrs []uint64) ([]uint64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, false)
+	if g == nil {
+		return nil, fmt.Errorf("%w: protect in group %q", ErrGroup, name)
+	}
+	if g.protect == nil {
+		g.protect = map[uint64]struct{}{}
+	}
+	for _, p := range ptrs {
+		if p != 0 {
+			g.protect[p] = struct{}{}
+		}
+	}
+	end := len(g.saves)
+	if g.inRegion {
+		end = g.open
+	}
+	var ids []uint64
+	seen := map[uint64]bool{}
+	for _, sv := range g.saves[:end] {
+		s := t.storages[sv.sid]
+		if seen[s.id] {
+			continue
+		}
+		_, a := g.protect[s.addr]
+		_, b := g.protect[s.base]
+		if a || (b && s.base != 0) {
+			seen[s.id] = true
+			ids = append(ids, s.id)
+		}
+	}
+	return ids, nil
+}
+
+// Forget ends group's life (backward_exit): its saves are dropped, storages no live group holds any more
+// are forgotten (a later save at their address is a new generation), and its protect set is cleared.
+func (t *Tracker) Forget(name string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, false)
+	if g == nil {
+		return fmt.Errorf("%w: %q", ErrGroup, name)
+	}
+	t.tick()
+	for _, sv := range g.saves {
+		s := t.storages[sv.sid]
+		if s == nil {
+			continue
+		}
+		if s.holds[name]--; s.holds[name] <= 0 {
+			delete(s.holds, name)
+		}
+		if len(s.holds) == 0 {
+			if s.mapped {
+				if i, ok := t.mapped.find(s.base); ok && t.mapped.s[i].id == s.id {
+					t.mapped.remove(i)
+				}
+			}
+			delete(t.storages, s.id)
+		}
+	}
+	*g = group{name: name}
+	return nil
+}
+
+// Known reports whether group ever entered a region.
+func (t *Tracker) Known(name string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.groups[name] != nil
+}
+
+// Live reports whether group is live: from its EnterRegion until Forget.
+func (t *Tracker) Live(name string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	g := t.groups[name]
+	return g != nil && g.live
+}

@@ -1,0 +1,317 @@
+// tracker.go owns the Tracker: device allocations learnt from runtime events, the storages saved by
+// groups (base pointer plus generation), and the release/free history used for fault attribution.
+package tracker
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Tracker is safe for concurrent use. Lookups take a read lock only.
+type Tracker struct {
+	mu   sync.RWMutex
+	seq  uint64
+	now  func() int64
+	hist history
+
+	allocs    spans // live device allocations; span.id = the Alloc's sequence number
+	liveBytes uint64
+
+	storages map[uint64]*storage // held storages by ID
+	mapped   spans               // storages with a current base; span.id = storage ID
+	gens     map[uint64]uint32   // last generation handed out per base
+	nextID   uint64
+
+	groups map[string]*group
+}
+
+type storage struct {
+	id       uint64
+	base     uint64 // current base; 0 while released
+	addr     uint64 // base at registration
+	gen      uint32
+	size     uint64
+	mapped   bool
+	freed    bool // its memory was freed or reused under it: never copy from or release it
+	released bool
+	relBy    string
+	relSeq   uint64
+	holds    map[string]int // live groups that saved it, with their save counts
+	inputs   []InputUse
+	inputIx  map[string]int
+}
+
+// InputUse says that a group received the storage as a region input.
+type InputUse struct {
+	Group   string `json:"group"`
+	Keyword bool   `json:"keyword"`
+}
+
+// StorageInfo is a snapshot of one storage.
+type StorageInfo struct {
+	ID         uint64     `json:"id"`
+	Base       uint64     `json:"base"` // current base, 0 while released
+	Addr       uint64     `json:"addr"` // base when first saved
+	Gen        uint32     `json:"gen"`
+	Size       uint64     `json:"size"`
+	Released   bool       `json:"released"`
+	ReleasedBy string     `json:"released_by,omitempty"`
+	Freed      bool       `json:"freed"`
+	Holders    []string   `json:"holders,omitempty"` // live groups that saved it
+	Inputs     []InputUse `json:"inputs,omitempty"`
+}
+
+// Name is the storage's identity as "0xADDR#GEN".
+func (s StorageInfo) Name() string { return fmt.Sprintf("%#x#%d", s.Addr, s.Gen) }
+
+// Owner describes who owns the storage outside the groups that saved it, for fault reports, e.g.
+// "keyword input of layer.0..layer.10"; empty when it was nobody's input.
+func (s StorageInfo) Owner() string {
+	if len(s.Inputs) == 0 {
+		return ""
+	}
+	var kw, pos []string
+	for _, in := range s.Inputs {
+		if in.Keyword {
+			kw = append(kw, in.Group)
+		} else {
+			pos = append(pos, in.Group)
+		}
+	}
+	var parts []string
+	if len(kw) > 0 {
+		parts = append(parts, "keyword input of "+groupRange(kw))
+	}
+	if len(pos) > 0 {
+		parts = append(parts, "positional input of "+groupRange(pos))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// groupRange writes consecutive "prefix.N" names as "prefix.A..prefix.B", anything else comma-joined.
+func groupRange(names []string) string {
+	if len(names) < 3 {
+		return strings.Join(names, ",")
+	}
+	prefix, first, ok := splitIndex(names[0])
+	for i, n := range names[1:] {
+		p, k, ok2 := splitIndex(n)
+		if !ok || !ok2 || p != prefix || k != first+i+1 {
+			return strings.Join(names, ",")
+		}
+	}
+	return names[0] + ".." + names[len(names)-1]
+}
+
+func splitIndex(name string) (string, int, bool) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return "", 0, false
+	}
+	k, err := strconv.Atoi(name[dot+1:])
+	return name[:dot], k, err == nil
+}
+
+// Allocation is one live device allocation.
+type Allocation struct {
+	Base uint64
+	Size uint64
+	Seq  uint64 // sequence number of the Alloc that created it
+}
+
+// New returns an empty Tracker.
+func New() *Tracker {
+	return &Tracker{
+		now:      func() int64 { return time.Now().UnixNano() },
+		hist:     newHistory(HistoryCap),
+		storages: map[uint64]*storage{},
+		gens:     map[uint64]uint32{},
+		groups:   map[string]*group{},
+	}
+}
+
+func (t *Tracker) tick() uint64 { t.seq++; return t.seq }
+
+// Alloc records a device allocation. An allocation overlapping older ones means their frees were missed:
+// they are dropped, and storages inside the new range are marked freed (their address was reused).
+func (t *Tracker) Alloc(ptr, size uint64) {
+	if ptr == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	seq := t.tick()
+	end := spanEnd(ptr, size)
+	for _, old := range t.allocs.insert(span{base: ptr, end: end, id: seq}) {
+		t.liveBytes -= old.end - old.base
+		t.hist.add(Record{Kind: RecFreed, Seq: seq, Time: t.now(), Base: old.base, Size: old.end - old.base})
+	}
+	t.liveBytes += end - ptr
+	t.staleRange(ptr, end, seq)
+}
+
+// Free records the free of the allocation based at ptr; false when ptr is not a known allocation base.
+// Storages inside it are marked freed, so a later save at the same address is a new generation.
+func (t *Tracker) Free(ptr uint64) (Allocation, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	i, ok := t.allocs.find(ptr)
+	if !ok || t.allocs.s[i].base != ptr {
+		return Allocation{}, false
+	}
+	sp := t.allocs.remove(i)
+	seq := t.tick()
+	a := Allocation{Base: sp.base, Size: sp.end - sp.base, Seq: sp.id}
+	t.liveBytes -= a.Size
+	t.hist.add(Record{Kind: RecFreed, Seq: seq, Time: t.now(), Base: a.Base, Size: a.Size})
+	t.staleRange(sp.base, sp.end, seq)
+	return a, true
+}
+
+// staleRange unmaps storages intersecting [lo, hi): their memory is gone.
+func (t *Tracker) staleRange(lo, hi, seq uint64) {
+	for _, sp := range t.mapped.removeRange(lo, hi) {
+		t.markStale(sp.id, seq)
+	}
+}
+
+func (t *Tracker) markStale(id, seq uint64) {
+	s := t.storages[id]
+	if s == nil {
+		return
+	}
+	s.mapped, s.freed = false, true
+	t.hist.add(Record{Kind: RecStale, Seq: seq, Time: t.now(), Storage: s.id, Base: s.base, Gen: s.gen, Size: s.size})
+}
+
+// Lookup returns the live allocation containing addr.
+func (t *Tracker) Lookup(addr uint64) (Allocation, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	i, ok := t.allocs.find(addr)
+	if !ok {
+		return Allocation{}, false
+	}
+	sp := t.allocs.s[i]
+	return Allocation{Base: sp.base, Size: sp.end - sp.base, Seq: sp.id}, true
+}
+
+// Allocations returns the number and total size of live allocations.
+func (t *Tracker) Allocations() (int, uint64) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.allocs.s), t.liveBytes
+}
+
+// LookupStorage returns the held storage whose current range contains addr.
+func (t *Tracker) LookupStorage(addr uint64) (StorageInfo, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	i, ok := t.mapped.find(addr)
+	if !ok {
+		return StorageInfo{}, false
+	}
+	return t.info(t.storages[t.mapped.s[i].id]), true
+}
+
+// Storage returns a snapshot of a held storage.
+func (t *Tracker) Storage(id uint64) (StorageInfo, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := t.storages[id]
+	if s == nil {
+		return StorageInfo{}, false
+	}
+	return t.info(s), true
+}
+
+// Base returns a held storage's current base (0 while released) and whether its memory may be used:
+// known, not released and not freed under it.
+func (t *Tracker) Base(id uint64) (uint64, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	s := t.storages[id]
+	if s == nil {
+		return 0, false
+	}
+	return s.base, s.mapped && !s.freed
+}
+
+func (t *Tracker) info(s *storage) StorageInfo {
+	in := StorageInfo{ID: s.id, Base: s.base, Addr: s.addr, Gen: s.gen, Size: s.size,
+		Released: s.released, ReleasedBy: s.relBy, Freed: s.freed,
+		Inputs: append([]InputUse(nil), s.inputs...)}
+	for g := range s.holds {
+		in.Holders = append(in.Holders, g)
+	}
+	sortStrings(in.Holders)
+	return in
+}
+
+// Released records that group released storage id's device memory (the framework's resize_(0)).
+func (t *Tracker) Released(id uint64, group string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.storages[id]
+	if s == nil || !s.mapped {
+		return fmt.Errorf("%w: storage %d is not on device", ErrInvalid, id)
+	}
+	if i, ok := t.mapped.find(s.base); ok && t.mapped.s[i].id == id {
+		t.mapped.remove(i)
+	}
+	seq := t.tick()
+	t.hist.add(Record{Kind: RecReleased, Seq: seq, Time: t.now(), Storage: id, Base: s.base, Gen: s.gen, Size: s.size, Group: group})
+	s.mapped, s.base, s.relBy, s.relSeq, s.released = false, 0, group, seq, true
+	return nil
+}
+
+// Restored records that a released storage has device memory again at base.
+func (t *Tracker) Restored(id, base uint64) error {
+	if base == 0 {
+		return fmt.Errorf("%w: restore to address 0", ErrInvalid)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.storages[id]
+	if s == nil || !s.released {
+		return fmt.Errorf("%w: storage %d is not released", ErrInvalid, id)
+	}
+	seq := t.tick()
+	for _, sp := range t.mapped.insert(span{base: base, end: spanEnd(base, s.size), id: id}) {
+		t.markStale(sp.id, seq)
+	}
+	s.base, s.mapped, s.freed, s.released = base, true, false, false
+	return nil
+}
+
+// FindRecent returns the most recent history record (release, free, stale storage) whose range held addr.
+func (t *Tracker) FindRecent(addr uint64) (Record, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.hist.find(func(r *Record) bool { return addr >= r.Base && addr < spanEnd(r.Base, r.Size) })
+}
+
+// FindSize returns up to max recent history records of exactly size bytes, newest first.
+func (t *Tracker) FindSize(size uint64, max int) []Record {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.hist.all(func(r *Record) bool { return r.Size == size }, max)
+}
+
+// History returns up to max recent records, newest first (max <= 0: all kept).
+func (t *Tracker) History(max int) []Record {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.hist.all(func(*Record) bool { return true }, max)
+}
+
+func sortStrings(s []string) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
