@@ -1,0 +1,8 @@
+# cmd/swapagent/cli.mk: builds the swapagent command, build/bin/swapagent, from the Go packages it links
+# (the command, report, trace, internal), so editing any of them rebuilds it.
+SWAPAGENT_CLI_SRCS := $(filter-out %_test.go,$(wildcard cmd/swapagent/*.go report/*.go trace/*.go internal/*/*.go)) go.mod
+BUILD_TARGETS += $(BUILD)/bin/swapagent
+
+$(BUILD)/bin/swapagent: $(SWAPAGENT_CLI_SRCS)
+	@mkdir -p $(@D)
+	$(GO) build -o $@ ./cmd/swapagent

@@ -1,0 +1,393 @@
+// cli_test.go runs the built command (build/bin/swapagent) the way users do: usage and exit codes,
+// `report` over good and damaged traces, and `run` with its environment, exit status and signals.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"swapagent/internal/testenv"
+	"swapagent/trace"
+)
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// swapagent runs the built command with a deadline, extra environment and args.
+func swapagent(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("swapagent %v: %v", args, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("swapagent %v: timed out", args)
+	}
+	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+}
+
+// oneLine checks that stderr is exactly one line containing each of want.
+func oneLine(t *testing.T, r result, want ...string) {
+	t.Helper()
+	if strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("stderr is not one line: %q", r.stderr)
+	}
+	for _, w := range want {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("stderr %q lacks %q", r.stderr, w)
+		}
+	}
+}
+
+func TestUsageAndVersion(t *testing.T) {
+	cases := []struct {
+		name   string
+		args   []string
+		code   int
+		stdout string // substring
+		stderr string // substring
+	}{
+		{"no args", nil, 2, "", "Usage:"},
+		{"help", []string{"help"}, 0, "swapagent report", ""},
+		{"help report", []string{"help", "report"}, 0, "--format", ""},
+		{"--help", []string{"--help"}, 0, "swapagent run", ""},
+		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"version", []string{"version"}, 0, "control ABI: 1", ""},
+		{"version extra arg", []string{"version", "x"}, 2, "", "unexpected argument"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := swapagent(t, nil, c.args...)
+			if r.code != c.code || !strings.Contains(r.stdout, c.stdout) || !strings.Contains(r.stderr, c.stderr) {
+				t.Errorf("exit %d stdout %q stderr %q; want exit %d, stdout with %q, stderr with %q",
+					r.code, r.stdout, r.stderr, c.code, c.stdout, c.stderr)
+			}
+		})
+	}
+	r := swapagent(t, nil, "version")
+	for _, w := range []string{"swapagent ", "go: go1.", "revision: "} {
+		if !strings.Contains(r.stdout, w) {
+			t.Errorf("version output lacks %q:\n%s", w, r.stdout)
+		}
+	}
+}
+
+// --- report ---
+
+const fault = `{"kernel":"aclnnMul","addr":"0x0","size":4096,"storage":"0x7f00","released_by":"layer.0","owner":"input of layer.1"}`
+
+func events() []trace.Event {
+	evs := []trace.Event{
+		{Kind: trace.KindFunc, Fn: 1, Text: "aclrtMalloc"},
+		{Kind: trace.KindFunc, Fn: 2, Text: "aclrtFree"},
+		{Kind: trace.KindGroup, Group: 1, Text: "layer.0"},
+	}
+	for i := range 40 {
+		ts := int64(i) * 1000
+		evs = append(evs,
+			trace.Event{Kind: trace.KindCall, TS: ts, Fn: 1, Args: [6]uint64{uint64(0x1000 + i), 1 << 20}},
+			trace.Event{Kind: trace.KindCall, TS: ts + 500, Fn: 2, Args: [6]uint64{uint64(0x1000 + i)}})
+	}
+	return append(evs,
+		trace.Event{Kind: trace.KindFault, TS: 50000, Text: fault},
+		trace.Event{Kind: trace.KindStats, TS: 60000, Text: `{"offloaded_storages":11,"offloaded_bytes":1024,"restored_bytes":1024,"kept":{"input":2},"released_external":0,"peak_device_bytes":1048576,"faults":[]}`})
+}
+
+// traceBytes encodes events with a batch boundary after flushAfter events; it also returns the header size.
+func traceBytes(t *testing.T, evs []trace.Event, flushAfter int) ([]byte, int) {
+	t.Helper()
+	var buf bytes.Buffer
+	h := trace.Header{Version: trace.Version, PID: 321, Host: "node7", Rank: 0, StartUnix: time.Now().UnixNano(),
+		Argv: []string{"decoder-sim", "--steps", "1"}}
+	w, err := trace.NewWriter(&buf, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hl := buf.Len()
+	for i := range evs {
+		if err := w.Add(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i+1 == flushAfter {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), hl
+}
+
+func writeFile(t *testing.T, dir, name string, b []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestReport(t *testing.T) {
+	dir := t.TempDir()
+	data, hl := traceBytes(t, events(), 20)
+	good := writeFile(t, dir, "node7.rank0.321.swtrace", data)
+	bad := t.TempDir()
+	corrupt := append([]byte(nil), data...)
+	corrupt[hl+24] ^= 0x5A
+	absurd := append([]byte(nil), data...)
+	binary.LittleEndian.PutUint32(absurd[hl+4:], 0xFFFFFFFF)
+
+	type check func(t *testing.T, r result)
+	cases := []struct {
+		name string
+		args []string
+		code int
+		chk  check
+	}{
+		{"text", []string{"report", good}, 0, func(t *testing.T, r result) {
+			for _, w := range []string{"process 321 rank 0 on node7", "aclrtMalloc", "faults: 1", "11 storages offloaded"} {
+				if !strings.Contains(r.stdout, w) {
+					t.Errorf("text lacks %q:\n%s", w, r.stdout)
+				}
+			}
+		}},
+		{"dir json", []string{"report", dir, "--format", "json"}, 0, func(t *testing.T, r result) {
+			var doc struct {
+				Processes []struct {
+					PID               int               `json:"pid"`
+					OffloadedStorages *uint64           `json:"offloaded_storages"`
+					OffloadedBytes    *uint64           `json:"offloaded_bytes"`
+					RestoredBytes     *uint64           `json:"restored_bytes"`
+					Kept              map[string]uint64 `json:"kept"`
+					ReleasedExternal  *uint64           `json:"released_external"`
+					PeakDeviceBytes   *uint64           `json:"peak_device_bytes"`
+					Faults            []map[string]any  `json:"faults"`
+					Calls             map[string]uint64 `json:"calls"`
+				} `json:"processes"`
+			}
+			if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
+				t.Fatalf("bad JSON (%v): %s", err, r.stdout)
+			}
+			p := doc.Processes[0]
+			if p.PID != 321 || p.OffloadedStorages == nil || *p.OffloadedStorages != 11 || p.OffloadedBytes == nil ||
+				p.RestoredBytes == nil || p.ReleasedExternal == nil || p.PeakDeviceBytes == nil ||
+				*p.PeakDeviceBytes != 1<<20 || p.Kept["input"] != 2 || len(p.Kept) != 7 ||
+				len(p.Faults) != 1 || p.Faults[0]["kernel"] != "aclnnMul" || p.Calls["aclrtMalloc"] != 40 {
+				t.Errorf("JSON content: %s", r.stdout)
+			}
+		}},
+		{"truncated after a good batch", []string{"report", writeFile(t, bad, "killed.swtrace", data[:len(data)-5])}, 0,
+			func(t *testing.T, r result) {
+				oneLine(t, r, "killed.swtrace", "trace ends mid-batch (process killed?): 20 events read")
+				if !strings.Contains(r.stdout, "process 321") {
+					t.Errorf("no summary: %q", r.stdout)
+				}
+			}},
+		{"truncated in the first batch", []string{"report", writeFile(t, bad, "early.swtrace", data[:hl+8])}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "early.swtrace") }},
+		{"corrupt", []string{"report", writeFile(t, bad, "corrupt.swtrace", corrupt)}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "corrupt.swtrace", "corrupt") }},
+		{"absurd length", []string{"report", writeFile(t, bad, "absurd.swtrace", absurd), "--format", "json"}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "absurd.swtrace") }},
+		{"empty", []string{"report", writeFile(t, bad, "empty.swtrace", nil)}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "empty.swtrace", "empty") }},
+		{"not a trace", []string{"report", writeFile(t, bad, "README", []byte("# hello\n"))}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "README", "not a readable trace") }},
+		{"missing", []string{"report", filepath.Join(bad, "nope")}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "nope", "no such file") }},
+		{"dir without traces", []string{"report", t.TempDir()}, 2,
+			func(t *testing.T, r result) { oneLine(t, r, "no trace files") }},
+		{"no path", []string{"report"}, 2, func(t *testing.T, r result) { oneLine(t, r, "missing TRACE or DIR") }},
+		{"bad format", []string{"report", good, "--format", "xml"}, 2, func(t *testing.T, r result) { oneLine(t, r, "xml") }},
+		{"unknown flag", []string{"report", good, "--frob"}, 2, func(t *testing.T, r result) { oneLine(t, r, "--frob") }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := swapagent(t, nil, c.args...)
+			if r.code != c.code {
+				t.Errorf("exit %d, want %d; stderr %q", r.code, c.code, r.stderr)
+			}
+			if r.code == 0 && c.code == 0 && r.stdout == "" {
+				t.Error("no output")
+			}
+			c.chk(t, r)
+		})
+	}
+}
+
+func TestReportOutputFile(t *testing.T) {
+	dir := t.TempDir()
+	data, _ := traceBytes(t, events(), 0)
+	good := writeFile(t, dir, "a.1.swtrace", data)
+	out := filepath.Join(dir, "report.json")
+	r := swapagent(t, nil, "report", good, "--format=json", "-o", out)
+	if r.code != 0 || r.stdout != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil || !json.Valid(b) {
+		t.Fatalf("output file: %v %q", err, b)
+	}
+	r = swapagent(t, nil, "report", good, "-o", filepath.Join(dir, "no", "such", "dir", "x"))
+	if r.code != 1 {
+		t.Errorf("unwritable -o: exit %d, want 1", r.code)
+	}
+	oneLine(t, r, "x")
+}
+
+// --- run ---
+
+// agentLib is the library run preloads in these tests.
+func agentLib(t *testing.T) string { return testenv.Path(t, testenv.AgentLib) }
+
+func TestRunUsage(t *testing.T) {
+	lib := agentLib(t)
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no command", []string{"run"}, "missing CMD"},
+		{"nothing after --", []string{"run", "--lib", lib, "--"}, "missing CMD"},
+		{"unknown flag", []string{"run", "--frob", "--", "true"}, "unknown flag: --frob"},
+		{"bad policy", []string{"run", "--lib", lib, "--policy", "yolo", "--", "true"}, `bad --policy "yolo"`},
+		{"missing library", []string{"run", "--lib", "/nonexistent/libswapagent.so", "--", "true"}, "agent library not found: /nonexistent/libswapagent.so"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := swapagent(t, nil, c.args...)
+			if r.code != 2 {
+				t.Errorf("exit %d, want 2", r.code)
+			}
+			oneLine(t, r, c.want)
+		})
+	}
+	r := swapagent(t, []string{"SWAPAGENT_LIB=/nonexistent/env.so"}, "run", "--", "true")
+	if r.code != 2 || !strings.Contains(r.stderr, "/nonexistent/env.so (from SWAPAGENT_LIB") {
+		t.Errorf("SWAPAGENT_LIB missing: exit %d stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestRunExitStatus(t *testing.T) {
+	lib := agentLib(t)
+	cases := []struct {
+		script string
+		code   int
+	}{
+		{"exit 0", 0},
+		{"exit 7", 7},
+		{"kill -KILL $$", 128 + 9},
+		{"kill -TERM $$", 128 + 15},
+	}
+	for _, c := range cases {
+		t.Run(c.script, func(t *testing.T) {
+			r := swapagent(t, nil, "run", "--lib", lib, "--out", t.TempDir(), "--", "sh", "-c", c.script)
+			if r.code != c.code {
+				t.Errorf("exit %d, want %d; stderr %q", r.code, c.code, r.stderr)
+			}
+		})
+	}
+	r := swapagent(t, nil, "run", "--lib", lib, "--out", t.TempDir(), "--", "/nonexistent/prog")
+	if r.code != 127 {
+		t.Errorf("missing program: exit %d, want 127", r.code)
+	}
+}
+
+func TestRunEnvironment(t *testing.T) {
+	lib := agentLib(t)
+	other := testenv.Path(t, testenv.ACLLib) // any real library stands for the user's own preload
+	out := t.TempDir()
+	script := `echo "LD_PRELOAD=$LD_PRELOAD"; echo "POLICY=$SWAPAGENT_POLICY"; echo "OUT=$SWAPAGENT_OUT"; echo "PYTHONPATH=$PYTHONPATH"`
+
+	r := swapagent(t, []string{"LD_PRELOAD=" + other, "SWAPAGENT_POLICY=off", "PYTHONPATH=/x"},
+		"run", "--lib", lib, "--out", out, "--", "sh", "-c", script)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	want := map[string]string{
+		"LD_PRELOAD": other + ":" + lib, // the user's first, ours last
+		"POLICY":     "off",             // no --policy: the environment's is kept
+		"OUT":        out,
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	py := filepath.Join(testenv.Root(t), "shim", "python")
+	if _, err := os.Stat(filepath.Join(py, "swapagent")); err == nil && got["PYTHONPATH"] != py+":/x" {
+		t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], py+":/x")
+	}
+
+	// Flags override the environment; a relative --out becomes absolute; ours is not listed twice.
+	cwd := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), "run", "--lib", lib, "--policy", "outputs-only",
+		"--out", "rel", "--", "sh", "-c", script)
+	cmd.Dir = cwd
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, "SWAPAGENT_POLICY=off")
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"LD_PRELOAD=" + lib + "\n", "POLICY=outputs-only\n", "OUT=" + filepath.Join(cwd, "rel") + "\n"} {
+		if !strings.Contains(string(b), w) {
+			t.Errorf("output lacks %q:\n%s", w, b)
+		}
+	}
+}
+
+func TestRunForwardsSIGTERM(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), "run", "--lib", agentLib(t), "--out", t.TempDir(),
+		"--", "sh", "-c", `trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.05; done`)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	rd := bufio.NewReader(stdout)
+	if line, err := rd.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("child said %q (%v)", line, err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	rest, _ := io.ReadAll(rd)
+	err = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(string(rest), "got TERM") {
+		t.Errorf("exit %d (%v), output %q; want 3 and the trap's line", code, err, rest)
+	}
+}

@@ -1,0 +1,113 @@
+// decoder_test.go runs the real thing end to end: decoder-sim on the emulator under `swapagent run` with
+// the real agent library, then `swapagent report` on what it wrote, also after a SIGKILL mid-run.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"swapagent/internal/testenv"
+	"swapagent/trace"
+)
+
+func TestRunDecoderSimSummary(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	lib := agentLib(t)
+	out := t.TempDir()
+	r := swapagent(t, nil, "run", "--lib", lib, "--out", out, "--", sim, "--steps", "1", "--layers", "3")
+	if r.code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", r.code, r.stderr)
+	}
+	for _, w := range []string{"1 traced process(es)", "decoder-sim", "aclrtMalloc", "device memory:", "kept:", "faults: 0"} {
+		if !strings.Contains(r.stderr, w) {
+			t.Errorf("run summary lacks %q:\n%s", w, r.stderr)
+		}
+	}
+
+	r = swapagent(t, nil, "report", out, "--format", "json")
+	if r.code != 0 {
+		t.Fatalf("report: exit %d: %s", r.code, r.stderr)
+	}
+	var doc struct {
+		Processes []struct {
+			Argv            []string          `json:"argv"`
+			Calls           map[string]uint64 `json:"calls"`
+			PeakDeviceBytes uint64            `json:"peak_device_bytes"`
+			Device          struct {
+				AllocatedBytes uint64 `json:"allocated_bytes"`
+			} `json:"device"`
+			ReleasedExternal uint64 `json:"released_external"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
+		t.Fatalf("report JSON (%v): %s", err, r.stdout)
+	}
+	p := doc.Processes[0]
+	if p.Calls["aclrtMalloc"] == 0 || p.Device.AllocatedBytes == 0 || p.PeakDeviceBytes == 0 || p.ReleasedExternal != 0 {
+		t.Errorf("process figures: %+v", p)
+	}
+}
+
+// TestReportAfterSIGKILL is the crash-safety must-show: a process killed with SIGKILL leaves a trace
+// that `report` still reads (exit 0), with a note when it ends mid-batch.
+func TestReportAfterSIGKILL(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	lib := agentLib(t)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), "run", "--lib", lib, "--out", out, "--",
+		sim, "--steps", "2000", "--layers", "2")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	// Its own process group, so a failing test can still end the workload along with run.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+
+	// Wait until the agent has put at least one batch on disk, then kill the workload outright.
+	var file string
+	var pid int
+	deadline := time.Now().Add(45 * time.Second)
+	for time.Now().Before(deadline) && pid == 0 {
+		time.Sleep(100 * time.Millisecond)
+		files, _ := trace.FindTraces(out)
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil && fi.Size() > 4096 {
+				if _, evs, _ := trace.ReadFile(f); len(evs) > 0 {
+					file = f
+					parts := strings.Split(strings.TrimSuffix(filepath.Base(f), trace.FileSuffix), ".")
+					pid, _ = strconv.Atoi(parts[len(parts)-1])
+				}
+			}
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no trace with a complete batch appeared in %s within 45 s", out)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != 128+9 {
+		t.Errorf("run exit %d, want 137; stderr:\n%s", code, stderr.String())
+	}
+
+	r := swapagent(t, nil, "report", file)
+	if r.code != 0 || !strings.Contains(r.stdout, "process "+strconv.Itoa(pid)) {
+		t.Fatalf("report after SIGKILL: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	}
+	if r.stderr != "" {
+		oneLine(t, r, "trace ends mid-batch (process killed?)")
+	}
+}

@@ -1,0 +1,299 @@
+// run.go owns `swapagent run`: start CMD with the agent preloaded and configured, forward signals to it,
+// return its exit status, and summarise the traces its processes wrote during the run.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"swapagent/report"
+	"swapagent/trace"
+)
+
+const runSynopsis = "[--policy P] [--out DIR] [--lib PATH] -- CMD [ARG...]"
+
+// policies are the values SWAPAGENT_POLICY accepts (architecture.md, "Environment").
+var policies = []string{"safe", "outputs-only", "off"}
+
+// forwarded are the signals run passes on to CMD.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+func cmdRun(args []string) int {
+	flags := newFlags("run")
+	flags.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without "--"
+	policy := flags.String("policy", "", "swap policy `P`: safe, outputs-only or off (default $SWAPAGENT_POLICY, else safe)")
+	out := flags.String("out", "", "trace and log `DIR` (default $SWAPAGENT_OUT, else ./swapagent-out)")
+	lib := flags.String("lib", "", "agent library `PATH` (default $SWAPAGENT_LIB, else ../lib/libswapagent.so beside this program)")
+	if code, stop := parseFlags(flags, args, runSynopsis); stop {
+		return code
+	}
+	argv := flags.Args()
+	if len(argv) == 0 {
+		return usageError("run", "missing CMD (usage: swapagent run %s)", runSynopsis)
+	}
+	if flags.Changed("policy") && !contains(policies, *policy) {
+		return usageError("run", "bad --policy %q (want %s)", *policy, strings.Join(policies, ", "))
+	}
+
+	libPath, err := agentLibrary(*lib)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "swapagent run: %v\n", err)
+		return exitUsage
+	}
+	outDir := *out
+	if !flags.Changed("out") {
+		outDir = os.Getenv("SWAPAGENT_OUT")
+	}
+	if outDir == "" {
+		outDir = "swapagent-out" // the agent's own default, made absolute below
+	}
+	if outDir, err = filepath.Abs(outDir); err != nil {
+		return usageError("run", "bad --out: %v", err)
+	}
+
+	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir())
+	if warn != "" {
+		fmt.Fprintf(os.Stderr, "swapagent run: %s\n", warn)
+	}
+	before := traceSet(outDir)
+	began := time.Now()
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env
+	// Catch the signals before the child exists so none is lost in between; they are sent on after Start.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		code := 126 // found but not runnable, as a shell says
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			code = 127
+		}
+		fmt.Fprintf(os.Stderr, "swapagent run: %v\n", err)
+		return code
+	}
+	done := make(chan struct{})
+	go forwardSignals(cmd.Process, sigs, done)
+	werr := cmd.Wait()
+	close(done)
+
+	code := exitStatus(cmd.ProcessState, werr)
+	summarise(outDir, before, began)
+	return code
+}
+
+// agentLibrary resolves the library to preload: --lib, else $SWAPAGENT_LIB, else the build layout's
+// <exe dir>/../lib/libswapagent.so. The result is absolute: the child may change directory.
+func agentLibrary(flag string) (string, error) {
+	p, from := flag, "--lib"
+	if p == "" {
+		p, from = os.Getenv("SWAPAGENT_LIB"), "SWAPAGENT_LIB"
+	}
+	if p == "" {
+		dir, err := exeDir()
+		if err != nil {
+			return "", fmt.Errorf("cannot locate the agent library: %v (pass --lib)", err)
+		}
+		p, from = filepath.Join(dir, "..", "lib", "libswapagent.so"), "default"
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", fmt.Errorf("bad agent library path %q: %v", p, err)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil || fi.IsDir() {
+		return "", fmt.Errorf("agent library not found: %s (from %s; run `make build`, or pass --lib)", abs, from)
+	}
+	// LD_PRELOAD separates entries with spaces and colons and cannot quote them.
+	if strings.ContainsAny(abs, " :\t") {
+		return "", fmt.Errorf("agent library path %q contains a space or colon, which LD_PRELOAD cannot carry", abs)
+	}
+	return abs, nil
+}
+
+func exeDir() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	if real, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = real
+	}
+	return filepath.Dir(exe), nil
+}
+
+// companionDir is the Python companion's source tree (<repo>/shim/python, two levels above build/bin),
+// or "" when this program does not run from a build tree.
+func companionDir() string {
+	dir, err := exeDir()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(dir, "..", "..", "shim", "python")
+	if fi, err := os.Stat(filepath.Join(p, "swapagent")); err == nil && fi.IsDir() {
+		return filepath.Clean(p)
+	}
+	return ""
+}
+
+// agentEnv returns env with the agent configured. Our library goes LAST in LD_PRELOAD: libraries the
+// user preloads keep their place (sanitizer runtimes must come first, and the user's interposers stay
+// outermost), and the agent still sees every call that reaches the runtime. Another libswapagent.so
+// already listed is dropped: two agents (two Go runtimes) in one process are not supported.
+func agentEnv(env []string, lib, outDir, policy string, policySet bool, pyDir string) ([]string, string) {
+	var warn string
+	var keep []string
+	for _, item := range strings.FieldsFunc(getenv(env, "LD_PRELOAD"), func(r rune) bool { return r == ':' || r == ' ' }) {
+		if item == lib {
+			continue
+		}
+		if filepath.Base(item) == "libswapagent.so" {
+			warn = fmt.Sprintf("replacing %s in LD_PRELOAD with %s", item, lib)
+			continue
+		}
+		keep = append(keep, item)
+	}
+	env = setenv(env, "LD_PRELOAD", strings.Join(append(keep, lib), ":"))
+	env = setenv(env, "SWAPAGENT_LIB", lib) // for companions in children that drop LD_PRELOAD
+	env = setenv(env, "SWAPAGENT_OUT", outDir)
+	if policySet {
+		env = setenv(env, "SWAPAGENT_POLICY", policy)
+	}
+	if pyDir != "" {
+		pp := getenv(env, "PYTHONPATH")
+		if !contains(filepath.SplitList(pp), pyDir) {
+			if pp != "" {
+				pyDir += string(filepath.ListSeparator) + pp
+			}
+			env = setenv(env, "PYTHONPATH", pyDir)
+		}
+	}
+	return env, warn
+}
+
+func getenv(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- { // the last entry wins, as in getenv(3) after putenv
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func setenv(env []string, key, val string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != key {
+			out = append(out, kv)
+		}
+	}
+	return append(out, key+"="+val)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardSignals sends each caught signal on to the child until done. A SIGINT or SIGQUIT typed at
+// the terminal already reached the child (same process group); forwarding it would deliver it twice,
+// so those two are forwarded only when we are not in the terminal's foreground process group.
+func forwardSignals(p *os.Process, sigs <-chan os.Signal, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case sig := <-sigs:
+			if (sig == syscall.SIGINT || sig == syscall.SIGQUIT) && inForeground() {
+				continue
+			}
+			_ = p.Signal(sig) // the child may have exited meanwhile: nothing to do
+		}
+	}
+}
+
+// inForeground reports whether this process is in the foreground process group of its controlling
+// terminal (false without one).
+func inForeground() bool {
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return false
+	}
+	defer tty.Close()
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
+}
+
+// exitStatus maps the child's end to an exit code the way a shell does: its own code, or 128+signal.
+func exitStatus(ps *os.ProcessState, werr error) int {
+	if ps == nil {
+		fmt.Fprintf(os.Stderr, "swapagent run: %v\n", werr)
+		return exitFail
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// traceSet lists the traces already in dir (none when it does not exist yet).
+func traceSet(dir string) map[string]bool {
+	set := make(map[string]bool)
+	files, _ := trace.FindTraces(dir)
+	for _, f := range files {
+		set[f] = true
+	}
+	return set
+}
+
+// summarise prints, on stderr, a summary of every trace this run wrote: files that did not exist
+// before it, or older names (a reused pid) whose header says they started after the run began.
+func summarise(dir string, before map[string]bool, began time.Time) {
+	files, _ := trace.FindTraces(dir)
+	var sums []*report.Summary
+	for _, f := range files {
+		if before[f] && !startedAfter(f, began) {
+			continue
+		}
+		s, err := report.LoadFile(f)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "swapagent run: %v\n", err)
+			continue
+		}
+		if note := s.TruncationNote(); note != "" {
+			fmt.Fprintf(os.Stderr, "swapagent run: %s\n", note)
+		}
+		sums = append(sums, s)
+	}
+	if len(sums) == 0 {
+		fmt.Fprintf(os.Stderr, "swapagent run: no traces written to %s during this run\n", dir)
+		return
+	}
+	fmt.Fprintf(os.Stderr, "\nswapagent run: %d traced process(es), traces in %s\n", len(sums), dir)
+	_ = report.WriteText(os.Stderr, sums)
+}
+
+func startedAfter(file string, t time.Time) bool {
+	f, err := os.Open(file)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	r, err := trace.NewReader(f)
+	return err == nil && r.Header().StartUnix >= t.UnixNano()
+}

@@ -1,0 +1,84 @@
+// json.go owns `report --format json`: {"processes": [...]}, each object carrying the stats JSON of
+// architecture.md at its top level plus what the events add (calls, memory, ABI activity).
+package report
+
+import (
+	"encoding/json"
+	"io"
+)
+
+// ProcessJSON is one process in the JSON report. The embedded Stats fields (offloaded_storages,
+// offloaded_bytes, restored_bytes, kept, released_external, peak_device_bytes, faults) come from the last
+// KindStats event when present and are derived from the events otherwise (stats_source says which).
+type ProcessJSON struct {
+	Path        string   `json:"path"`
+	PID         int      `json:"pid"`
+	Rank        int      `json:"rank"`
+	Host        string   `json:"host"`
+	Argv        []string `json:"argv"`
+	StartUnixNS int64    `json:"start_unix_ns"`
+	Events      int      `json:"events"`
+	DurationNS  int64    `json:"duration_ns"`
+	Truncated   bool     `json:"truncated"`
+
+	Stats
+	StatsSource string          `json:"stats_source"` // "trace" or "derived"
+	AgentStats  json.RawMessage `json:"agent_stats"`  // the last KindStats verbatim, or null
+
+	Calls      map[string]uint64 `json:"calls"`
+	Device     Memory            `json:"device"`
+	HostPinned Memory            `json:"host_pinned"`
+	ABI        ABI               `json:"abi"`
+	LostEvents uint64            `json:"lost_events"`
+	Logs       []string          `json:"logs"`
+	Meta       map[string]string `json:"meta"`
+}
+
+// Report is the top-level JSON object.
+type Report struct {
+	Processes []ProcessJSON `json:"processes"`
+}
+
+// JSON converts summaries to the JSON report's shape.
+func JSON(sums []*Summary) Report {
+	r := Report{Processes: make([]ProcessJSON, 0, len(sums))}
+	for _, s := range sums {
+		p := ProcessJSON{
+			Path: s.Path, PID: s.Header.PID, Rank: s.Header.Rank, Host: s.Header.Host, Argv: s.Header.Argv,
+			StartUnixNS: s.Header.StartUnix, Events: len(s.Events), DurationNS: s.EndNS, Truncated: s.Truncated,
+			Stats: s.Stats, StatsSource: "derived", AgentStats: nil,
+			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, ABI: s.ABI, LostEvents: s.Lost,
+			Logs: s.Logs, Meta: s.Meta,
+		}
+		if s.StatsFromTrace {
+			p.StatsSource = "trace"
+			if json.Valid(s.StatsRaw) {
+				p.AgentStats = s.StatsRaw
+			} else {
+				p.AgentStats, _ = json.Marshal(string(s.StatsRaw))
+			}
+		}
+		// Empty lists as [] rather than null, so consumers can index without a check.
+		if p.Argv == nil {
+			p.Argv = []string{}
+		}
+		if p.Faults == nil {
+			p.Faults = []json.RawMessage{}
+		}
+		if p.Logs == nil {
+			p.Logs = []string{}
+		}
+		if p.ABI.Groups == nil {
+			p.ABI.Groups = []string{}
+		}
+		r.Processes = append(r.Processes, p)
+	}
+	return r
+}
+
+// WriteJSON writes the JSON report, indented.
+func WriteJSON(w io.Writer, sums []*Summary) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(JSON(sums))
+}

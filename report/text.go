@@ -1,0 +1,216 @@
+// text.go owns the human-readable summary (`report --format text` and the end of `run`).
+package report
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// faultKeys are the fault record's fields shown first, in this order (architecture.md, stats JSON).
+var faultKeys = []string{"kernel", "addr", "size", "storage", "released_by", "owner"}
+
+// WriteText writes one block per process.
+func WriteText(w io.Writer, sums []*Summary) error {
+	bw := bufio.NewWriter(w)
+	for i, s := range sums {
+		if i > 0 {
+			fmt.Fprintln(bw)
+		}
+		writeTextOne(bw, s)
+	}
+	return bw.Flush()
+}
+
+func writeTextOne(w io.Writer, s *Summary) {
+	h := s.Header
+	who := fmt.Sprintf("process %d", h.PID)
+	if h.Rank >= 0 {
+		who += fmt.Sprintf(" rank %d", h.Rank)
+	}
+	if h.Host != "" {
+		who += " on " + h.Host
+	}
+	fmt.Fprintf(w, "%s: %s\n", who, argvString(h.Argv))
+	note := ""
+	if s.Truncated {
+		note = ", ends mid-batch"
+	}
+	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", s.Path, len(s.Events), durString(s.EndNS), note)
+	if p := s.Meta["policy"]; p != "" {
+		fmt.Fprintf(w, "  policy: %s\n", p)
+	}
+
+	d := s.Device
+	fmt.Fprintf(w, "  device memory: %s allocated in %d calls, peak %s", Bytes(d.AllocatedBytes), d.Allocs,
+		Bytes(d.PeakBytes))
+	if d.PeakBytes > 0 {
+		fmt.Fprintf(w, " at +%s", durString(d.PeakAtNS))
+	}
+	fmt.Fprintf(w, ", %s live at end\n", Bytes(d.LiveBytes))
+	if hp := s.HostPinned; hp.Allocs > 0 {
+		fmt.Fprintf(w, "  host pinned: %s allocated in %d calls, peak %s\n", Bytes(hp.AllocatedBytes), hp.Allocs,
+			Bytes(hp.PeakBytes))
+	}
+
+	st := s.Stats
+	src := "from the agent's stats"
+	if !s.StatsFromTrace {
+		src = "derived from events"
+	}
+	fmt.Fprintf(w, "  swap (%s): %d storages offloaded (%s), %s restored, released external %d, peak device %s\n",
+		src, st.OffloadedStorages, Bytes(st.OffloadedBytes), Bytes(st.RestoredBytes), st.ReleasedExternal,
+		Bytes(st.PeakDeviceBytes))
+	fmt.Fprintf(w, "  kept: %s\n", countList(st.Kept, KeepReasons[1:]))
+	if a := s.ABI; a.RegionEnters+a.Saves+a.Unpacks > 0 || len(a.Groups) > 0 {
+		fmt.Fprintf(w, "  abi: %d groups, %d regions, %d saves, %d unpacks, %d backward; classified %s\n",
+			len(a.Groups), a.RegionEnters, a.Saves, a.Unpacks, a.BackwardEnters,
+			countList(a.KeepReasons, KeepReasons[:]))
+	}
+
+	fmt.Fprintf(w, "  faults: %d\n", len(st.Faults))
+	for _, f := range faultLines(s) {
+		fmt.Fprintf(w, "    %s\n", f)
+	}
+	if s.Lost > 0 {
+		fmt.Fprintf(w, "  lost: %d runtime events dropped by the shim\n", s.Lost)
+	}
+	for _, l := range s.Logs {
+		fmt.Fprintf(w, "  log: %s\n", strings.TrimSpace(l))
+	}
+
+	if len(s.Calls) > 0 {
+		fmt.Fprintf(w, "  calls:\n")
+		names := make([]string, 0, len(s.Calls))
+		width := 0
+		for n := range s.Calls {
+			names = append(names, n)
+			width = max(width, len(n))
+		}
+		sort.Slice(names, func(i, j int) bool {
+			if s.Calls[names[i]] != s.Calls[names[j]] {
+				return s.Calls[names[i]] > s.Calls[names[j]]
+			}
+			return names[i] < names[j]
+		})
+		for _, n := range names {
+			fmt.Fprintf(w, "    %-*s %d\n", width, n, s.Calls[n])
+		}
+	}
+}
+
+// faultLines renders the merged fault list, one line per fault.
+func faultLines(s *Summary) []string {
+	out := make([]string, 0, len(s.Stats.Faults))
+	for _, raw := range s.Stats.Faults {
+		out = append(out, faultText(raw))
+	}
+	return out
+}
+
+// faultText renders one fault record as key=value pairs: the known fields first, then the rest sorted.
+func faultText(raw []byte) string {
+	var fields map[string]any
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return string(raw)
+	}
+	var parts []string
+	for _, k := range faultKeys {
+		if v, ok := fields[k]; ok {
+			parts = append(parts, k+"="+scalar(v))
+			delete(fields, k)
+		}
+	}
+	rest := make([]string, 0, len(fields))
+	for k := range fields {
+		rest = append(rest, k)
+	}
+	sort.Strings(rest)
+	for _, k := range rest {
+		parts = append(parts, k+"="+scalar(fields[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func scalar(v any) string {
+	switch x := v.(type) {
+	case string:
+		if strings.ContainsAny(x, " \t\n") || x == "" {
+			return fmt.Sprintf("%q", x)
+		}
+		return x
+	case float64:
+		if x == float64(int64(x)) {
+			return fmt.Sprintf("%d", int64(x))
+		}
+		return fmt.Sprint(x)
+	default:
+		b, _ := json.Marshal(x)
+		return string(b)
+	}
+}
+
+func countList(m map[string]uint64, order []string) string {
+	parts := make([]string, 0, len(m))
+	seen := make(map[string]bool)
+	for _, k := range order {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+		seen[k] = true
+	}
+	var extra []string
+	for k := range m {
+		if !seen[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(extra)
+	for _, k := range extra {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func argvString(argv []string) string {
+	if len(argv) == 0 {
+		return "(argv unknown)"
+	}
+	parts := make([]string, len(argv))
+	for i, a := range argv {
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$") {
+			parts[i] = fmt.Sprintf("%q", a)
+		} else {
+			parts[i] = a
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// durString shows a duration to about four significant digits.
+func durString(ns int64) string {
+	d := time.Duration(ns)
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond).String()
+	}
+	return d.String()
+}
+
+// Bytes formats a byte count with a binary unit (exact below 1 KiB).
+func Bytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), -1
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
