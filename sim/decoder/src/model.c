@@ -131,7 +131,9 @@ static void save(layer *L, int slot, tensor t, uint32_t flags) {
 static tensor use(layer *L, int slot) {
   saved *s = &L->sv[slot];
   if (s->handle >= 0) swap_unpack(s->handle, s->t.st);
-  return s->t;
+  tensor t = s->t;
+  t.addr = 0; /* saved tensors are unpacked through their storage */
+  return t;
 }
 
 static void drop_saved(layer *L) {

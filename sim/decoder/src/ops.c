@@ -19,7 +19,8 @@ aclrtStream ops_stream(void) { return stream; }
 enum ops_sync ops_sync_mode(void) { return sync_mode; }
 
 tensor tensor_new(int64_t rows, int64_t cols) {
-  tensor t = {storage_new((size_t)(rows * cols) * sizeof(float)), rows, cols, cols, 1, 0};
+  storage *st = storage_new((size_t)(rows * cols) * sizeof(float));
+  tensor t = {st, rows, cols, cols, 1, 0, storage_base(st)};
   return t;
 }
 
@@ -29,7 +30,7 @@ void tensor_free(tensor *t) {
 }
 
 tensor tensor_t(tensor t) {
-  tensor r = {t.st, t.cols, t.rows, t.cs, t.rs, t.offset};
+  tensor r = {t.st, t.cols, t.rows, t.cs, t.rs, t.offset, t.addr};
   return r;
 }
 
@@ -40,7 +41,7 @@ static aclTensor *describe(tensor t) {
   int64_t strides[2] = {t.rs, t.cs};
   int64_t storage_dims[1] = {(int64_t)(t.st->capacity / sizeof(float))};
   aclTensor *a = RT(aclCreateTensor)(dims, 2, ACL_FLOAT, strides, t.offset, ACL_FORMAT_ND, storage_dims, 1,
-                                     (void *)storage_base(t.st));
+                                     (void *)(t.addr != 0 ? t.addr : storage_base(t.st)));
   if (a == NULL) rt_fail("aclCreateTensor", NULL, ACL_ERROR_INVALID_PARAM);
   return a;
 }

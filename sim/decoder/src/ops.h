@@ -1,6 +1,9 @@
 /* ops.h: decoder-sim's 2-D float32 tensors (views on pool storages) and the aclnn kernels it launches on
- * them. A kernel reads each tensor's storage base when it is described (aclCreateTensor), never a cached
- * pointer: a released storage therefore reaches the device as data address 0. */
+ * them. Like a framework's tensor object, a tensor made in forward keeps the device address its storage had
+ * when it was made; a tensor saved for backward is re-read through its storage at every use (the swap may
+ * have moved it). So a storage released under a live tensor goes unnoticed in forward (a stale read, which
+ * the agent's launch check reports) and reaches the device as data address 0 in backward: the failure mode
+ * of hyper-parallel issue 294. */
 #ifndef DECODER_OPS_H_
 #define DECODER_OPS_H_
 
@@ -14,6 +17,7 @@ typedef struct tensor {
   int64_t rows, cols; /* view shape */
   int64_t rs, cs;     /* strides in elements */
   int64_t offset;     /* in elements */
+  uintptr_t addr;     /* device base captured when made; 0: read the storage's base at every use */
 } tensor;
 
 enum ops_sync { OPS_SYNC_OP, OPS_SYNC_LAYER, OPS_SYNC_STEP };
