@@ -6,3 +6,9 @@ bench-trace:
 	@echo "== trace: write/read speed and bytes per event"
 	@$(GO) test -run XXX -bench . -benchtime 1s ./trace/ | grep -E 'Benchmark|ok'
 	@$(GO) test -count=1 -run TestCompactness -v ./trace/ | grep -E 'bytes/event'
+
+BENCHES += bench-replay
+.PHONY: bench-replay
+bench-replay:
+	@echo "== replay: simulated events per second on one core (target >= 5 M/s)"
+	@$(GO) test -run '^$$' -bench Simulate -benchtime 2s -cpu 1 ./replay/ | grep -E 'Benchmark|ok'

@@ -1,5 +1,5 @@
 // Command swapagent is the thin driver over the project's libraries: it parses flags (pflag) and hands
-// off to run (inject the agent), report (package report's renderers) and version. Each subcommand lives in
+// off to run (inject the agent), report (package report's renderers), replay, doctor and version. Each subcommand lives in
 // its own file; exit codes are documented in docs/cli.md.
 package main
 
@@ -11,6 +11,9 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"swapagent/doctor"
+	"swapagent/replay"
 )
 
 // Exit codes shared by the subcommands.
@@ -33,6 +36,10 @@ func init() {
 			"run CMD with the agent preloaded and summarise each process at the end", cmdRun},
 		{"report", "TRACE|DIR [--format text|json|perfetto|svg] [-o FILE]",
 			"summarise traces, or render them as JSON, a Perfetto timeline or an SVG chart", cmdReport},
+		{"replay", replay.Usage, "simulate a swap policy on a trace, or re-issue its runtime calls (--exec)",
+			func(a []string) int { return replay.Main(a, os.Stdout, os.Stderr) }},
+		{"doctor", "DIR [--format text|json]", "diagnose null-address faults from an msrun log directory",
+			func(a []string) int { return doctor.Main(a, os.Stdout, os.Stderr) }},
 		{"version", "", "print the version, the control ABI version and build information", cmdVersion},
 		{"help", "[COMMAND]", "show this help, or a command's flags", cmdHelp},
 	}

@@ -1,0 +1,628 @@
+// Package replay owns `swapagent replay`: the offline simulation of a trace under another swap policy
+// (what would policy P have released, moved and saved, and which external storage would it have broken)
+// and, with --exec, the re-issue of a trace's runtime calls against a real or emulated AscendCL runtime.
+//
+// simulate.go owns the simulation: it drives the recorded control-ABI events through a fresh
+// offload.Engine whose mover and storage ops move no bytes but account for them, interleaved in file
+// order with the recorded runtime calls, which give the device-memory curve and the tensors each launch
+// read.
+package replay
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"swapagent/offload"
+	"swapagent/trace"
+	"swapagent/tracker"
+)
+
+// Options configure a simulation. Zero Prefetch/MinBytes with the Set flags false mean "as recorded"
+// (the trace's metadata), else the offload defaults.
+type Options struct {
+	Policy      offload.Policy
+	Prefetch    int
+	PrefetchSet bool
+	MinBytes    uint64
+	MinBytesSet bool
+}
+
+// Read is a later kernel launch that reads a storage the simulation holds released.
+type Read struct {
+	Kernel      string `json:"kernel"`        // the aclnn launch, e.g. "aclnnMul"
+	TensorIndex int    `json:"tensor_index"`  // position among the tensors created for that launch
+	Tensors     int    `json:"tensors"`       // how many tensors the launch used
+	Addr        uint64 `json:"addr"`          // the tensor's RECORDED data address
+	Extent      uint64 `json:"extent"`        // the tensor's recorded storage extent in bytes
+	Match       string `json:"match"`         // "address" (inside the storage) or "null-extent" (address 0, same size)
+	Event       int    `json:"event"`         // index of the launch in the trace
+	TS          int64  `json:"ts_ns"`         // launch time since the trace start
+	TID         uint32 `json:"tid"`           // thread that launched it
+	ReleasedNow bool   `json:"recorded_null"` // the recorded run had released it too (the recorded address was 0)
+}
+
+// Violation is an external storage (keep reason other than internal) the simulated policy released.
+type Violation struct {
+	Storage    string `json:"storage"` // "0xADDR#GEN"
+	Base       uint64 `json:"base"`
+	Size       uint64 `json:"size"`
+	ReleasedBy string `json:"released_by"`
+	During     string `json:"during"` // the ABI call that released it, e.g. "region_exit(layer.1)"
+	Reason     string `json:"reason"` // what the ownership model says it is: input, output, shared, ...
+	Owner      string `json:"owner"`  // e.g. "keyword input of layer.0..layer.10"
+	ReleaseEv  int    `json:"release_event"`
+	ReleaseTS  int64  `json:"release_ts_ns"`
+	Releases   int    `json:"releases"` // how often the simulation released it
+	Reads      int    `json:"reads"`    // launches that read it while released
+	FirstRead  *Read  `json:"first_read,omitempty"`
+	storageIDs []uint64
+	inputs     []tracker.InputUse
+}
+
+// Result is what a simulation found.
+type Result struct {
+	File           string         `json:"file"`
+	Argv           []string       `json:"argv,omitempty"`
+	PID            int            `json:"pid"`
+	Policy         string         `json:"policy"`
+	Prefetch       int            `json:"prefetch"`
+	MinBytes       uint64         `json:"min_bytes"`
+	RecordedPolicy string         `json:"recorded_policy,omitempty"`
+	Events         int            `json:"events"`
+	RuntimeCalls   int            `json:"runtime_calls"`
+	ABICalls       int            `json:"abi_calls"`
+	NoSwapActivity bool           `json:"no_swap_activity"`
+	Released       uint64         `json:"storages_released"`
+	Restored       uint64         `json:"storages_restored"`
+	BytesOut       uint64         `json:"bytes_moved_out"`
+	BytesIn        uint64         `json:"bytes_moved_in"`
+	PeakRecorded   uint64         `json:"peak_device_bytes_recorded"`
+	PeakNoSwap     uint64         `json:"peak_device_bytes_no_swap"`
+	PeakSimulated  uint64         `json:"peak_device_bytes_simulated"`
+	SavedVsRecord  int64          `json:"saved_bytes_vs_recorded"`
+	SavedVsNoSwap  int64          `json:"saved_bytes_vs_no_swap"`
+	ReleasedPeak   uint64         `json:"released_bytes_peak"`          // most device bytes the simulation held released at once
+	RecordedFreed  uint64         `json:"recorded_released_bytes_peak"` // the same for the recording
+	Violations     []*Violation   `json:"violations"`
+	EngineErrors   int            `json:"engine_errors"`
+	FirstEngineErr string         `json:"first_engine_error,omitempty"`
+	Skipped        int            `json:"skipped_unpacks"` // unpacks of handles the recorded save never got
+	Notes          []string       `json:"notes,omitempty"`
+	Stats          *offload.Stats `json:"stats,omitempty"`
+}
+
+// fnClass is what the simulation does with a runtime function.
+type fnClass uint8
+
+const (
+	fnOther fnClass = iota
+	fnMalloc
+	fnFree
+	fnCreateTensor
+	fnLaunch
+)
+
+func classify(name string) fnClass {
+	switch name {
+	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
+		return fnMalloc
+	case "aclrtFree":
+		return fnFree
+	case "aclCreateTensor":
+		return fnCreateTensor
+	}
+	if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
+		return fnLaunch
+	}
+	return fnOther
+}
+
+type tensorRec struct {
+	addr, extent uint64
+}
+
+// relStorage is a storage the simulation holds released.
+type relStorage struct {
+	base, size uint64
+	v          *Violation // nil for internal storages
+}
+
+// simOps are the simulation's mover and storage ops: no bytes move, every byte is counted. Release
+// marks the storage gone; Restore gives it back at the base it was saved with.
+type simOps struct {
+	out, in  uint64
+	nextHost uint64
+	released uint64 // bytes the simulation holds released now
+	saved    map[int64]uint64
+}
+
+func (s *simOps) AllocHost(n uint64) (offload.HostBuf, error) {
+	s.nextHost += (n + 4095) &^ 4095
+	return offload.HostBuf{Addr: s.nextHost, Size: n}, nil
+}
+func (s *simOps) FreeHost(offload.HostBuf) error { return nil }
+func (s *simOps) CopyOut(_, _, n uint64) (offload.Copy, error) {
+	s.out += n
+	return 0, nil
+}
+func (s *simOps) CopyIn(_, _, n uint64) (offload.Copy, error) {
+	s.in += n
+	return 0, nil
+}
+func (s *simOps) Wait(offload.Copy) error { return nil }
+func (s *simOps) Release(_ int64, _, nbytes uint64) error {
+	s.released += nbytes
+	return nil
+}
+func (s *simOps) Restore(handle int64, nbytes uint64) (uint64, error) {
+	base, ok := s.saved[handle]
+	if !ok || base == 0 {
+		return 0, fmt.Errorf("simulation: no saved base for handle %d", handle)
+	}
+	s.released -= min(nbytes, s.released)
+	return base, nil
+}
+
+// sim is one simulation's state.
+type sim struct {
+	res     *Result
+	eng     *offload.Engine
+	ops     *simOps
+	fnNames []string
+	fnClass []fnClass
+	groups  map[uint32]string
+	handles map[int64]int64 // recorded handle -> simulated handle
+
+	// Tensors created per thread since that thread's previous launch.
+	tensors  map[uint32][]tensorRec
+	lastTID  uint32
+	lastList []tensorRec
+	haveLast bool
+
+	// Device memory.
+	allocs       map[uint64]uint64 // recorded live allocations: ptr -> size
+	recLive      uint64
+	recRel       int64            // bytes the recorded run holds released
+	recHandleBas map[int64]uint64 // recorded handle -> saved ptr
+	recRelBase   map[uint64]int   // recorded bases currently released by the recorded run
+
+	// Simulated releases.
+	rel     []relStorage             // held released now (few at a time)
+	viols   map[[2]uint64]*Violation // open violations by (base, size): one framework storage
+	all     []*Violation
+	pending []offload.Event
+	during  *trace.Event // the ABI event being replayed (its text is built only when needed)
+	evIndex int
+	evTS    int64
+}
+
+// Simulate replays events (one trace, in file order) through a fresh engine under opts.
+func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
+	meta := parseMeta(events)
+	cfg := offload.Config{Policy: opts.Policy, Prefetch: 1, MinBytes: offload.DefaultMinBytes}
+	if v, ok := meta.prefetch(); ok {
+		cfg.Prefetch = v
+	}
+	if v, ok := meta.minBytes(); ok {
+		cfg.MinBytes = v
+	}
+	if opts.PrefetchSet {
+		cfg.Prefetch = opts.Prefetch
+	}
+	if opts.MinBytesSet {
+		cfg.MinBytes = opts.MinBytes
+	}
+	s := &sim{
+		res: &Result{Argv: h.Argv, PID: h.PID, Policy: cfg.Policy.String(), Prefetch: cfg.Prefetch,
+			MinBytes: cfg.MinBytes, RecordedPolicy: meta["policy"], Events: len(events)},
+		ops:          &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
+		groups:       map[uint32]string{},
+		handles:      map[int64]int64{},
+		tensors:      map[uint32][]tensorRec{},
+		allocs:       map[uint64]uint64{},
+		recHandleBas: map[int64]uint64{},
+		recRelBase:   map[uint64]int{},
+		viols:        map[[2]uint64]*Violation{},
+	}
+	s.eng = offload.NewEngine(cfg, s.ops, s.ops, offload.ObserverFunc(func(ev offload.Event) {
+		if ev.Kind == offload.EvRelease || ev.Kind == offload.EvRestore {
+			s.pending = append(s.pending, ev)
+		}
+	}))
+	for i := range events {
+		s.step(i, &events[i])
+	}
+	s.finish()
+	return s.res
+}
+
+func (s *sim) step(i int, ev *trace.Event) {
+	switch ev.Kind {
+	case trace.KindCall:
+		s.res.RuntimeCalls++
+		if int(ev.Fn) >= len(s.fnClass) {
+			return
+		}
+		switch s.fnClass[ev.Fn] {
+		case fnCreateTensor:
+			if !s.haveLast || s.lastTID != ev.TID {
+				s.switchThread(ev.TID)
+			}
+			s.lastList = append(s.lastList, tensorRec{addr: ev.Args[1], extent: ev.Args[2]})
+		case fnLaunch:
+			if !s.haveLast || s.lastTID != ev.TID {
+				s.switchThread(ev.TID)
+			}
+			if len(s.rel) > 0 {
+				s.checkLaunch(i, ev)
+			}
+			s.lastList = s.lastList[:0]
+		case fnMalloc:
+			if ev.Ret == 0 && ev.Args[0] != 0 {
+				if old, ok := s.allocs[ev.Args[0]]; ok { // a free the trace lost
+					s.recLive -= old
+				}
+				s.allocs[ev.Args[0]] = ev.Args[1]
+				s.recLive += ev.Args[1]
+				s.eng.Tracker().Alloc(ev.Args[0], ev.Args[1])
+				s.peak()
+			}
+		case fnFree:
+			if sz, ok := s.allocs[ev.Args[0]]; ok && ev.Ret == 0 {
+				delete(s.allocs, ev.Args[0])
+				s.recLive -= sz
+				s.eng.Tracker().Free(ev.Args[0])
+				for k := range s.viols { // a storage there later is another storage
+					if k[0] >= ev.Args[0] && k[0]-ev.Args[0] < sz {
+						delete(s.viols, k)
+					}
+				}
+			}
+		}
+	case trace.KindFunc:
+		for int(ev.Fn) >= len(s.fnClass) {
+			s.fnClass = append(s.fnClass, fnOther)
+			s.fnNames = append(s.fnNames, "")
+		}
+		s.fnClass[ev.Fn] = classify(ev.Text)
+		s.fnNames[ev.Fn] = ev.Text
+	case trace.KindGroup:
+		s.groups[ev.Group] = ev.Text
+	case trace.KindState:
+		s.recordedState(ev)
+	case trace.KindLost:
+		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
+	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
+		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit:
+		s.res.ABICalls++
+		s.evIndex, s.evTS, s.during = i, ev.TS, ev
+		s.abi(ev)
+		s.drainEngine()
+	}
+}
+
+func (s *sim) switchThread(tid uint32) {
+	if s.haveLast {
+		s.tensors[s.lastTID] = s.lastList
+	}
+	s.lastTID, s.lastList, s.haveLast = tid, s.tensors[tid], true
+}
+
+func (s *sim) group(ev *trace.Event) string {
+	if g, ok := s.groups[ev.Group]; ok {
+		return g
+	}
+	return fmt.Sprintf("group#%d", ev.Group)
+}
+
+func (s *sim) engineErr(err error) {
+	if err == nil {
+		return
+	}
+	s.res.EngineErrors++
+	if s.res.FirstEngineErr == "" {
+		s.res.FirstEngineErr = fmt.Sprintf("event %d: %s: %v", s.evIndex, s.describe(s.during), err)
+	}
+}
+
+// describe names an ABI event as a call: "region_exit(layer.1)", "unpack(42)".
+func (s *sim) describe(ev *trace.Event) string {
+	if ev == nil {
+		return "?"
+	}
+	if ev.Kind == trace.KindUnpack {
+		return fmt.Sprintf("unpack(%d)", ev.Handle)
+	}
+	return ev.Kind.String() + "(" + s.group(ev) + ")"
+}
+
+func (s *sim) abi(ev *trace.Event) {
+	switch ev.Kind {
+	case trace.KindRegionEnter:
+		g := s.group(ev)
+		npos := int(min(ev.Args[0], uint64(len(ev.Ptrs))))
+		s.engineErr(s.eng.RegionEnter(g, ev.Ptrs, npos))
+	case trace.KindSave:
+		g := s.group(ev)
+		if ev.Handle != 0 {
+			s.recHandleBas[ev.Handle] = ev.Args[0]
+		}
+		h, err := s.eng.Save(g, ev.Args[0], ev.Args[1], uint32(ev.Args[2]))
+		s.engineErr(err)
+		if err == nil {
+			s.ops.saved[h] = ev.Args[0]
+			if ev.Handle != 0 {
+				s.handles[ev.Handle] = h
+			}
+		}
+	case trace.KindRegionExit:
+		g := s.group(ev)
+		s.engineErr(s.eng.RegionExit(g, ev.Ptrs))
+	case trace.KindProtect:
+		g := s.group(ev)
+		s.engineErr(s.eng.Protect(g, ev.Ptrs))
+	case trace.KindBackwardEnter:
+		g := s.group(ev)
+		s.engineErr(s.eng.BackwardEnter(g))
+	case trace.KindUnpack:
+		h, ok := s.handles[ev.Handle]
+		if !ok {
+			s.res.Skipped++
+			return
+		}
+		_, err := s.eng.Unpack(h)
+		s.engineErr(err)
+	case trace.KindBackwardExit:
+		g := s.group(ev)
+		s.engineErr(s.eng.BackwardExit(g))
+	}
+}
+
+// drainEngine applies the releases and restores the last engine call made.
+func (s *sim) drainEngine() {
+	for _, ev := range s.pending {
+		switch ev.Kind {
+		case offload.EvRelease:
+			s.res.Released++
+			r := relStorage{base: ev.Base, size: ev.Size}
+			if info, err := s.eng.Info(ev.Handle); err == nil && info.Truth != tracker.Internal {
+				// The simulation's release makes the tracker see the next save at that address as a new
+				// storage (a new generation), while the recording kept using one framework storage there:
+				// one violation per (base, size) until the runtime frees that memory.
+				key := [2]uint64{ev.Base, ev.Size}
+				v := s.viols[key]
+				if v == nil {
+					v = &Violation{Storage: info.Storage.Name(), Base: ev.Base, Size: ev.Size, ReleasedBy: ev.Group,
+						During: s.describe(s.during), Reason: info.Truth.String(), ReleaseEv: s.evIndex, ReleaseTS: s.evTS}
+					s.viols[key] = v
+					s.all = append(s.all, v)
+				}
+				v.Releases++
+				v.storageIDs = append(v.storageIDs, ev.Storage)
+				v.inputs = append(v.inputs, info.Storage.Inputs...)
+				r.v = v
+			}
+			s.rel = append(s.rel, r)
+		case offload.EvRestore:
+			s.res.Restored++
+			for k := range s.rel {
+				if s.rel[k].base == ev.Base && s.rel[k].size == ev.Size {
+					s.rel = append(s.rel[:k], s.rel[k+1:]...)
+					break
+				}
+			}
+		}
+	}
+	s.pending = s.pending[:0]
+}
+
+// recordedState follows the recorded engine's releases (state host) and restores (host -> h2d).
+func (s *sim) recordedState(ev *trace.Event) {
+	from, to := offload.State(ev.Args[0]), offload.State(ev.Args[1])
+	base := s.recHandleBas[ev.Handle]
+	switch {
+	case to == offload.Host:
+		s.recRel += int64(ev.Args[3])
+		if base != 0 {
+			s.recRelBase[base]++
+		}
+	case from == offload.Host && to == offload.H2D:
+		s.recRel -= int64(ev.Args[3])
+		if base != 0 && s.recRelBase[base] > 0 {
+			s.recRelBase[base]--
+		}
+	}
+	s.res.RecordedFreed = max(s.res.RecordedFreed, uint64(max(s.recRel, 0)))
+}
+
+// checkLaunch matches the launch's tensors against the external storages the simulation holds released.
+func (s *sim) checkLaunch(i int, ev *trace.Event) {
+	list := s.lastList
+	if n := ev.Args[4]; n < uint64(len(list)) {
+		list = list[uint64(len(list))-n:]
+	}
+	for ti, t := range list {
+		for _, r := range s.rel {
+			if r.v == nil {
+				continue
+			}
+			match := ""
+			switch {
+			case t.addr == 0 && t.extent == r.size:
+				match = "null-extent"
+			case t.addr >= r.base && t.addr-r.base < r.size && s.recRelBase[r.base] == 0:
+				match = "address"
+			}
+			if match == "" {
+				continue
+			}
+			r.v.Reads++
+			if r.v.FirstRead == nil {
+				r.v.FirstRead = &Read{Kernel: s.fnNames[ev.Fn], TensorIndex: ti, Tensors: len(list), Addr: t.addr,
+					Extent: t.extent, Match: match, Event: i, TS: ev.TS, TID: ev.TID, ReleasedNow: t.addr == 0}
+			}
+		}
+	}
+}
+
+// peak evaluates the device-memory model at an allocation: device memory only grows there, and a
+// caching pool only allocates when it is full, so that is where the bytes in use are known (docs/replay.md).
+func (s *sim) peak() {
+	s.res.PeakRecorded = max(s.res.PeakRecorded, s.recLive)
+	noSwap := int64(s.recLive) + max(s.recRel, 0)
+	s.res.PeakNoSwap = max(s.res.PeakNoSwap, uint64(noSwap))
+	simLive := max(noSwap-int64(s.ops.released), 0)
+	s.res.PeakSimulated = max(s.res.PeakSimulated, uint64(simLive))
+}
+
+func (s *sim) finish() {
+	r := s.res
+	r.BytesOut, r.BytesIn = s.ops.out, s.ops.in
+	r.NoSwapActivity = r.ABICalls == 0
+	r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
+	r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
+	s.eng.SetPeakDeviceBytes(r.PeakSimulated)
+	st := s.eng.Stats()
+	r.Stats = &st
+	r.ReleasedPeak = st.SavedBytesPeak
+	for _, v := range s.all {
+		// The owner grows as later groups receive the storage: report what the whole trace says.
+		for _, id := range v.storageIDs {
+			if si, ok := s.eng.Tracker().Storage(id); ok {
+				v.inputs = append(v.inputs, si.Inputs...)
+			}
+		}
+		v.Owner = ownerText(v.inputs)
+		r.Violations = append(r.Violations, v)
+	}
+	// Most important first: storages a later launch read (the run faults there), earliest read first;
+	// then released-but-unread ones in release order.
+	sort.Slice(r.Violations, func(a, b int) bool {
+		va, vb := r.Violations[a], r.Violations[b]
+		if (va.FirstRead != nil) != (vb.FirstRead != nil) {
+			return va.FirstRead != nil
+		}
+		if va.FirstRead != nil && va.FirstRead.Event != vb.FirstRead.Event {
+			return va.FirstRead.Event < vb.FirstRead.Event
+		}
+		if va.ReleaseEv != vb.ReleaseEv {
+			return va.ReleaseEv < vb.ReleaseEv
+		}
+		return va.Base < vb.Base
+	})
+	if r.Violations == nil {
+		r.Violations = []*Violation{}
+	}
+}
+
+// meta is the trace's KindMeta key=value pairs.
+type meta map[string]string
+
+func parseMeta(events []trace.Event) meta {
+	m := meta{}
+	for i := range events {
+		if events[i].Kind != trace.KindMeta {
+			if len(m) > 0 {
+				break // the agent writes its metadata once, at the start
+			}
+			continue
+		}
+		for _, line := range strings.Split(events[i].Text, "\n") {
+			if k, v, ok := strings.Cut(line, "="); ok {
+				m[k] = v
+			}
+		}
+	}
+	return m
+}
+
+func (m meta) prefetch() (int, bool) {
+	var v int
+	if _, err := fmt.Sscan(m["prefetch"], &v); err != nil || v < 0 {
+		return 0, false
+	}
+	return v, true
+}
+
+func (m meta) minBytes() (uint64, bool) {
+	var v uint64
+	if _, err := fmt.Sscan(m["min_bytes"], &v); err != nil {
+		return 0, false
+	}
+	return v, true
+}
+
+// ownerText names the groups a storage was an input of, as the tracker does for one storage
+// ("keyword input of layer.0..layer.10"), over every generation a violation merged.
+func ownerText(inputs []tracker.InputUse) string {
+	seen := map[tracker.InputUse]bool{}
+	var kw, pos []string
+	for _, in := range inputs {
+		if seen[in] {
+			continue
+		}
+		seen[in] = true
+		if in.Keyword {
+			kw = append(kw, in.Group)
+		} else {
+			pos = append(pos, in.Group)
+		}
+	}
+	var parts []string
+	if len(kw) > 0 {
+		parts = append(parts, "keyword input of "+groupRange(kw))
+	}
+	if len(pos) > 0 {
+		parts = append(parts, "positional input of "+groupRange(pos))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// groupRange writes names sorted, with runs of consecutive "prefix.N" as "prefix.A..prefix.B".
+func groupRange(names []string) string {
+	type gi struct {
+		prefix string
+		n      int
+		ok     bool
+		name   string
+	}
+	items := make([]gi, len(names))
+	for i, name := range names {
+		items[i].name = name
+		if dot := strings.LastIndexByte(name, '.'); dot >= 0 {
+			if _, err := fmt.Sscanf(name[dot+1:], "%d", &items[i].n); err == nil &&
+				fmt.Sprint(items[i].n) == name[dot+1:] {
+				items[i].prefix, items[i].ok = name[:dot], true
+			}
+		}
+	}
+	sort.SliceStable(items, func(a, b int) bool {
+		x, y := items[a], items[b]
+		if x.ok && y.ok && x.prefix == y.prefix {
+			return x.n < y.n
+		}
+		if x.ok != y.ok {
+			return x.ok
+		}
+		return x.name < y.name
+	})
+	var out []string
+	for i := 0; i < len(items); {
+		j := i
+		for items[i].ok && j+1 < len(items) && items[j+1].ok && items[j+1].prefix == items[i].prefix &&
+			items[j+1].n == items[j].n+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			out = append(out, items[i].name+".."+items[j].name)
+		default:
+			for k := i; k <= j; k++ {
+				out = append(out, items[k].name)
+			}
+		}
+		i = j + 1
+	}
+	return strings.Join(out, ",")
+}
