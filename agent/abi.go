@@ -1,0 +1,240 @@
+// abi.go owns the Go side of the control ABI (swapagent.h): each call drains the ring first (so the
+// trace, and any decision, sees every earlier runtime event), checks its arguments, delegates to the
+// engine without holding the agent's lock (the engine calls storage ops and the observer, which may
+// re-enter), records itself as a trace event and returns a SWAPAGENT_E* code. Without an engine every
+// call but the stats returns EDISABLED, and is still recorded.
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"swapagent/offload"
+	"swapagent/trace"
+)
+
+// misuseOnce logs each kind of misuse once, so a buggy caller cannot flood the log.
+var misuseOnce sync.Map
+
+func (a *Agent) misuse(call string, code int, err error) {
+	key := fmt.Sprintf("%s/%d", call, code)
+	if _, dup := misuseOnce.LoadOrStore(key, true); dup {
+		return
+	}
+	a.lg.Warn(fmt.Sprintf("swapagent_%s: %v (code %d); further errors of this kind are not logged", call, err, code))
+}
+
+// begin drains and returns the engine; record appends an ABI event.
+func (a *Agent) begin() Engine {
+	a.mu.Lock()
+	a.drainLocked()
+	a.openLocked()
+	e := a.engine
+	a.mu.Unlock()
+	return e
+}
+
+func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, args ...uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.w == nil {
+		return
+	}
+	ev := trace.Event{Kind: kind, TS: a.ts(), TID: uint32(syscall.Gettid()), Handle: handle, Ret: ret, Ptrs: ptrs}
+	if group != "" {
+		ev.Group = a.groupLocked(group)
+	}
+	copy(ev.Args[:], args)
+	a.addLocked(&ev)
+}
+
+func (a *Agent) result(call string, err error) int {
+	c := Code(err)
+	switch c {
+	case OK:
+	case EDisabled: // expected without an engine: not a misuse
+		a.lg.Debug("swapagent_"+call+": disabled", zap.Error(err))
+	default:
+		a.misuse(call, c, err)
+	}
+	return c
+}
+
+var errNoEngine = fmt.Errorf("%w: no offload engine", offload.ErrDisabled)
+
+// StorageOps adapts the registered C callbacks (the cgo glue builds them).
+type StorageOps = offload.StorageOps
+
+// SetStorageOps registers the framework's storage ops (nil removes them).
+func (a *Agent) SetStorageOps(ops StorageOps) int {
+	a.mu.Lock()
+	a.ops = ops
+	e := a.engine
+	a.mu.Unlock()
+	if e == nil {
+		return EDisabled
+	}
+	e.SetStorageOps(ops)
+	a.lg.Debug("storage ops registered", zap.Bool("set", ops != nil))
+	return OK
+}
+
+// RegionEnter: inputs are the region's input storages; the first nPositional came from positional
+// arguments.
+func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int {
+	if group == "" || nPositional < 0 || nPositional > len(inputs) {
+		return a.result("region_enter", fmt.Errorf("%w: group %q, %d inputs, %d positional", offload.ErrInvalid,
+			group, len(inputs), nPositional))
+	}
+	e := a.begin()
+	err := errNoEngine
+	if e != nil {
+		err = e.RegionEnter(group, inputs, nPositional)
+	}
+	c := a.result("region_enter", err)
+	a.record(trace.KindRegionEnter, group, 0, int64(c), inputs, uint64(nPositional))
+	return c
+}
+
+// Save registers a saved storage and returns its handle (or a negative code).
+func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
+	if group == "" {
+		return int64(a.result("save", fmt.Errorf("%w: empty group", offload.ErrInvalid)))
+	}
+	e := a.begin()
+	var h int64
+	err := errNoEngine
+	if e != nil {
+		h, err = e.Save(group, ptr, nbytes, flags)
+	}
+	ret := h
+	if err != nil {
+		ret = int64(a.result("save", err))
+		h = 0
+	}
+	a.record(trace.KindSave, group, h, ret, nil, ptr, nbytes, uint64(flags), 0)
+	return ret
+}
+
+// RegionExit closes a region with its output storages.
+func (a *Agent) RegionExit(group string, outputs []uint64) int {
+	if group == "" {
+		return a.result("region_exit", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	}
+	e := a.begin()
+	err := errNoEngine
+	if e != nil {
+		err = e.RegionExit(group, outputs)
+	}
+	c := a.result("region_exit", err)
+	a.record(trace.KindRegionExit, group, 0, int64(c), outputs)
+	return c
+}
+
+// Protect keeps ptrs on device for group.
+func (a *Agent) Protect(group string, ptrs []uint64) int {
+	if group == "" {
+		return a.result("protect", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	}
+	e := a.begin()
+	err := errNoEngine
+	if e != nil {
+		err = e.Protect(group, ptrs)
+	}
+	c := a.result("protect", err)
+	a.record(trace.KindProtect, group, 0, int64(c), ptrs)
+	return c
+}
+
+// BackwardEnter marks the start of group's backward.
+func (a *Agent) BackwardEnter(group string) int {
+	if group == "" {
+		return a.result("backward_enter", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	}
+	e := a.begin()
+	err := errNoEngine
+	if e != nil {
+		err = e.BackwardEnter(group)
+	}
+	c := a.result("backward_enter", err)
+	a.record(trace.KindBackwardEnter, group, 0, int64(c), nil)
+	return c
+}
+
+// Unpack ensures handle's storage is on device and returns its base (0 on error).
+func (a *Agent) Unpack(handle int64) uint64 {
+	e := a.begin()
+	var base uint64
+	err := errNoEngine
+	if e != nil {
+		base, err = e.Unpack(handle)
+	}
+	ret := int64(base)
+	if err != nil {
+		ret, base = int64(a.result("unpack", err)), 0
+	}
+	a.record(trace.KindUnpack, "", handle, ret, nil)
+	return base
+}
+
+// BackwardExit marks the end of group's backward.
+func (a *Agent) BackwardExit(group string) int {
+	if group == "" {
+		return a.result("backward_exit", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	}
+	e := a.begin()
+	err := errNoEngine
+	if e != nil {
+		err = e.BackwardExit(group)
+	}
+	c := a.result("backward_exit", err)
+	a.record(trace.KindBackwardExit, group, 0, int64(c), nil)
+	return c
+}
+
+// State returns handle's state (0 device, 1 d2h, 2 host, 3 h2d) or a negative code.
+func (a *Agent) State(handle int64) int {
+	e := a.begin()
+	if e == nil {
+		return EDisabled
+	}
+	s, err := e.State(handle)
+	if err != nil {
+		return a.result("state", err)
+	}
+	return s
+}
+
+// KeepReason returns handle's keep reason or a negative code.
+func (a *Agent) KeepReason(handle int64) int {
+	e := a.begin()
+	if e == nil {
+		return EDisabled
+	}
+	r, err := e.KeepReason(handle)
+	if err != nil {
+		return a.result("keep_reason", err)
+	}
+	return r
+}
+
+// Observe records the engine's decisions in the trace (the agent is the engine's offload.Observer).
+func (a *Agent) Observe(ev offload.Event) {
+	switch ev.Kind {
+	case offload.EvClassify, offload.EvReclassify:
+		a.record(trace.KindClassify, ev.Group, ev.Handle, 0, nil, ev.Base, ev.Size, uint64(ev.Reason), 0)
+	case offload.EvState:
+		a.record(trace.KindState, ev.Group, ev.Handle, 0, nil, uint64(ev.From), uint64(ev.To), ev.Base, ev.Size)
+	case offload.EvError:
+		a.lg.Warn("offload: " + ev.Detail)
+	default:
+		if ev.Detail != "" {
+			a.lg.Debug("offload: "+ev.Detail, zap.Int64("handle", ev.Handle), zap.String("group", ev.Group))
+		}
+	}
+}
+
+var _ offload.Observer = (*Agent)(nil)

@@ -1,0 +1,118 @@
+// Package agent is the in-process half of libswapagent.so written in Go: configuration, logging, the
+// drain of the C shim's event ring into the trace, the control ABI (argument checks, error codes, trace
+// records) and the hand-off of decisions to the offload engine. It never calls C itself: the cgo glue
+// in shim/ provides the Native side.
+//
+// config.go owns the environment the agent reads once at load.
+package agent
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap/zapcore"
+)
+
+// Environment variables (architecture.md, "Environment").
+const (
+	EnvPolicy   = "SWAPAGENT_POLICY"
+	EnvOut      = "SWAPAGENT_OUT"
+	EnvPrefetch = "SWAPAGENT_PREFETCH"
+	EnvMinBytes = "SWAPAGENT_MIN_BYTES"
+	EnvLog      = "SWAPAGENT_LOG"
+)
+
+// Defaults.
+const (
+	DefaultOut      = "./swapagent-out"
+	DefaultPrefetch = 1
+	DefaultMinBytes = 65536
+	DefaultPolicy   = "safe"
+)
+
+// Policies the agent accepts, in the order error messages list them.
+var Policies = []string{"safe", "outputs-only", "off"}
+
+// Config is the agent's configuration, read once at load. The zero value is not useful: use LoadConfig.
+type Config struct {
+	Policy   string // one of Policies
+	Out      string // output directory
+	Prefetch int
+	MinBytes uint64
+	Level    zapcore.Level
+	Role     string // MS_ROLE: MS_SCHED makes the agent inert
+	Rank     int    // RANK_ID or RANK; -1 when unset
+	RankSet  bool
+}
+
+// Inert reports whether the agent must stay out of this process (msrun's scheduler).
+func (c Config) Inert() bool { return c.Role == "MS_SCHED" }
+
+// LoadConfig reads the configuration with lookup (os.LookupEnv in the library). Each bad value gives
+// one problem line and its default; LoadConfig never fails.
+func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
+	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
+		Level: zapcore.WarnLevel, Rank: -1}
+	var problems []string
+	bad := func(name, val, want, def string) {
+		problems = append(problems, fmt.Sprintf("%s=%q is not %s; using %s", name, val, want, def))
+	}
+	if v, ok := lookup(EnvPolicy); ok && v != "" {
+		if p := strings.ToLower(strings.TrimSpace(v)); contains(Policies, p) {
+			c.Policy = p
+		} else {
+			bad(EnvPolicy, v, "one of "+strings.Join(Policies, ", "), DefaultPolicy)
+		}
+	}
+	if v, ok := lookup(EnvOut); ok && v != "" {
+		c.Out = v
+	}
+	if v, ok := lookup(EnvPrefetch); ok && v != "" {
+		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 && n <= 1024 {
+			c.Prefetch = n
+		} else {
+			bad(EnvPrefetch, v, "an integer from 0 to 1024", strconv.Itoa(DefaultPrefetch))
+		}
+	}
+	if v, ok := lookup(EnvMinBytes); ok && v != "" {
+		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+			c.MinBytes = n
+		} else {
+			bad(EnvMinBytes, v, "a byte count", strconv.Itoa(DefaultMinBytes))
+		}
+	}
+	if v, ok := lookup(EnvLog); ok && v != "" {
+		switch strings.ToLower(strings.TrimSpace(v)) {
+		case "debug":
+			c.Level = zapcore.DebugLevel
+		case "info":
+			c.Level = zapcore.InfoLevel
+		case "warn", "warning":
+			c.Level = zapcore.WarnLevel
+		case "error":
+			c.Level = zapcore.ErrorLevel
+		default:
+			bad(EnvLog, v, "one of debug, info, warn, error", "warn")
+		}
+	}
+	c.Role, _ = lookup("MS_ROLE")
+	for _, name := range []string{"RANK_ID", "RANK"} {
+		if v, ok := lookup(name); ok && v != "" {
+			if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 {
+				c.Rank, c.RankSet = n, true
+				break
+			}
+		}
+	}
+	return c, problems
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,69 @@
+// config_test.go checks the environment parsing and the error-code mapping.
+package agent
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap/zapcore"
+
+	"swapagent/offload"
+)
+
+func TestLoadConfig(t *testing.T) {
+	cases := []struct {
+		env      map[string]string
+		check    func(Config) bool
+		problems int
+		want     string
+	}{
+		{map[string]string{}, func(c Config) bool {
+			return c.Policy == "safe" && c.Out == DefaultOut && c.Prefetch == 1 && c.MinBytes == 65536 &&
+				c.Level == zapcore.WarnLevel && c.Rank == -1 && !c.RankSet
+		}, 0, ""},
+		{map[string]string{EnvPolicy: "outputs-only", EnvPrefetch: "2", EnvMinBytes: "0", EnvLog: "debug",
+			"RANK_ID": "3", EnvOut: "/x"}, func(c Config) bool {
+			return c.Policy == "outputs-only" && c.Prefetch == 2 && c.MinBytes == 0 && c.Level == zapcore.DebugLevel &&
+				c.Rank == 3 && c.RankSet && c.Out == "/x"
+		}, 0, ""},
+		{map[string]string{EnvPolicy: "bogus"}, func(c Config) bool { return c.Policy == "safe" }, 1,
+			`SWAPAGENT_POLICY="bogus" is not one of safe, outputs-only, off; using safe`},
+		{map[string]string{EnvPrefetch: "-1", EnvMinBytes: "lots", EnvLog: "loud"}, func(c Config) bool {
+			return c.Prefetch == 1 && c.MinBytes == 65536 && c.Level == zapcore.WarnLevel
+		}, 3, ""},
+		{map[string]string{"RANK": "7", "MS_ROLE": "MS_SCHED"}, func(c Config) bool {
+			return c.Rank == 7 && c.Inert()
+		}, 0, ""},
+	}
+	for i, c := range cases {
+		cfg, problems := LoadConfig(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
+		if !c.check(cfg) || len(problems) != c.problems {
+			t.Errorf("case %d: %+v, problems %q", i, cfg, problems)
+		}
+		if c.want != "" && (len(problems) == 0 || problems[0] != c.want) {
+			t.Errorf("case %d: problem %q, want %q", i, problems, c.want)
+		}
+	}
+}
+
+func TestCode(t *testing.T) {
+	for i, err := range []error{offload.ErrInvalid, offload.ErrGroup, offload.ErrHandle, offload.ErrOrder,
+		offload.ErrState, offload.ErrNoOps, offload.ErrRuntime, offload.ErrDisabled} {
+		if got := Code(fmt.Errorf("wrapped: %w", err)); got != -1-i {
+			t.Errorf("%v: code %d, want %d", err, got, -1-i)
+		}
+	}
+	if Code(nil) != OK || Code(fmt.Errorf("other")) != ERuntime {
+		t.Error("nil or foreign error mapped wrongly")
+	}
+}
+
+func TestBaseName(t *testing.T) {
+	if got := BaseName("h", 12, 3, true); got != "h.rank3.12" {
+		t.Error(got)
+	}
+	if got := BaseName("h", 12, -1, false); !strings.HasPrefix(got, "h.12") {
+		t.Error(got)
+	}
+}

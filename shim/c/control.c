@@ -1,0 +1,259 @@
+/* control.c: the process-level C side of libswapagent.so: the constructor (dl bootstrap, fork handler,
+ * msrun scheduler check), the exported control ABI of swapagent.h (each wrapper refuses in a forked child
+ * or an inert agent before any Go call, then calls the Go implementation), the fatal-signal handler that
+ * lets the Go drainer put the ring on disk before the process dies, the exit hook, and the small helpers Go
+ * calls: registered storage ops and the real runtime functions of the mover. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sa.h"
+#include "swapagent.h"
+
+/* Implemented in Go (shim/exports.go). */
+extern int sa_go_set_storage_ops(uintptr_t release, uintptr_t restore, uintptr_t ctx);
+extern int sa_go_region_enter(char *group, uintptr_t *ptrs, size_t n, size_t npos);
+extern int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags);
+extern int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n);
+extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
+extern int sa_go_backward_enter(char *group);
+extern uintptr_t sa_go_unpack(int64_t handle);
+extern int sa_go_backward_exit(char *group);
+extern int sa_go_state(int64_t handle);
+extern int sa_go_keep_reason(int64_t handle);
+extern int sa_go_stats_json(char *buf, size_t cap);
+extern void sa_go_shutdown(void);
+
+_Atomic int sa_go_ready;
+static void sa_install_crash_handlers(void);
+static int64_t start_mono, start_wall;
+
+static void sa_atfork_child(void) {
+  /* The child never enters Go: the runtime's threads did not survive the fork. */
+  atomic_store(&sa_forked, 1);
+  atomic_store(&sa_mode, SA_INERT);
+  sa_tramp_after_fork();
+}
+
+__attribute__((constructor)) static void sa_init(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  start_wall = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  start_mono = sa_now();
+  sa_dl_bootstrap();
+  pthread_atfork(NULL, NULL, sa_atfork_child);
+  const char *role = getenv("MS_ROLE");
+  if (role != NULL && strcmp(role, "MS_SCHED") == 0) {
+    atomic_store(&sa_mode, SA_INERT);
+    return;
+  }
+  /* Installed now, so a crash before the Go runtime is up is covered too. Whichever of this and the Go
+   * runtime's own handlers is installed second forwards to the other for signals in non-Go code. */
+  sa_install_crash_handlers();
+}
+
+/* At exit the agent drains the ring and writes its stats, unless this is a forked child or the agent is
+ * inert. A process that exits before the Go runtime finished starting waits for it here (a Go call blocks
+ * until the runtime is initialised), so even its first milliseconds are traced. Interposers pass through
+ * afterwards (later destructors may still call the runtime). */
+__attribute__((destructor)) static void sa_fini(void) {
+  if (atomic_load(&sa_forked)) return;
+  if (atomic_load(&sa_mode) != SA_INERT) sa_go_shutdown();
+  atomic_store(&sa_mode, SA_INERT);
+}
+
+int64_t sa_now_ns(void) { return sa_now(); }
+int64_t sa_start_mono(void) { return start_mono; }
+int64_t sa_start_wall(void) { return start_wall; }
+void sa_set_active(void) {
+  int expected = SA_STARTING;
+  atomic_compare_exchange_strong(&sa_mode, &expected, SA_ACTIVE);
+  atomic_store(&sa_go_ready, 1);
+}
+void sa_set_inert(void) {
+  atomic_store(&sa_mode, SA_INERT);
+  atomic_store(&sa_go_ready, 1);
+}
+int sa_is_forked(void) { return atomic_load(&sa_forked); }
+
+/* ---- Control ABI. ---- */
+static inline int sa_refuse(void) { return atomic_load_explicit(&sa_forked, memory_order_relaxed) != 0; }
+
+SA_EXPORT int swapagent_abi_version(void) { return SWAPAGENT_ABI_VERSION; }
+
+SA_EXPORT int swapagent_set_storage_ops(swapagent_release_fn release, swapagent_restore_fn restore, void *ctx) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_set_storage_ops((uintptr_t)release, (uintptr_t)restore, (uintptr_t)ctx);
+}
+
+SA_EXPORT int swapagent_region_enter(const char *group, const uintptr_t *input_ptrs, size_t n) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n);
+}
+
+SA_EXPORT int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, size_t n,
+                                        size_t n_positional) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n_positional);
+}
+
+SA_EXPORT int64_t swapagent_save(const char *group, uintptr_t storage_ptr, size_t nbytes, uint32_t flags) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_save((char *)group, storage_ptr, nbytes, flags);
+}
+
+SA_EXPORT int swapagent_region_exit(const char *group, const uintptr_t *output_ptrs, size_t n) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_region_exit((char *)group, (uintptr_t *)output_ptrs, n);
+}
+
+SA_EXPORT int swapagent_protect(const char *group, const uintptr_t *ptrs, size_t n) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_protect((char *)group, (uintptr_t *)ptrs, n);
+}
+
+SA_EXPORT int swapagent_backward_enter(const char *group) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_backward_enter((char *)group);
+}
+
+SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
+  if (sa_refuse()) return 0;
+  return sa_go_unpack(handle);
+}
+
+SA_EXPORT int swapagent_backward_exit(const char *group) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_backward_exit((char *)group);
+}
+
+SA_EXPORT int swapagent_state(int64_t handle) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_state(handle);
+}
+
+SA_EXPORT int swapagent_keep_reason(int64_t handle) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_keep_reason(handle);
+}
+
+SA_EXPORT int swapagent_stats_json(char *buf, size_t cap) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_stats_json(buf, cap);
+}
+
+/* ---- Helpers Go calls. ---- */
+int sa_call_release(uintptr_t fn, uintptr_t ctx, int64_t handle, uintptr_t ptr, size_t nbytes) {
+  if (fn == 0) return SWAPAGENT_ENOOPS;
+  return ((swapagent_release_fn)fn)((void *)ctx, handle, ptr, nbytes);
+}
+
+uintptr_t sa_call_restore(uintptr_t fn, uintptr_t ctx, int64_t handle, size_t nbytes) {
+  if (fn == 0) return 0;
+  return ((swapagent_restore_fn)fn)((void *)ctx, handle, nbytes);
+}
+
+typedef aclError (*sa_memcpy_async_t)(void *, size_t, const void *, size_t, aclrtMemcpyKind, aclrtStream);
+typedef aclError (*sa_handle_t)(void *);
+typedef aclError (*sa_out_t)(void **);
+typedef aclError (*sa_malloc_host_t)(void **, size_t);
+typedef aclError (*sa_record_t)(aclrtEvent, aclrtStream);
+#define SA_REALCALL(id, type) \
+  type f = (type)sa_real_fn(id);  \
+  if (f == NULL) return SA_NORT
+int sa_real_memcpy_async(uintptr_t dst, size_t dest_max, uintptr_t src, size_t count, int kind, uintptr_t stream) {
+  SA_REALCALL(SA_ID_aclrtMemcpyAsync, sa_memcpy_async_t);
+  return f((void *)dst, dest_max, (const void *)src, count, (aclrtMemcpyKind)kind, (aclrtStream)stream);
+}
+int sa_real_sync_stream(uintptr_t stream) {
+  SA_REALCALL(SA_ID_aclrtSynchronizeStream, sa_handle_t);
+  return f((aclrtStream)stream);
+}
+int sa_real_create_stream(uintptr_t *stream) {
+  SA_REALCALL(SA_ID_aclrtCreateStream, sa_out_t);
+  aclrtStream s = NULL;
+  aclError r = f(&s);
+  *stream = (uintptr_t)s;
+  return r;
+}
+int sa_real_malloc_host(uintptr_t *ptr, size_t size) {
+  SA_REALCALL(SA_ID_aclrtMallocHost, sa_malloc_host_t);
+  void *p = NULL;
+  aclError r = f(&p, size);
+  *ptr = (uintptr_t)p;
+  return r;
+}
+int sa_real_free_host(uintptr_t ptr) {
+  SA_REALCALL(SA_ID_aclrtFreeHost, sa_handle_t);
+  return f((void *)ptr);
+}
+int sa_real_create_event(uintptr_t *event) {
+  SA_REALCALL(SA_ID_aclrtCreateEvent, sa_out_t);
+  aclrtEvent e = NULL;
+  aclError r = f(&e);
+  *event = (uintptr_t)e;
+  return r;
+}
+int sa_real_record_event(uintptr_t event, uintptr_t stream) {
+  SA_REALCALL(SA_ID_aclrtRecordEvent, sa_record_t);
+  return f((aclrtEvent)event, (aclrtStream)stream);
+}
+int sa_real_sync_event(uintptr_t event) {
+  SA_REALCALL(SA_ID_aclrtSynchronizeEvent, sa_handle_t);
+  return f((aclrtEvent)event);
+}
+
+/* ---- Fatal signals. Go cannot run in a signal handler, but the drainer goroutine (its own locked
+ * thread) can: the faulting thread raises a flag and waits, bounded, while the drainer empties the ring,
+ * records the signal and flushes the trace; then the previous disposition is restored and the signal
+ * re-delivered. On the drainer's own thread, or when the agent is not active, it only chains. ---- */
+static const int crash_sigs[] = {SIGSEGV, SIGBUS, SIGABRT, SIGFPE, SIGILL};
+#define SA_NCRASH ((int)(sizeof crash_sigs / sizeof crash_sigs[0]))
+static struct sigaction old_actions[SA_NCRASH];
+static _Atomic int crash_sig, crash_acked, crash_once;
+static SA_TLS int is_drainer;
+
+void sa_drainer_thread(void) { is_drainer = 1; }
+int sa_crash_pending(void) { return atomic_load(&crash_sig); }
+void sa_crash_ack(void) { atomic_store(&crash_acked, 1); }
+
+static void sa_crash_handler(int sig, siginfo_t *si, void *uc) {
+  int saved = errno;
+  (void)uc;
+  /* Starting counts too: the drainer comes up with the Go runtime, within the wait. */
+  if (!is_drainer && atomic_load(&sa_mode) != SA_INERT && !atomic_load(&sa_forked) &&
+      atomic_exchange(&crash_once, 1) == 0) {
+    atomic_store(&crash_sig, sig);
+    struct timespec d = {0, 1000000};
+    for (int i = 0; i < 1000 && !atomic_load(&crash_acked); i++) nanosleep(&d, NULL); /* at most ~1 s */
+  }
+  for (int i = 0; i < SA_NCRASH; i++) {
+    if (crash_sigs[i] == sig) sigaction(sig, &old_actions[i], NULL);
+  }
+  /* A fault re-executes the instruction under the old disposition; a sent signal must be re-raised. */
+  if (si == NULL || si->si_code <= 0) raise(sig);
+  errno = saved;
+}
+
+static void sa_install_crash_handlers(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = sa_crash_handler;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < SA_NCRASH; i++) {
+    struct sigaction old;
+    if (sigaction(crash_sigs[i], NULL, &old) != 0) continue;
+    /* Leave an ignored signal alone. */
+    if (!(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_IGN) continue;
+    old_actions[i] = old;
+    sigaction(crash_sigs[i], &sa, NULL);
+  }
+}

@@ -1,0 +1,80 @@
+/* sa.h: the shim's internal C interface shared by its files and the cgo glue (the Go files of shim/): function ids,
+ * the fixed-size event and ring, the process mode (starting / active / inert, forked), real-function
+ * resolution, the per-thread tensor list, and the helpers Go calls (storage ops, real runtime calls).
+ * Nothing here allocates or locks on the hot path. */
+#ifndef SWAPAGENT_SA_H_
+#define SWAPAGENT_SA_H_
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl/acl.h"
+#include "aclnnop/aclnn_ops.h"
+#include "sa_go.h"
+
+#define SA_EXPORT __attribute__((visibility("default")))
+#define SA_HIDDEN __attribute__((visibility("hidden")))
+#define SA_TLS __thread __attribute__((tls_model("initial-exec")))
+
+/* Returned by an interposer when no runtime defines the real function. */
+#define SA_NORT ACL_ERROR_UNINITIALIZE
+
+/* Function ids: table order from 1; then the pseudo function recorded by the exception callback; the
+ * dlsym trampolines of other aclnn ops use SA_TRAMP_BASE + slot. */
+enum {
+  SA_ID_NONE = 0,
+#define SA_HOOK(rt, name, ...) SA_ID_##name,
+#define SA_CUSTOM(rt, name, ...) SA_ID_##name,
+#define SA_LAUNCH(name) SA_ID_##name,
+#define SA_REAL(rt, name, ...) SA_ID_##name,
+#include "hooks.def"
+  SA_ID_EXCEPTION, /* "aclrtExceptionCallback": Args = task, stream, thread, device, error code */
+  SA_NFN
+};
+#define SA_TRAMP_BASE 256
+#define SA_TRAMP_SLOTS 512
+
+/* Modes. Recording happens while starting (Go not ready yet) and active. */
+enum { SA_STARTING = 0, SA_ACTIVE = 1, SA_INERT = 2 };
+SA_HIDDEN extern _Atomic int sa_mode;
+SA_HIDDEN extern _Atomic int sa_forked;
+SA_HIDDEN extern _Atomic int sa_go_ready;
+SA_HIDDEN extern SA_TLS int sa_depth; /* >0 while this thread is inside an interposer or a hook */
+
+/* Real functions and names, indexed by id (< SA_NFN). */
+SA_HIDDEN extern void *_Atomic sa_real[SA_NFN];
+SA_HIDDEN extern void *const sa_interposer[SA_NFN];
+SA_HIDDEN extern const char *const sa_names[SA_NFN];
+SA_HIDDEN extern _Atomic uint64_t sa_counts[SA_NFN];
+SA_HIDDEN void *sa_resolve(int id);
+SA_HIDDEN int sa_lookup_name(const char *name);
+
+static inline void *sa_real_fn(int id) {
+  void *p = atomic_load_explicit(&sa_real[id], memory_order_acquire);
+  return p ? p : sa_resolve(id);
+}
+
+/* The real dl functions (bootstrapped with dlvsym, never _dl_sym). */
+SA_HIDDEN void sa_dl_bootstrap(void);
+SA_HIDDEN void *sa_real_dlsym(void *handle, const char *name);
+
+/* Ring: a bounded MPSC queue of sequence-numbered cells (Vyukov). */
+#define SA_RING_BITS 16
+SA_HIDDEN void sa_record(int fn, int64_t ret, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4,
+                         uint64_t a5);
+SA_HIDDEN int64_t sa_now(void);
+SA_HIDDEN extern _Atomic uint64_t sa_lost;
+
+/* Per-thread tensors created since this thread's previous launch (issue 5 checks read them). */
+#define SA_TENSORS 16
+SA_HIDDEN void sa_tensor_note(const aclTensor *t, const void *addr, uint64_t extent);
+SA_HIDDEN uint64_t sa_extent(const int64_t *dims, uint64_t n, aclDataType dt);
+SA_HIDDEN uint64_t sa_elems(const int64_t *dims, uint64_t n);
+
+/* Trampolines of aclnn launches reached through dlsym. */
+SA_HIDDEN void *sa_tramp_for(const char *name, void *real);
+SA_HIDDEN int sa_tramp_real(const void *addr, void **real);
+SA_HIDDEN void sa_tramp_after_fork(void);
+
+#endif

@@ -1,0 +1,52 @@
+/* sa_go.h: the part of the shim's C interface the cgo glue (the Go files of shim/) includes: the event
+ * layout agent.Raw mirrors, and the plain C helpers Go calls. No Go pointer is kept by any of them. */
+#ifndef SWAPAGENT_SA_GO_H_
+#define SWAPAGENT_SA_GO_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One runtime event: 72 bytes, the layout agent.Raw mirrors. */
+typedef struct sa_event {
+  int64_t ts; /* CLOCK_MONOTONIC ns */
+  uint32_t tid;
+  uint16_t fn;
+  uint16_t flags;
+  int64_t ret;
+  uint64_t args[6];
+} sa_event;
+
+/* One tensor created on this thread since its previous launch. */
+typedef struct sa_tensor {
+  uint64_t handle, addr, extent;
+} sa_tensor;
+
+int sa_ring_drain(sa_event *out, int max);
+uint64_t sa_take_lost(void);
+const char *sa_fn_name(int id);
+uint64_t sa_fn_count(int id);
+int sa_nfn(void);
+int64_t sa_now_ns(void);
+int64_t sa_start_mono(void);
+int64_t sa_start_wall(void);
+void sa_set_active(void);
+void sa_set_inert(void);
+int sa_is_forked(void);
+void sa_drainer_thread(void);
+int sa_crash_pending(void);
+void sa_crash_ack(void);
+int sa_call_release(uintptr_t fn, uintptr_t ctx, int64_t handle, uintptr_t ptr, size_t nbytes);
+uintptr_t sa_call_restore(uintptr_t fn, uintptr_t ctx, int64_t handle, size_t nbytes);
+/* The runtime mover's calls: the real functions, never intercepted; SA_NORT when absent. */
+int sa_real_memcpy_async(uintptr_t dst, size_t dest_max, uintptr_t src, size_t count, int kind, uintptr_t stream);
+int sa_real_sync_stream(uintptr_t stream);
+int sa_real_create_stream(uintptr_t *stream);
+int sa_real_malloc_host(uintptr_t *ptr, size_t size);
+int sa_real_free_host(uintptr_t ptr);
+int sa_real_create_event(uintptr_t *event);
+int sa_real_record_event(uintptr_t event, uintptr_t stream);
+int sa_real_sync_event(uintptr_t event);
+/* The per-thread tensor list (for the launch check of issue 5). */
+int sa_thread_tensors(sa_tensor *out, int max);
+
+#endif

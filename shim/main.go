@@ -1,0 +1,67 @@
+// Command shim is built with -buildmode=c-shared into libswapagent.so: the C interposers of shim/c
+// (linked whole from their strict-warning archive) plus the Go agent. This file owns the library's Go
+// start-up (configuration, the drainer) and the Native side the agent drains through.
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/c
+#cgo LDFLAGS: ${SRCDIR}/../build/obj/shim/sashim.o -ldl -lpthread
+#include "sa_go.h"
+*/
+import "C"
+
+import (
+	"os"
+	"unsafe"
+
+	"swapagent/agent"
+)
+
+// theAgent is nil when the agent is inert (msrun scheduler, forked child, start-up failure).
+var theAgent *agent.Agent
+
+func init() {
+	if unsafe.Sizeof(agent.Raw{}) != C.sizeof_sa_event {
+		os.Stderr.WriteString("swapagent: internal error: event layout mismatch; agent disabled\n")
+		C.sa_set_inert()
+		return
+	}
+	cfg, problems := agent.LoadConfig(os.LookupEnv)
+	if cfg.Inert() || C.sa_is_forked() != 0 {
+		C.sa_set_inert()
+		return
+	}
+	a := agent.New(cfg, native{}, os.Stderr, problems)
+	theAgent = a
+	wireEngine(a)
+	a.Start()
+	C.sa_set_active()
+}
+
+func main() {}
+
+// native implements agent.Native over the C shim.
+type native struct{}
+
+func (native) Drain(dst []agent.Raw) int {
+	if len(dst) == 0 {
+		return 0
+	}
+	return int(C.sa_ring_drain((*C.sa_event)(unsafe.Pointer(&dst[0])), C.int(len(dst))))
+}
+
+func (native) FnName(fn uint16) string {
+	p := C.sa_fn_name(C.int(fn))
+	if p == nil {
+		return ""
+	}
+	return C.GoString(p)
+}
+
+func (native) TakeLost() uint64   { return uint64(C.sa_take_lost()) }
+func (native) Now() int64         { return int64(C.sa_now_ns()) }
+func (native) StartMono() int64   { return int64(C.sa_start_mono()) }
+func (native) StartWall() int64   { return int64(C.sa_start_wall()) }
+func (native) CrashPending() int  { return int(C.sa_crash_pending()) }
+func (native) CrashAck()          { C.sa_crash_ack() }
+func (native) MarkDrainerThread() { C.sa_drainer_thread() }

@@ -1,0 +1,461 @@
+"""swapagent.core owns what both framework companions share: the ctypes binding to the agent's C ABI v1,
+storage-pointer collection over nested arguments, the storage-ops registry the agent calls to release and
+restore storages, and the per-layer reporter that turns framework hooks into ABI calls.
+
+The companion decides nothing: it reports region boundaries (input and output storage pointers, plain
+integers only), every storage saved for backward, and backward boundaries; the agent decides what stays on
+the device and calls back into the registry to release (resize to 0) or restore (resize back) a storage.
+"""
+
+import collections
+import ctypes
+import dataclasses
+import json
+import logging
+import os
+import threading
+import warnings
+
+ABI_VERSION = 1
+
+# Stable error codes and enums of swapagent.h.
+OK = 0
+EINVAL, EGROUP, EHANDLE, EORDER, ESTATE, ENOOPS, ERUNTIME, EDISABLED = -1, -2, -3, -4, -5, -6, -7, -8
+ERROR_NAMES = {
+    EINVAL: "EINVAL", EGROUP: "EGROUP", EHANDLE: "EHANDLE", EORDER: "EORDER",
+    ESTATE: "ESTATE", ENOOPS: "ENOOPS", ERUNTIME: "ERUNTIME", EDISABLED: "EDISABLED",
+}
+SAVE_PARAM = 1
+STATES = ("device", "d2h", "host", "h2d")
+KEEP_REASONS = ("internal", "input", "output", "protected", "param", "shared", "small", "duplicate")
+
+log = logging.getLogger("swapagent")
+
+_uintptr = ctypes.c_size_t  # uintptr_t: pointer-sized on every platform the agent supports
+RELEASE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, _uintptr, ctypes.c_size_t)
+RESTORE_FN = ctypes.CFUNCTYPE(_uintptr, ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t)
+
+
+class AgentError(RuntimeError):
+    """The agent library cannot be found or loaded, or speaks another ABI."""
+
+
+def group_name(index):
+    """The group of the index-th wrapped layer (the same names the emulator workload uses)."""
+    return "layer.%d" % index
+
+
+def _repo_library():
+    # shim/python/swapagent/core.py -> <repo>/build/lib/libswapagent.so
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.normpath(os.path.join(here, "..", "..", "..", "build", "lib", "libswapagent.so"))
+
+
+class Agent:
+    """The ABI of one loaded libswapagent.so; every method returns the agent's own result."""
+
+    def __init__(self, lib, path, preloaded):
+        self.lib, self.path, self.preloaded = lib, path, preloaded
+        c = ctypes
+        sig = {
+            "swapagent_abi_version": (c.c_int, []),
+            "swapagent_set_storage_ops": (c.c_int, [RELEASE_FN, RESTORE_FN, c.c_void_p]),
+            "swapagent_region_enter": (c.c_int, [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]),
+            "swapagent_save": (c.c_int64, [c.c_char_p, _uintptr, c.c_size_t, c.c_uint32]),
+            "swapagent_region_exit": (c.c_int, [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]),
+            "swapagent_protect": (c.c_int, [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]),
+            "swapagent_backward_enter": (c.c_int, [c.c_char_p]),
+            "swapagent_unpack": (_uintptr, [c.c_int64]),
+            "swapagent_backward_exit": (c.c_int, [c.c_char_p]),
+            "swapagent_state": (c.c_int, [c.c_int64]),
+            "swapagent_keep_reason": (c.c_int, [c.c_int64]),
+            "swapagent_stats_json": (c.c_int, [c.c_char_p, c.c_size_t]),
+        }
+        for name, (res, args) in sig.items():
+            fn = getattr(lib, name)  # AttributeError: not a swapagent library (checked by load())
+            fn.restype, fn.argtypes = res, args
+        # The keyword-aware region_enter is an additive extension: older libraries lack it.
+        self._enter_kw = getattr(lib, "swapagent_region_enter_kw", None)
+        if self._enter_kw is not None:
+            self._enter_kw.restype = c.c_int
+            self._enter_kw.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t, c.c_size_t]
+        self._warned = set()
+        self._warn_lock = threading.Lock()
+
+    @staticmethod
+    def _array(ptrs):
+        return (_uintptr * len(ptrs))(*ptrs) if ptrs else None
+
+    def check(self, call, rc):
+        """Logs a failed call once per (call, code); the job goes on, as the agent itself does."""
+        if rc < 0:
+            with self._warn_lock:
+                key = (call, rc)
+                if key in self._warned:
+                    return rc
+                self._warned.add(key)
+            msg = "swapagent: %s returned %s (%d)" % (call, ERROR_NAMES.get(rc, "error"), rc)
+            if rc == EDISABLED:
+                msg += ": the agent is inert (init failed, forked child, or no offload engine); nothing is swapped"
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            log.warning(msg)
+        return rc
+
+    def abi_version(self):
+        return self.lib.swapagent_abi_version()
+
+    def set_storage_ops(self, release, restore):
+        return self.check("set_storage_ops", self.lib.swapagent_set_storage_ops(release, restore, None))
+
+    def region_enter(self, group, ptrs, n_positional):
+        g = group.encode()
+        if self._enter_kw is not None:
+            rc = self._enter_kw(g, self._array(ptrs), len(ptrs), n_positional)
+        else:
+            rc = self.lib.swapagent_region_enter(g, self._array(ptrs), len(ptrs))
+        return self.check("region_enter(%s)" % group, rc)
+
+    def save(self, group, ptr, nbytes, flags):
+        return self.check("save", self.lib.swapagent_save(group.encode(), ptr, nbytes, flags))
+
+    def region_exit(self, group, ptrs):
+        return self.check("region_exit(%s)" % group,
+                          self.lib.swapagent_region_exit(group.encode(), self._array(ptrs), len(ptrs)))
+
+    def protect(self, group, ptrs):
+        return self.check("protect", self.lib.swapagent_protect(group.encode(), self._array(ptrs), len(ptrs)))
+
+    def backward_enter(self, group):
+        return self.check("backward_enter(%s)" % group, self.lib.swapagent_backward_enter(group.encode()))
+
+    def unpack(self, handle):
+        return self.lib.swapagent_unpack(handle)
+
+    def backward_exit(self, group):
+        return self.check("backward_exit(%s)" % group, self.lib.swapagent_backward_exit(group.encode()))
+
+    def state(self, handle):
+        return self.lib.swapagent_state(handle)
+
+    def keep_reason(self, handle):
+        return self.lib.swapagent_keep_reason(handle)
+
+    def stats_json(self):
+        cap = 1 << 16
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            n = self.lib.swapagent_stats_json(buf, cap)
+            if n < 0:
+                raise AgentError("swapagent_stats_json returned %d" % n)
+            if n < cap:
+                return buf.raw[:n].decode()
+            cap = n + 1
+
+
+_agent = None
+_agent_lock = threading.Lock()
+
+
+def load():
+    """The agent: preloaded if it is, else $SWAPAGENT_LIB, else <repo>/build/lib/libswapagent.so.
+
+    Loading it here (not preloaded) is fine for tests and dry runs with include_cpu=True, but only a
+    preloaded agent intercepts the runtime's calls."""
+    global _agent
+    with _agent_lock:
+        if _agent is not None:
+            return _agent
+        lib, path, preloaded = None, None, False
+        try:
+            proc = ctypes.CDLL(None)
+            if hasattr(proc, "swapagent_abi_version"):
+                lib, path, preloaded = proc, "(preloaded)", True
+        except OSError:
+            pass
+        if lib is None:
+            path = os.environ.get("SWAPAGENT_LIB") or _repo_library()
+            if not os.path.exists(path):
+                raise AgentError("swapagent: libswapagent.so is not preloaded and %s does not exist "
+                                 "(set SWAPAGENT_LIB or run `make build`)" % path)
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError as e:
+                raise AgentError("swapagent: cannot load %s: %s" % (path, e)) from None
+        try:
+            agent = Agent(lib, path, preloaded)
+        except AttributeError as e:
+            raise AgentError("swapagent: %s is not a swapagent library (%s)" % (path, e)) from None
+        v = agent.abi_version()
+        if v != ABI_VERSION:
+            raise AgentError("swapagent: %s speaks ABI %d, this companion ABI %d" % (path, v, ABI_VERSION))
+        _agent = agent
+        return agent
+
+
+def stats():
+    """The agent's stats JSON as a dict (see architecture.md, "Stats JSON")."""
+    return json.loads(load().stats_json())
+
+
+# ---- storage pointers over nested arguments -------------------------------------------------------
+
+def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
+    """Appends to out the storage pointer (a plain int, 0 for an empty storage) of every tensor found in
+    obj, however nested in tuples, lists, namedtuples, dicts and dataclasses. ptr_of(x) returns the
+    pointer of a tensor or None when x is not a tensor (or not one this companion reports).
+    No reference to any tensor is kept."""
+    if out is None:
+        out = []
+    p = ptr_of(obj)
+    if p is not None:
+        out.append(p)
+        return out
+    if _depth > 64 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return out
+    if _seen is None:
+        _seen = set()
+    if id(obj) in _seen:
+        return out
+    if isinstance(obj, (tuple, list, dict)) or dataclasses.is_dataclass(obj):
+        _seen.add(id(obj))
+    if isinstance(obj, (tuple, list)):  # namedtuples are tuples
+        for v in obj:
+            collect(v, ptr_of, out, _depth + 1, _seen)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            collect(v, ptr_of, out, _depth + 1, _seen)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            collect(getattr(obj, f.name, None), ptr_of, out, _depth + 1, _seen)
+    return out
+
+
+# ---- storage ops registry -------------------------------------------------------------------------
+
+class Registry:
+    """handle -> storage of every saved tensor the agent may ask to release or restore.
+
+    Holds storage objects (never the tensors) from swapagent_save until the group's backward_exit. The
+    framework part supplies resize(storage, nbytes) and data_ptr(storage)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries = {}  # handle -> (storage, resize, data_ptr)
+        self._by_group = collections.defaultdict(list)
+        self.errors = []  # one line per failed release/restore, for diagnosis and tests
+        # Kept alive for as long as the agent may call them: the process lifetime.
+        self._release_cb = RELEASE_FN(self._release)
+        self._restore_cb = RESTORE_FN(self._restore)
+        self._installed = False
+
+    def install(self, agent):
+        if self._installed:
+            return
+        agent.set_storage_ops(self._release_cb, self._restore_cb)
+        self._installed = True
+
+    def add(self, group, handle, storage, resize, data_ptr):
+        with self._lock:
+            self._entries[handle] = (storage, resize, data_ptr)
+            self._by_group[group].append(handle)
+
+    def forget_group(self, group):
+        with self._lock:
+            for h in self._by_group.pop(group, ()):
+                self._entries.pop(h, None)
+
+    def __len__(self):
+        with self._lock:
+            return len(self._entries)
+
+    def _get(self, handle):
+        with self._lock:
+            return self._entries.get(handle)
+
+    def _fail(self, msg):
+        self.errors.append(msg)
+        log.error(msg)
+        return msg
+
+    def _release(self, _ctx, handle, ptr, nbytes):
+        # Called by the agent (any thread): an exception must never cross back into C.
+        try:
+            e = self._get(handle)
+            if e is None:
+                self._fail("swapagent: release of unknown handle %d" % handle)
+                return -1
+            storage, resize, data_ptr = e
+            cur = data_ptr(storage)
+            if cur != ptr:
+                self._fail("swapagent: release of handle %d at %#x, but its storage is at %#x" % (handle, ptr, cur))
+                return -1
+            resize(storage, 0)
+            return 0
+        except BaseException as ex:  # noqa: BLE001 - reported to the agent as a failed op
+            self._fail("swapagent: release of handle %d failed: %s" % (handle, ex))
+            return -1
+
+    def _restore(self, _ctx, handle, nbytes):
+        try:
+            e = self._get(handle)
+            if e is None:
+                self._fail("swapagent: restore of unknown handle %d" % handle)
+                return 0
+            storage, resize, data_ptr = e
+            resize(storage, nbytes)
+            return data_ptr(storage)
+        except BaseException as ex:  # noqa: BLE001
+            self._fail("swapagent: restore of handle %d failed: %s" % (handle, ex))
+            return 0
+
+
+registry = Registry()
+
+
+# ---- the per-layer reporter -----------------------------------------------------------------------
+
+class Packed:
+    """What the saved-tensor pack hook returns: the agent's handle and the saved tensor itself (the
+    release resizes its storage in place, so holding it costs no device memory once released)."""
+    __slots__ = ("handle", "tensor")
+
+    def __init__(self, handle, tensor):
+        self.handle, self.tensor = handle, tensor
+
+
+class Framework:
+    """What a framework part supplies to Layer; every method takes or returns plain values."""
+    name = "?"
+
+    def storage(self, t):
+        """The storage of tensor t, or None when t is not a tensor this companion reports."""
+        raise NotImplementedError
+
+    def storage_ptr(self, s):
+        raise NotImplementedError
+
+    def storage_nbytes(self, s):
+        raise NotImplementedError
+
+    def resize(self, s, nbytes):
+        raise NotImplementedError
+
+    def param_ptrs(self, module):
+        raise NotImplementedError
+
+
+class Layer:
+    """Reports one wrapped module (group) to the agent. The framework part registers the hooks and
+    forwards them here."""
+
+    def __init__(self, agent, fw, module, group, include_cpu):
+        self.agent, self.fw, self.module, self.group = agent, fw, module, group
+        self.include_cpu = include_cpu
+        self._params = frozenset()
+        self._ptr_of = self._make_ptr_of()
+        # (handle, storage ptr, nbytes, flags) of every save of the latest forward: plain ints, for
+        # inspection (keep reasons, states) and tests.
+        self.saved = []
+
+    def _make_ptr_of(self):
+        fw = self.fw
+
+        def ptr_of(x):
+            s = fw.storage(x)
+            if s is None:
+                return None
+            # An empty storage has no usable address whatever the framework still stores: report 0 so
+            # the agent sees a released storage being passed in.
+            return fw.storage_ptr(s) if fw.storage_nbytes(s) > 0 else 0
+        return ptr_of
+
+    def pointers(self, obj):
+        return collect(obj, self._ptr_of)
+
+    def forward_pre(self, args, kwargs):
+        self._params = frozenset(self.fw.param_ptrs(self.module))
+        self.saved = []
+        ptrs = collect(args, self._ptr_of)
+        n_pos = len(ptrs)
+        collect(kwargs or {}, self._ptr_of, ptrs)
+        self.agent.region_enter(self.group, ptrs, n_pos)
+
+    def forward_post(self, output):
+        self.agent.region_exit(self.group, collect(output, self._ptr_of))
+        self._params = frozenset()
+
+    def pack(self, t):
+        fw = self.fw
+        s = fw.storage(t)
+        if s is None:
+            return t
+        nbytes = fw.storage_nbytes(s)
+        ptr = fw.storage_ptr(s)
+        if nbytes == 0 or ptr == 0:  # nothing to move (hyper-parallel skips empty storages too)
+            return t
+        flags = SAVE_PARAM if ptr in self._params else 0
+        h = self.agent.save(self.group, ptr, nbytes, flags)
+        if h < 0:
+            return t
+        registry.add(self.group, h, s, fw.resize, fw.storage_ptr)
+        self.saved.append((h, ptr, nbytes, flags))
+        return Packed(h, t)
+
+    def unpack(self, p):
+        if not isinstance(p, Packed):
+            return p
+        base = self.agent.unpack(p.handle)
+        if base == 0:
+            self.agent.check("unpack(%d)" % p.handle, ERUNTIME)
+        return p.tensor
+
+    def backward_enter(self):
+        self.agent.backward_enter(self.group)
+
+    def backward_exit(self):
+        self.agent.backward_exit(self.group)
+        registry.forget_group(self.group)
+
+
+class Handle:
+    """What layer_swap returns: remove() takes every hook off again."""
+
+    def __init__(self, layers, removers):
+        self.layers = layers
+        self._removers = removers
+
+    @property
+    def groups(self):
+        return [l.group for l in self.layers]
+
+    def remove(self):
+        while self._removers:
+            self._removers.pop()()
+
+
+def select(layers, swap):
+    """(index, module) pairs to wrap: all when swap is None, else the given indices (checked)."""
+    layers = list(layers)
+    if swap is None:
+        idx = range(len(layers))
+    else:
+        idx = sorted(set(int(i) for i in swap))
+        bad = [i for i in idx if i < 0 or i >= len(layers)]
+        if bad:
+            raise ValueError("swapagent: swap indices %s out of range for %d layers" % (bad, len(layers)))
+    return [(i, layers[i]) for i in idx]
+
+
+def start(prefetch):
+    """Loads the agent, installs the storage ops once, and checks prefetch against the agent's."""
+    agent = load()
+    registry.install(agent)
+    if prefetch is not None:
+        try:
+            have = json.loads(agent.stats_json()).get("prefetch")
+        except (AgentError, ValueError):
+            have = None
+        if have is not None and int(have) != int(prefetch):
+            warnings.warn("swapagent: prefetch=%d asked, but the agent prefetches %d groups: the agent reads "
+                          "SWAPAGENT_PREFETCH at load" % (prefetch, have), RuntimeWarning, stacklevel=3)
+    return agent

@@ -1,0 +1,132 @@
+"""swapagent.torch: the torch (>= 2.0) companion. It registers, per wrapped module, a forward pre-hook with
+kwargs (region enter with positional and keyword input pointers, saved-tensor hooks pushed), a forward hook
+(region exit with output pointers, hooks popped), and full backward pre/post hooks (backward enter/exit);
+the agent releases and restores saved storages through untyped_storage().resize_().
+
+    import swapagent.torch as sa
+    h = sa.layer_swap(model.layers, swap=range(11))
+    ...
+    h.remove()
+"""
+
+import inspect
+
+import torch as _torch
+
+from . import core
+
+stats = core.stats
+group_name = core.group_name
+
+MIN_VERSION = (2, 0)
+
+
+def _version():
+    parts = []
+    for p in _torch.__version__.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in p if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def _check_version():
+    sig = inspect.signature(_torch.nn.Module.register_forward_pre_hook).parameters
+    if _version() < MIN_VERSION or "with_kwargs" not in sig or \
+            not hasattr(_torch.nn.Module, "register_full_backward_pre_hook"):
+        raise RuntimeError("swapagent.torch needs torch >= 2.0 (register_forward_pre_hook(with_kwargs=True), "
+                           "register_full_backward_pre_hook); found torch %s" % _torch.__version__)
+
+
+class Torch(core.Framework):
+    name = "torch"
+
+    def __init__(self, include_cpu):
+        self.include_cpu = include_cpu
+
+    def storage(self, t):
+        if not isinstance(t, _torch.Tensor):
+            return None
+        if t.device.type == "cpu" and not self.include_cpu:
+            return None
+        if t.is_sparse or t.device.type == "meta":
+            return None
+        try:
+            return t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse layouts, functional wrappers: no storage
+            return None
+
+    def storage_ptr(self, s):
+        return s.data_ptr()
+
+    def storage_nbytes(self, s):
+        return s.nbytes()
+
+    def resize(self, s, nbytes):
+        s.resize_(nbytes)
+
+    def param_ptrs(self, module):
+        ptrs = set()
+        for t in list(module.parameters()) + list(module.buffers()):
+            s = self.storage(t)
+            if s is not None and s.nbytes() > 0:
+                ptrs.add(s.data_ptr())
+        return ptrs
+
+
+def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
+    """Reports the given modules (swap: the indices to wrap, all when None) to the agent as groups
+    layer.<i>; returns a handle whose remove() takes every hook off."""
+    _check_version()
+    agent = core.start(prefetch)
+    fw = Torch(include_cpu)
+    removers, wrapped = [], []
+    always = "always_call" in inspect.signature(_torch.nn.Module.register_forward_hook).parameters
+    try:
+        for i, module in core.select(layers, swap):
+            if not isinstance(module, _torch.nn.Module):
+                raise TypeError("swapagent.torch.layer_swap: layer %d is a %s, not a torch.nn.Module"
+                                % (i, type(module).__name__))
+            layer = core.Layer(agent, fw, module, core.group_name(i), include_cpu)
+            wrapped.append(layer)
+            removers.extend(_install(module, layer, always))
+    except BaseException:
+        while removers:
+            removers.pop()()
+        raise
+    return core.Handle(wrapped, removers)
+
+
+def _install(module, layer, always):
+    active = []  # saved_tensors_hooks contexts pushed by the pre-hook, popped by the forward hook
+
+    def pre(_mod, args, kwargs):
+        layer.forward_pre(args, kwargs)
+        ctx = _torch.autograd.graph.saved_tensors_hooks(layer.pack, layer.unpack)
+        ctx.__enter__()
+        active.append(ctx)
+        return None
+
+    def post(_mod, _args, output):
+        try:
+            if active:
+                active.pop().__exit__(None, None, None)
+        finally:
+            layer.forward_post(output)
+        return None
+
+    def bwd_pre(_mod, _grad_output):
+        layer.backward_enter()
+        return None
+
+    def bwd_post(_mod, _grad_input, _grad_output):
+        layer.backward_exit()
+        return None
+
+    kw = {"always_call": True} if always else {}
+    handles = [
+        module.register_forward_pre_hook(pre, with_kwargs=True),
+        module.register_forward_hook(post, **kw),
+        module.register_full_backward_pre_hook(bwd_pre),
+        module.register_full_backward_hook(bwd_post),
+    ]
+    return [h.remove for h in handles]

@@ -1,0 +1,47 @@
+# shim/shim.mk: builds libswapagent.so (the C interposers of shim/c, strict-warning object linked
+# whole into the Go c-shared library of shim/*.go and agent/), installs swapagent.h, builds the C test
+# programs of shim/c/test and the shim benchmark.
+SHIM_C_SRCS := $(sort $(wildcard shim/c/*.c))
+SHIM_C_HDRS := $(sort $(wildcard shim/c/*.h shim/c/*.def))
+SHIM_OBJDIR := $(BUILD)/obj/shim
+SHIM_OBJS := $(patsubst shim/c/%.c,$(SHIM_OBJDIR)/%.o,$(SHIM_C_SRCS))
+SHIM_ARCHIVE := $(SHIM_OBJDIR)/sashim.o
+SHIM_LIB := $(BUILD)/lib/libswapagent.so
+SHIM_GO_SRCS := $(sort $(wildcard shim/*.go agent/*.go internal/buildinfo/*.go trace/*.go offload/*.go tracker/*.go))
+SHIM_TEST_SRCS := $(sort $(wildcard shim/c/test/*.c))
+SHIM_TEST_BINS := $(patsubst shim/c/test/sa_%.c,$(BUILD)/test/sa-%,$(SHIM_TEST_SRCS))
+SHIM_CFLAGS := $(CFLAGS) -fno-semantic-interposition -fvisibility=hidden -I$(ACL_INC) -Ishim/c
+
+BUILD_TARGETS += $(SHIM_LIB) $(BUILD)/include/swapagent.h $(SHIM_TEST_BINS)
+BENCHES += bench-shim
+
+$(SHIM_OBJDIR)/%.o: shim/c/%.c $(SHIM_C_HDRS)
+	@mkdir -p $(@D)
+	$(CC) $(SHIM_CFLAGS) -c -o $@ $<
+
+# One relocatable object, so cgo links every interposer (an archive would only give what Go references).
+$(SHIM_ARCHIVE): $(SHIM_OBJS)
+	$(CC) -r -nostdlib -o $@ $^
+
+# See shim/main.go for the cgo LDFLAGS that name the object; the Go build cache decides what to rebuild.
+$(SHIM_LIB): $(SHIM_ARCHIVE) $(SHIM_GO_SRCS) go.mod
+	@mkdir -p $(@D)
+	$(GO) build -buildmode=c-shared -o $@ ./shim
+	@rm -f $(BUILD)/lib/libswapagent.h
+
+$(BUILD)/include/swapagent.h: shim/c/swapagent.h
+	@mkdir -p $(@D)
+	cp $< $@
+
+# Test programs: plain C against the ACL headers; --as-needed links the emulator only into those that call it
+# directly (sa-latedl must load it itself, late).
+$(BUILD)/test/sa-%: shim/c/test/sa_%.c shim/c/swapagent.h $(ASCEND)/lib64/libascendcl.so
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I$(ACL_INC) -Ishim/c -o $@ $< -Wl,--as-needed -L$(ASCEND)/lib64 -lascendcl \
+		-Wl,-rpath,'$$ORIGIN/../ascend/latest/lib64' -Wl,--enable-new-dtags -ldl -lpthread
+
+# bench-shim: added ns per intercepted call, and mean bytes per event of a decoder-sim trace.
+.PHONY: bench-shim
+bench-shim: $(SHIM_LIB) $(BUILD)/test/sa-bench
+	@d=$$(mktemp -d); LD_PRELOAD=$(abspath $(SHIM_LIB)) SWAPAGENT_OUT=$$d $(BUILD)/test/sa-bench; rm -rf $$d
+	@$(GO) run ./shim/cmd/tracebytes $(abspath $(SHIM_LIB)) $(abspath $(BUILD)/bin/decoder-sim)

@@ -1,0 +1,194 @@
+// helpers_test.go owns what every preload test needs: a clean environment with the agent preloaded,
+// bounded subprocesses, the intercepted-name table parsed from shim/c/hooks.def, and trace counting.
+package shimtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"swapagent/internal/testenv"
+	"swapagent/trace"
+)
+
+// baseEnv is the test's environment without anything that would steer the agent.
+func baseEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "SWAPAGENT_") || k == "LD_PRELOAD" || k == "MS_ROLE" || k == "RANK" ||
+			k == "RANK_ID" || strings.HasPrefix(k, "ACLSIM_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// agentEnv preloads the agent with its output in out.
+func agentEnv(t *testing.T, out string, extra ...string) []string {
+	t.Helper()
+	lib := testenv.Path(t, testenv.AgentLib)
+	return append(append(baseEnv(), "LD_PRELOAD="+lib, "SWAPAGENT_OUT="+out), extra...)
+}
+
+type result struct {
+	stdout, stderr string
+	err            error
+}
+
+// run runs a command with env, bounded by timeout.
+func run(t *testing.T, timeout time.Duration, env []string, name string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v: timed out after %v\nstderr: %s", name, args, timeout, errb.String())
+	}
+	return result{out.String(), errb.String(), err}
+}
+
+// intercepted returns the names hooks.def interposes (SA_HOOK, SA_CUSTOM, SA_LAUNCH).
+func intercepted(t *testing.T) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.Root(t), "shim/c/hooks.def"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^SA_(?:HOOK\([^,]+,|CUSTOM\([^,]+,|LAUNCH\()\s*(\w+)`)
+	names := map[string]bool{}
+	for _, m := range re.FindAllSubmatch(b, -1) {
+		names[string(m[1])] = true
+	}
+	if len(names) < 20 {
+		t.Fatalf("hooks.def: parsed only %d names", len(names))
+	}
+	return names
+}
+
+// isLaunch reports whether name is an aclnn launch the dlsym hook traces generically.
+func isLaunch(name string) bool {
+	return strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize")
+}
+
+// traceFile returns the one trace in dir.
+func traceFile(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := trace.FindTraces(dir)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("want one trace in %s, got %v (%v)", dir, files, err)
+	}
+	return files[0]
+}
+
+// summary is what the tests read from a trace: KindCall counts by name and a few other facts.
+type summary struct {
+	calls  map[string]uint64
+	kinds  map[trace.Kind]int
+	lost   uint64
+	logs   []string
+	events int
+	err    error // what stopped the reader (nil at a clean end)
+}
+
+// readSummary streams a trace (it may hold tens of millions of events).
+func readSummary(t *testing.T, path string) summary {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r, err := trace.NewReader(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	s := summary{calls: map[string]uint64{}, kinds: map[trace.Kind]int{}}
+	names := map[uint16]string{}
+	var ev trace.Event
+	for {
+		err := r.Next(&ev)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			s.err = err
+			break
+		}
+		s.events++
+		s.kinds[ev.Kind]++
+		switch ev.Kind {
+		case trace.KindFunc:
+			names[ev.Fn] = ev.Text
+		case trace.KindCall:
+			name, ok := names[ev.Fn]
+			if !ok {
+				t.Fatalf("%s: call of fn %d before its KindFunc", path, ev.Fn)
+			}
+			s.calls[name]++
+		case trace.KindLost:
+			s.lost += ev.Args[0]
+		case trace.KindLog:
+			s.logs = append(s.logs, ev.Text)
+		}
+	}
+	return s
+}
+
+// decoderCalls parses decoder-sim's `calls <fn> <n>` lines.
+func decoderCalls(t *testing.T, stdout string) map[string]uint64 {
+	t.Helper()
+	calls := map[string]uint64{}
+	for _, line := range strings.Split(stdout, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "calls" {
+			n, err := strconv.ParseUint(f[2], 10, 64)
+			if err != nil {
+				t.Fatalf("bad line %q", line)
+			}
+			calls[f[1]] = n
+		}
+	}
+	if len(calls) == 0 {
+		t.Fatalf("decoder-sim printed no calls lines:\n%s", stdout)
+	}
+	return calls
+}
+
+// agentLines returns the stderr lines the agent wrote: its own "swapagent:" lines and any zap line.
+func agentLines(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "swapagent:") || strings.Contains(l, "\tWARN\t") || strings.Contains(l, "\tERROR\t") ||
+			strings.Contains(l, "\tINFO\t") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}

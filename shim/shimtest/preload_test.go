@@ -1,0 +1,300 @@
+// preload_test.go proves the shim and the agent on real processes: call counts against decoder-sim's own,
+// a runtime dlopen'ed late, fork without exec, 16 threads x 1M pairs, SIGKILL and fatal signals, bad
+// configuration, msrun's scheduler, and Python with ctypes and KeyboardInterrupt.
+package shimtest
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"swapagent/internal/testenv"
+	"swapagent/trace"
+)
+
+func TestDecoderSimCountsMatch(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	hooked := intercepted(t)
+	for _, link := range []string{"direct", "dlsym"} {
+		t.Run(link, func(t *testing.T) {
+			out := t.TempDir()
+			r := run(t, 2*time.Minute, agentEnv(t, out), sim, "--steps", "2", "--link", link)
+			if r.err != nil {
+				t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
+			}
+			want := decoderCalls(t, r.stdout)
+			s := readSummary(t, traceFile(t, out))
+			if s.err != nil {
+				t.Fatalf("trace: %v", s.err)
+			}
+			compared := 0
+			for fn, n := range want {
+				if !hooked[fn] && !(link == "dlsym" && isLaunch(fn)) {
+					continue
+				}
+				compared++
+				if s.calls[fn] != n {
+					t.Errorf("%s: trace has %d calls, decoder-sim made %d", fn, s.calls[fn], n)
+				}
+			}
+			if compared < 15 {
+				t.Errorf("compared only %d functions", compared)
+			}
+			if s.kinds[trace.KindMeta] != 1 || s.kinds[trace.KindStats] != 1 || s.lost != 0 {
+				t.Errorf("meta %d, stats %d, lost %d", s.kinds[trace.KindMeta], s.kinds[trace.KindStats], s.lost)
+			}
+			t.Logf("%s: %d functions compared, %d events", link, compared, s.events)
+		})
+	}
+}
+
+func TestLateDlopenIsTracedAndDladdrNamesTheRuntime(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-latedl")
+	lib := testenv.Path(t, testenv.ACLLib)
+	out := t.TempDir()
+	r := run(t, time.Minute, agentEnv(t, out), prog, lib, "1000")
+	if r.err != nil {
+		t.Fatalf("sa-latedl: %v\n%s%s", r.err, r.stdout, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "dladdr "+lib+"\n") {
+		t.Errorf("dladdr on the dlsym'ed aclrtMalloc should name %s; output:\n%s", lib, r.stdout)
+	}
+	if !strings.Contains(r.stdout, "rtld_next found") {
+		t.Errorf("dlsym(RTLD_NEXT) from the program lost its caller:\n%s", r.stdout)
+	}
+	s := readSummary(t, traceFile(t, out))
+	if s.err != nil || s.calls["aclrtMalloc"] != 1000 || s.calls["aclrtFree"] != 1000 || s.calls["aclInit"] != 1 {
+		t.Errorf("trace: malloc %d free %d init %d (%v)", s.calls["aclrtMalloc"], s.calls["aclrtFree"],
+			s.calls["aclInit"], s.err)
+	}
+}
+
+func TestForkWithoutExecNeverHangs(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-fork")
+	out := t.TempDir()
+	r := run(t, 3*time.Minute, agentEnv(t, out), prog, "50")
+	t.Log(strings.TrimSpace(r.stdout))
+	if r.err != nil || !strings.Contains(r.stdout, "trials 50 hangs 0 failures 0") {
+		t.Fatalf("sa-fork: %v\n%s%s", r.err, r.stdout, r.stderr)
+	}
+	// Only the parent writes a trace: children never enter Go.
+	files, _ := trace.FindTraces(out)
+	if len(files) != 1 {
+		t.Errorf("want the parent's trace only, got %v", files)
+	}
+}
+
+func TestSixteenThreadsMillionPairsExact(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-stress")
+	const threads, pairs = 16, 1000000
+	out := t.TempDir()
+	start := time.Now()
+	// The emulator's free-range quarantine makes 16M frees superlinear; it is not what this test measures.
+	r := run(t, 3*time.Minute, agentEnv(t, out, "ACLSIM_QUARANTINE=0"), prog, "16", "1000000")
+	if r.err != nil {
+		t.Fatalf("sa-stress: %v\n%s", r.err, r.stderr)
+	}
+	t.Logf("16 x 1M pairs under the agent: %v", time.Since(start).Round(time.Millisecond))
+	s := readSummary(t, traceFile(t, out))
+	if s.err != nil {
+		t.Fatalf("trace: %v", s.err)
+	}
+	if s.calls["aclrtMalloc"] != threads*pairs || s.calls["aclrtFree"] != threads*pairs {
+		t.Errorf("trace: %d mallocs, %d frees; want %d each", s.calls["aclrtMalloc"], s.calls["aclrtFree"],
+			threads*pairs)
+	}
+	if s.lost != 0 || s.kinds[trace.KindLost] != 0 {
+		t.Errorf("events lost: %d", s.lost)
+	}
+}
+
+func TestSIGKILLLeavesAReadableTrace(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	cli := testenv.Path(t, testenv.CLI)
+	out := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, sim, "--steps", "1000")
+	cmd.Env = agentEnv(t, out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Kill once some batches are on disk, mid-run.
+	var path string
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		files, _ := trace.FindTraces(out)
+		if len(files) == 1 {
+			if st, err := os.Stat(files[0]); err == nil && st.Size() > 200<<10 {
+				path = files[0]
+				break
+			}
+		}
+	}
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	if path == "" {
+		t.Fatal("no trace grew past 200 KiB within a minute")
+	}
+	_, evs, err := trace.ReadFile(path)
+	if err != nil && !errors.Is(err, trace.ErrTruncated) {
+		t.Fatalf("ReadFile after SIGKILL: %v", err)
+	}
+	if len(evs) < 1000 {
+		t.Fatalf("only %d events before the kill", len(evs))
+	}
+	r := run(t, time.Minute, baseEnv(), cli, "report", "--format", "json", path)
+	if r.err != nil || !json.Valid([]byte(r.stdout)) {
+		t.Fatalf("swapagent report on the killed trace: %v\n%s", r.err, r.stderr)
+	}
+	t.Logf("%d events readable after SIGKILL (reader: %v)", len(evs), err)
+}
+
+func TestFatalSignalFlushesTheRing(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-crash")
+	for _, mode := range []string{"abort", "segv"} {
+		t.Run(mode, func(t *testing.T) {
+			out := t.TempDir()
+			r := run(t, time.Minute, agentEnv(t, out), prog, "5000", mode)
+			if exitCode(r.err) == 0 || !strings.Contains(r.stdout, "allocated") {
+				t.Fatalf("sa-crash %s: %v\n%s", mode, r.err, r.stdout)
+			}
+			s := readSummary(t, traceFile(t, out))
+			if s.err != nil && !errors.Is(s.err, trace.ErrTruncated) {
+				t.Fatalf("trace: %v", s.err)
+			}
+			if s.calls["aclrtMalloc"] != 5000 || s.calls["aclrtFree"] != 5000 {
+				t.Errorf("trace: %d mallocs, %d frees before the crash; want 5000 each", s.calls["aclrtMalloc"],
+					s.calls["aclrtFree"])
+			}
+			found := false
+			for _, l := range s.logs {
+				found = found || strings.Contains(l, "fatal signal")
+			}
+			if !found {
+				t.Errorf("no fatal-signal log record in %q", s.logs)
+			}
+		})
+	}
+}
+
+func TestBadConfigChangesNothingButOneLine(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	plain := run(t, time.Minute, baseEnv(), sim, "--steps", "2")
+	if plain.err != nil {
+		t.Fatalf("decoder-sim alone: %v", plain.err)
+	}
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"policy", agentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=bogus"),
+			`swapagent: SWAPAGENT_POLICY="bogus" is not one of safe, outputs-only, off; using safe`},
+		{"out", agentEnv(t, filepath.Join(notDir, "out")), "swapagent: cannot write to SWAPAGENT_OUT="},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := run(t, time.Minute, c.env, sim, "--steps", "2")
+			if r.err != nil {
+				t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
+			}
+			if r.stdout != plain.stdout {
+				t.Errorf("stdout differs from a run without the agent:\n%s\n---\n%s", r.stdout, plain.stdout)
+			}
+			lines := agentLines(r.stderr)
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
+				t.Errorf("want exactly one agent line starting %q, got %q", c.want, lines)
+			}
+		})
+	}
+}
+
+func TestSchedulerStaysInert(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	out := t.TempDir()
+	r := run(t, time.Minute, agentEnv(t, out, "MS_ROLE=MS_SCHED"), sim, "--steps", "1")
+	if r.err != nil {
+		t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
+	}
+	if files, _ := trace.FindTraces(out); len(files) != 0 {
+		t.Errorf("the scheduler wrote %v", files)
+	}
+}
+
+func TestPythonUnderThePreload(t *testing.T) {
+	const py = "/usr/bin/python3"
+	out := t.TempDir()
+	t.Run("ctypes", func(t *testing.T) {
+		script := `
+import ctypes, json
+lib = ctypes.CDLL(None)
+print("abi", lib.swapagent_abi_version())
+buf = ctypes.create_string_buffer(1 << 16)
+n = lib.swapagent_stats_json(buf, len(buf))
+assert 0 < n < len(buf), n
+print("keys", ",".join(sorted(json.loads(buf.value.decode()))))
+`
+		r := run(t, time.Minute, agentEnv(t, out), py, "-c", script)
+		if r.err != nil {
+			t.Fatalf("python: %v\n%s", r.err, r.stderr)
+		}
+		if !strings.Contains(r.stdout, "abi 1\n") || !strings.Contains(r.stdout, "offloaded_bytes") ||
+			!strings.Contains(r.stdout, "runtime") {
+			t.Errorf("output:\n%s", r.stdout)
+		}
+		if lines := agentLines(r.stderr); len(lines) != 0 {
+			t.Errorf("agent wrote to stderr: %q", lines)
+		}
+	})
+	t.Run("KeyboardInterrupt", func(t *testing.T) {
+		script := `
+import time
+try:
+    print("ready", flush=True)
+    time.sleep(30)
+    print("slept")
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+`
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, py, "-c", script)
+		cmd.Env = agentEnv(t, out)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		if !sc.Scan() || sc.Text() != "ready" {
+			t.Fatalf("no ready line: %q", sc.Text())
+		}
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		var rest []string
+		for sc.Scan() {
+			rest = append(rest, sc.Text())
+		}
+		if err := cmd.Wait(); err != nil || strings.Join(rest, "\n") != "interrupted" {
+			t.Fatalf("after SIGINT: %v, output %q", err, rest)
+		}
+	})
+	if files, _ := trace.FindTraces(out); len(files) != 0 {
+		t.Errorf("a process that never called the runtime wrote %v", files)
+	}
+}
