@@ -6,6 +6,8 @@
 package doctor
 
 import (
+	"swapagent/acllog"
+
 	"errors"
 	"fmt"
 	"io/fs"
@@ -38,18 +40,18 @@ type Fault struct {
 	ReleasedBy string  `json:"released_by,omitempty"` // group whose swap released it
 	Owner      string  `json:"owner,omitempty"`       // who still owned it
 
-	Rank        int         `json:"rank"` // -1: unknown (scheduler or an unnamed log)
-	Log         string      `json:"log,omitempty"`
-	Line        int         `json:"line,omitempty"`
-	Source      string      `json:"source"` // "log", or "trace" for a fault only the agent recorded
-	Op          string      `json:"op,omitempty"`
-	TensorIndex *int        `json:"tensor_index"`
-	Record      *Record     `json:"record,omitempty"`
-	AddrKind    string      `json:"addr_kind"` // null, near-null, non-null, unknown
-	SizeInfo    *SizeInfo   `json:"size_info,omitempty"`
-	StorageRef  *StorageRef `json:"storage_ref,omitempty"`
-	Causes      []string    `json:"causes"` // most likely first
-	Advice      []string    `json:"advice"`
+	Rank        int              `json:"rank"` // -1: unknown (scheduler or an unnamed log)
+	Log         string           `json:"log,omitempty"`
+	Line        int              `json:"line,omitempty"`
+	Source      string           `json:"source"` // "log", or "trace" for a fault only the agent recorded
+	Op          string           `json:"op,omitempty"`
+	TensorIndex *int             `json:"tensor_index"`
+	Record      *acllog.Record   `json:"record,omitempty"`
+	AddrKind    string           `json:"addr_kind"` // null, near-null, non-null, unknown
+	SizeInfo    *acllog.SizeInfo `json:"size_info,omitempty"`
+	StorageRef  *StorageRef      `json:"storage_ref,omitempty"`
+	Causes      []string         `json:"causes"` // most likely first
+	Advice      []string         `json:"advice"`
 }
 
 // nearNullLimit: addresses below it are a null base plus a view offset, never a real device address.
@@ -221,28 +223,28 @@ func Diagnose(dir string) (*Result, error) {
 	return res, nil
 }
 
-func parseFile(path string) ([]Record, error) {
+func parseFile(path string) ([]acllog.Record, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	recs, err := ParseLog(f)
+	recs, err := acllog.ParseLog(f)
 	if recs == nil {
-		recs = []Record{}
+		recs = []acllog.Record{}
 	}
 	return recs, err
 }
 
-func faultFromRecord(lf logFile, name string, rec *Record) Fault {
+func faultFromRecord(lf logFile, name string, rec *acllog.Record) Fault {
 	f := Fault{Rank: lf.rank, Log: name, Line: rec.Line, Source: "log", Kernel: rec.KernelName, Record: rec}
 	if f.Kernel != "" {
-		f.Op = KernelOp(f.Kernel)
+		f.Op = acllog.KernelOp(f.Kernel)
 	} else if rec.FailedOp != "" {
 		f.Op = strings.TrimPrefix(rec.FailedOp, "aclnn")
 	}
 	// The faulting tensor: a null or near-null one, else the first dumped.
-	var pick *Tensor
+	var pick *acllog.Tensor
 	for i := range rec.Tensors {
 		t := &rec.Tensors[i]
 		if t.Addr != nil && nearNull(*t.Addr) {
@@ -379,7 +381,7 @@ func attachTraces(res *Result, all []*traceIndex) {
 			addr, size := uint64(tf.Addr), uint64(tf.Size)
 			f := Fault{Rank: ix.hdr.Rank, Source: "trace", Log: ix.path, Kernel: tf.Kernel, Addr: &addr, Size: &size,
 				TensorIndex: tf.TensorIndex, StorageRef: ix.fromFault(tf)}
-			f.Op = KernelOp(strings.TrimPrefix(tf.Kernel, "aclnn"))
+			f.Op = acllog.KernelOp(strings.TrimPrefix(tf.Kernel, "aclnn"))
 			f.fillFromRef()
 			res.Faults = append(res.Faults, f)
 		}

@@ -328,3 +328,16 @@ func TestCorruptTraceIsANote(t *testing.T) {
 		t.Fatalf("faults %d traces %v notes %v", len(res.Faults), res.Traces, res.Notes)
 	}
 }
+
+func TestCompressNames(t *testing.T) {
+	for in, want := range map[string]string{
+		"layer.0,layer.1,layer.2,layer.3,layer.4,layer.5,layer.6,layer.7,layer.8,layer.9,layer.10": "layer.0..layer.10",
+		"layer.3,layer.1":         "layer.1, layer.3",
+		"layer.1,layer.2,mlp":     "mlp, layer.1, layer.2",
+		"layer.4,layer.5,layer.6": "layer.4..layer.6",
+	} {
+		if got := compressNames(strings.Split(in, ",")); got != want {
+			t.Errorf("compressNames(%s) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -2,6 +2,8 @@
 package doctor
 
 import (
+	"swapagent/acllog"
+
 	"fmt"
 	"io"
 	"strings"
@@ -41,11 +43,11 @@ func explain(f *Fault) {
 		f.AddrKind = "non-null"
 	}
 	if f.Size != nil && *f.Size > 0 {
-		si := ExplainSize(*f.Size)
+		si := acllog.ExplainSize(*f.Size)
 		f.SizeInfo = &si
 	}
 	ref := f.StorageRef
-	rope, isRoPE := Shape{}, false
+	rope, isRoPE := acllog.Shape{}, false
 	if f.SizeInfo != nil {
 		rope, isRoPE = f.SizeInfo.RoPEMatch()
 	}

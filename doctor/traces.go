@@ -4,6 +4,8 @@
 package doctor
 
 import (
+	"swapagent/acllog"
+
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,7 +64,7 @@ func (u *jsonUint) UnmarshalJSON(b []byte) error {
 	if s == "null" || s == "" {
 		return nil
 	}
-	v, ok := parseUint(s)
+	v, ok := acllog.ParseUint(s)
 	if !ok {
 		return fmt.Errorf("not an unsigned integer: %.40s", s)
 	}

@@ -1,6 +1,6 @@
 // size.go owns the size explanation: it factorises a faulting tensor's byte size into plausible
 // transformer tensor shapes per dtype, most likely first, and says when one is a RoPE cos/sin table.
-package doctor
+package acllog
 
 import (
 	"fmt"

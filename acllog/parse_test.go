@@ -1,6 +1,6 @@
 // parse_test.go proves the log parser on the shapes real logs take, the size explanation, and fuzzes
 // the parser (FuzzParseLog).
-package doctor
+package acllog
 
 import (
 	"bufio"
@@ -132,19 +132,6 @@ func TestExplainSize(t *testing.T) {
 	}
 }
 
-func TestCompressNames(t *testing.T) {
-	for in, want := range map[string]string{
-		"layer.0,layer.1,layer.2,layer.3,layer.4,layer.5,layer.6,layer.7,layer.8,layer.9,layer.10": "layer.0..layer.10",
-		"layer.3,layer.1":         "layer.1, layer.3",
-		"layer.1,layer.2,mlp":     "mlp, layer.1, layer.2",
-		"layer.4,layer.5,layer.6": "layer.4..layer.6",
-	} {
-		if got := compressNames(strings.Split(in, ",")); got != want {
-			t.Errorf("compressNames(%s) = %q, want %q", in, got, want)
-		}
-	}
-}
-
 func FuzzParseLog(f *testing.F) {
 	for _, name := range []string{"worker_0.log", "worker_1.log", "scheduler.log"} {
 		fh, err := os.Open(filepath.Join(ropeFixture, name))
@@ -187,3 +174,4 @@ func FuzzParseLog(f *testing.F) {
 		}
 	})
 }
+const ropeFixture = "../doctor/testdata/msrun-rope"

@@ -1,6 +1,10 @@
+// Package acllog parses the Ascend runtime's fault lines (aicore exception, MTE out of range, kernel_name,
+// tensor index, addr, size, 507xxx codes): in msrun worker logs for doctor, and in aclGetRecentErrMsg for
+// the agent. One parser for both.
+//
 // parse.go owns the log parser: it recognises the Ascend runtime's fault lines in msrun worker logs,
 // whatever prefix the logger put in front of them, and groups nearby lines into fault records.
-package doctor
+package acllog
 
 import (
 	"bufio"
@@ -264,7 +268,7 @@ func (p *parser) line(s string) {
 		p.touch(r)
 	}
 	if m := reAddr.FindStringSubmatch(s); m != nil {
-		if v, ok := parseUint(m[1]); ok {
+		if v, ok := ParseUint(m[1]); ok {
 			t := r.tensorForField()
 			if t != nil && t.Addr == nil {
 				t.Addr = &v
@@ -273,7 +277,7 @@ func (p *parser) line(s string) {
 		}
 	}
 	if m := reSize.FindStringSubmatch(s); m != nil {
-		if v, ok := parseUint(m[1]); ok {
+		if v, ok := ParseUint(m[1]); ok {
 			t := r.tensorForField()
 			if t != nil && t.Size == nil {
 				t.Size = &v
@@ -321,7 +325,8 @@ func (r *Record) tensorForField() *Tensor {
 	return &r.Tensors[r.curTensor]
 }
 
-func parseUint(s string) (uint64, bool) {
+// ParseUint reads a decimal or 0x-prefixed hexadecimal number, as the runtime prints addresses and sizes.
+func ParseUint(s string) (uint64, bool) {
 	var v uint64
 	var err error
 	if len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X") {
