@@ -28,7 +28,7 @@ func (a *Agent) misuse(call string, code int, err error) {
 }
 
 // begin drains and returns the engine; record appends an ABI event.
-func (a *Agent) begin() Engine {
+func (a *Agent) begin() *offload.Engine {
 	a.mu.Lock()
 	a.drainLocked()
 	a.openLocked()
@@ -70,6 +70,9 @@ type StorageOps = offload.StorageOps
 
 // SetStorageOps registers the framework's storage ops (nil removes them).
 func (a *Agent) SetStorageOps(ops StorageOps) int {
+	if ops != nil {
+		ops = drainingOps{ops: ops, a: a}
+	}
 	a.mu.Lock()
 	a.ops = ops
 	e := a.engine
@@ -90,6 +93,7 @@ func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int 
 			group, len(inputs), nPositional))
 	}
 	e := a.begin()
+	a.checkInputs(group, inputs, nPositional)
 	err := errNoEngine
 	if e != nil {
 		err = e.RegionEnter(group, inputs, nPositional)
@@ -228,6 +232,12 @@ func (a *Agent) Observe(ev offload.Event) {
 		a.record(trace.KindClassify, ev.Group, ev.Handle, 0, nil, ev.Base, ev.Size, uint64(ev.Reason), 0)
 	case offload.EvState:
 		a.record(trace.KindState, ev.Group, ev.Handle, 0, nil, uint64(ev.From), uint64(ev.To), ev.Base, ev.Size)
+	case offload.EvRelease:
+		if ev.External {
+			a.watch(ev.Storage, ev.Base, ev.Size)
+		}
+	case offload.EvRestore:
+		a.unwatch(ev.Storage)
 	case offload.EvError:
 		a.lg.Warn("offload: " + ev.Detail)
 	default:

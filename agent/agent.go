@@ -21,6 +21,7 @@ import (
 	"swapagent/internal/buildinfo"
 	"swapagent/offload"
 	"swapagent/trace"
+	"swapagent/tracker"
 )
 
 // Timing of the drainer.
@@ -45,9 +46,16 @@ type Agent struct {
 
 	lg *zap.Logger // stderr at the configured level, plus the log file once open
 
+	// Lock order: the engine's lock, then mu, then the tracker's. Nothing holding mu calls the engine.
 	mu        sync.Mutex // guards everything below
-	engine    Engine
+	engine    *offload.Engine
+	tracker   *tracker.Tracker // the engine's; fed with every drained allocation and free
 	ops       offload.StorageOps
+	kinds     []fnKind             // what each function id means to the tracker, learnt from its name
+	peakDev   uint64               // highest live device bytes seen (runtime allocations)
+	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
+	faults    []offload.Fault
+	faultIx   map[string]int // fault key -> index in faults
 	file      *os.File
 	logFile   *os.File
 	w         *trace.Writer
@@ -121,17 +129,6 @@ func (a *Agent) Logger() *zap.Logger { return a.lg }
 // Config returns the configuration the agent runs with.
 func (a *Agent) Config() Config { return a.cfg }
 
-// SetEngine hands decisions to e (nil: control calls other than stats return EDISABLED).
-func (a *Agent) SetEngine(e Engine) {
-	a.mu.Lock()
-	a.engine = e
-	ops := a.ops
-	a.mu.Unlock()
-	if e != nil && ops != nil {
-		e.SetStorageOps(ops)
-	}
-}
-
 // Start runs the drainer: every DrainInterval on its own OS thread (so a fatal signal on any other
 // thread can wait for it).
 func (a *Agent) Start() {
@@ -152,6 +149,10 @@ func (a *Agent) Start() {
 }
 
 func (a *Agent) tick() {
+	var es *offload.Stats
+	if a.native.CrashPending() != 0 {
+		es = a.engineStats()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -163,7 +164,7 @@ func (a *Agent) tick() {
 		a.drainLocked()
 		a.addLogLocked(fmt.Sprintf("error: fatal signal %d (%s) in pid %d; trace flushed", sig,
 			syscall.Signal(sig).String(), a.pid))
-		a.addStatsLocked()
+		a.addStatsLocked(es)
 		a.flushLocked()
 		a.native.CrashAck()
 		return
@@ -182,6 +183,7 @@ func (a *Agent) Drain() {
 
 // Shutdown drains, writes the stats and closes the trace. Later calls do nothing.
 func (a *Agent) Shutdown() {
+	es := a.engineStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed {
@@ -189,7 +191,7 @@ func (a *Agent) Shutdown() {
 	}
 	a.drainLocked()
 	if a.w != nil {
-		a.addStatsLocked()
+		a.addStatsLocked(es)
 	}
 	a.flushLocked()
 	a.closed = true
@@ -222,6 +224,7 @@ func (a *Agent) drainLocked() int {
 			if int(r.Fn) < len(a.calls) {
 				a.calls[r.Fn]++
 			}
+			a.feedLocked(r)
 			if a.w == nil {
 				continue
 			}
@@ -401,8 +404,20 @@ func (a *Agent) metaText() string {
 	}, "\n")
 }
 
-func (a *Agent) addStatsLocked() {
-	a.addLocked(&trace.Event{Kind: trace.KindStats, TS: a.ts(), Text: string(a.statsLocked())})
+func (a *Agent) addStatsLocked(es *offload.Stats) {
+	a.addLocked(&trace.Event{Kind: trace.KindStats, TS: a.ts(), Text: string(a.statsLocked(es))})
+}
+
+// engineStats snapshots the engine's stats; called without mu (the engine's lock comes first).
+func (a *Agent) engineStats() *offload.Stats {
+	a.mu.Lock()
+	e := a.engine
+	a.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	s := e.Stats()
+	return &s
 }
 
 // RuntimeStats are the agent's own counters, the "runtime" object of the stats JSON.
@@ -419,19 +434,28 @@ type RuntimeStats struct {
 // StatsJSON returns the stats JSON: the engine's stats (architecture.md; zero values without an engine)
 // plus the "runtime" counters.
 func (a *Agent) StatsJSON() []byte {
+	a.Drain()
+	es := a.engineStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.drainLocked()
-	return a.statsLocked()
+	return a.statsLocked(es)
 }
 
-func (a *Agent) statsLocked() []byte {
+// statsLocked renders the stats JSON from the engine's snapshot es (nil without an engine), the agent's
+// own peak device bytes and faults, and the runtime counters.
+func (a *Agent) statsLocked(es *offload.Stats) []byte {
 	m := map[string]any{}
-	if a.engine != nil {
-		if b, err := json.Marshal(a.engine.Stats()); err == nil {
+	if es != nil {
+		if b, err := json.Marshal(es); err == nil {
 			_ = json.Unmarshal(b, &m)
 		}
 	}
+	m["peak_device_bytes"] = a.peakDev
+	faults := make([]any, 0, len(a.faults))
+	for _, f := range a.faults {
+		faults = append(faults, f)
+	}
+	m["faults"] = faults
 	defaults := map[string]any{"offloaded_storages": 0, "offloaded_bytes": 0, "restored_bytes": 0,
 		"kept": map[string]int{"input": 0, "output": 0, "protected": 0, "param": 0, "shared": 0, "small": 0,
 			"duplicate": 0},

@@ -1,6 +1,7 @@
-// engine.go owns the agent's boundary to the offload engine: the Engine interface (exactly the method
-// set of *offload.Engine, so the lead wires that in with SetEngine) and the mapping of its errors to the
-// stable SWAPAGENT_E* codes of swapagent.h.
+// engine.go owns the agent's link to the offload engine: building it from the configuration with the
+// mover the library provides, wrapping the framework's storage ops so the runtime events their callbacks
+// cause are in the tracker before the engine goes on, and the mapping of engine errors to the stable
+// SWAPAGENT_E* codes of swapagent.h.
 package agent
 
 import (
@@ -8,23 +9,6 @@ import (
 
 	"swapagent/offload"
 )
-
-// Engine is what the agent delegates decisions to; *offload.Engine implements it.
-type Engine interface {
-	RegionEnter(group string, inputs []uint64, nPositional int) error
-	Save(group string, ptr, nbytes uint64, flags uint32) (int64, error)
-	RegionExit(group string, outputs []uint64) error
-	Protect(group string, ptrs []uint64) error
-	BackwardEnter(group string) error
-	Unpack(handle int64) (uint64, error)
-	BackwardExit(group string) error
-	State(handle int64) (int, error)
-	KeepReason(handle int64) (int, error)
-	SetStorageOps(ops offload.StorageOps)
-	Stats() offload.Stats
-}
-
-var _ Engine = (*offload.Engine)(nil)
 
 // ABI codes of swapagent.h.
 const (
@@ -51,4 +35,42 @@ func Code(err error) int {
 		}
 	}
 	return ERuntime
+}
+
+// StartEngine builds the offload engine the control ABI delegates to. The policy, prefetch depth and
+// small threshold come from the configuration; mover copies the bytes.
+func (a *Agent) StartEngine(mover offload.Mover) {
+	p, err := offload.ParsePolicy(a.cfg.Policy)
+	if err != nil { // LoadConfig already replaced a bad value; keep the default rather than fail
+		p = offload.PolicySafe
+	}
+	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes}, mover,
+		nil, a)
+	a.mu.Lock()
+	a.engine, a.tracker = e, e.Tracker()
+	ops := a.ops
+	a.mu.Unlock()
+	if ops != nil {
+		e.SetStorageOps(ops)
+	}
+}
+
+// drainingOps calls the framework's storage ops, then drains the ring: a restore may have grown the
+// framework's pool with aclrtMalloc, and the engine registers (and copies into) the new base right after
+// it returns, so the tracker must already know that allocation.
+type drainingOps struct {
+	ops offload.StorageOps
+	a   *Agent
+}
+
+func (d drainingOps) Release(handle int64, ptr, nbytes uint64) error {
+	err := d.ops.Release(handle, ptr, nbytes)
+	d.a.Drain()
+	return err
+}
+
+func (d drainingOps) Restore(handle int64, nbytes uint64) (uint64, error) {
+	base, err := d.ops.Restore(handle, nbytes)
+	d.a.Drain()
+	return base, err
 }

@@ -29,4 +29,8 @@ type Native interface {
 	CrashAck()
 	// MarkDrainerThread tells the C side that the calling OS thread is the drainer's.
 	MarkDrainerThread()
+	// SetDead replaces the ranges ([lo, hi) pairs) the launch check treats as released storage.
+	SetDead(ranges []uint64)
+	// RecentErrMsg is the real aclGetRecentErrMsg ("" when absent).
+	RecentErrMsg() string
 }

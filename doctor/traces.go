@@ -60,7 +60,7 @@ type TraceFault struct {
 type jsonUint uint64
 
 func (u *jsonUint) UnmarshalJSON(b []byte) error {
-	s := strings.Trim(string(b), `"`)
+	s, _, _ := strings.Cut(strings.Trim(string(b), `"`), "#") // "0xADDR#GEN" names a storage
 	if s == "null" || s == "" {
 		return nil
 	}

@@ -443,7 +443,8 @@ func (e *Engine) complete(units []*unit) {
 		gs := e.gs(u.owner.name)
 		gs.Offloaded++
 		gs.OffloadedBytes += u.size
-		e.emit(Event{Kind: EvRelease, Group: u.owner.name, Handle: u.rel, Storage: u.sid, Base: base, Size: u.size})
+		e.emit(Event{Kind: EvRelease, Group: u.owner.name, Handle: u.rel, Storage: u.sid, Base: base, Size: u.size,
+			External: u.external})
 	}
 }
 

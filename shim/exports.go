@@ -180,3 +180,17 @@ func sa_go_shutdown() {
 		a.Shutdown()
 	}
 }
+
+//export sa_go_launch_fault
+func sa_go_launch_fault(fn, index C.int, addr, size C.uint64_t) {
+	if a := theAgent; a != nil {
+		a.LaunchFault(native{}.FnName(uint16(fn)), int(index), uint64(addr), uint64(size))
+	}
+}
+
+//export sa_go_sync_fault
+func sa_go_sync_fault(fn, code C.int) {
+	if a := theAgent; a != nil {
+		a.SyncFault(native{}.FnName(uint16(fn)), int(code))
+	}
+}

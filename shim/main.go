@@ -58,10 +58,19 @@ func (native) FnName(fn uint16) string {
 	return C.GoString(p)
 }
 
-func (native) TakeLost() uint64   { return uint64(C.sa_take_lost()) }
-func (native) Now() int64         { return int64(C.sa_now_ns()) }
-func (native) StartMono() int64   { return int64(C.sa_start_mono()) }
-func (native) StartWall() int64   { return int64(C.sa_start_wall()) }
-func (native) CrashPending() int  { return int(C.sa_crash_pending()) }
-func (native) CrashAck()          { C.sa_crash_ack() }
-func (native) MarkDrainerThread() { C.sa_drainer_thread() }
+func (native) TakeLost() uint64     { return uint64(C.sa_take_lost()) }
+func (native) Now() int64           { return int64(C.sa_now_ns()) }
+func (native) StartMono() int64     { return int64(C.sa_start_mono()) }
+func (native) StartWall() int64     { return int64(C.sa_start_wall()) }
+func (native) CrashPending() int    { return int(C.sa_crash_pending()) }
+func (native) CrashAck()            { C.sa_crash_ack() }
+func (native) MarkDrainerThread()   { C.sa_drainer_thread() }
+func (native) RecentErrMsg() string { return C.GoString(C.sa_err_msg()) }
+
+func (native) SetDead(ranges []uint64) {
+	if len(ranges) == 0 {
+		C.sa_set_dead(nil, 0)
+		return
+	}
+	C.sa_set_dead((*C.uint64_t)(unsafe.Pointer(&ranges[0])), C.int(len(ranges)))
+}

@@ -114,11 +114,54 @@ func (m *runtimeMover) Wait(c offload.Copy) error {
 	return aclErr("aclrtSynchronizeStream", C.sa_real_sync_stream(C.uintptr_t(s)))
 }
 
-// wireEngine is where the lead connects the offload engine (issue 3 wiring):
-//
-//	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: cfg.Prefetch, MinBytes: cfg.MinBytes},
-//		&runtimeMover{}, nil, a)
-//	a.SetEngine(e)
-//
-// plus feeding drained runtime events to e.Tracker(). Until then the agent runs without an engine.
-func wireEngine(a *agent.Agent) { _ = a }
+// hybridMover copies a storage with the runtime when its address is device memory the runtime handed
+// out, and with memcpy when it is host memory: CPU tensors of companions run with include_cpu, and dry
+// runs in processes that never load a runtime. Host buffers are pinned when a runtime is present.
+type hybridMover struct {
+	rt       runtimeMover
+	mem      *offload.MemcpyMover
+	isDevice func(addr uint64) bool
+	goBufs   sync.Map // Addr -> true for buffers the memcpy mover owns
+}
+
+var _ offload.Mover = (*hybridMover)(nil)
+
+func (m *hybridMover) AllocHost(n uint64) (offload.HostBuf, error) {
+	if b, err := m.rt.AllocHost(n); err == nil {
+		return b, nil
+	}
+	b, err := m.mem.AllocHost(n)
+	if err == nil {
+		m.goBufs.Store(b.Addr, true)
+	}
+	return b, err
+}
+
+func (m *hybridMover) FreeHost(b offload.HostBuf) error {
+	if _, ok := m.goBufs.LoadAndDelete(b.Addr); ok {
+		return m.mem.FreeHost(b)
+	}
+	return m.rt.FreeHost(b)
+}
+
+func (m *hybridMover) CopyOut(dstHost, src, n uint64) (offload.Copy, error) {
+	if m.isDevice(src) {
+		return m.rt.CopyOut(dstHost, src, n)
+	}
+	return m.mem.CopyOut(dstHost, src, n)
+}
+
+func (m *hybridMover) CopyIn(dst, srcHost, n uint64) (offload.Copy, error) {
+	if m.isDevice(dst) {
+		return m.rt.CopyIn(dst, srcHost, n)
+	}
+	return m.mem.CopyIn(dst, srcHost, n)
+}
+
+// Wait: memcpy copies are complete when they return (token 0); runtime copies sync the mover's stream.
+func (m *hybridMover) Wait(c offload.Copy) error { return m.rt.Wait(c) }
+
+// wireEngine starts the offload engine with the hybrid mover.
+func wireEngine(a *agent.Agent) {
+	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), isDevice: a.IsDevice})
+}

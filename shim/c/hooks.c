@@ -45,6 +45,18 @@ int sa_thread_tensors(sa_tensor *out, int max) {
   return k;
 }
 
+/* The launch check: a tensor with bytes to read at address 0, or inside a watched range, is reported
+ * before the kernel runs. Index is the tensor's position among those created for this launch. */
+static inline void sa_check_tensors(int fn, uint32_t ntens) {
+  uint32_t n = ntens < SA_TENSORS ? ntens : SA_TENSORS;
+  int watched = atomic_load_explicit(&sa_dead_n, memory_order_acquire) > 0;
+  for (uint32_t i = ntens - n; i < ntens; i++) {
+    const sa_tensor *t = &tls_tensors[i % SA_TENSORS];
+    if (t->extent != 0 && (t->addr == 0 || (watched && sa_dead_hit(t->addr))))
+      sa_launch_fault(fn, (int)i, t->addr, t->extent);
+  }
+}
+
 static uint64_t sa_dtype_size(aclDataType dt) {
   switch (dt) {
     case ACL_FLOAT: case ACL_INT32: case ACL_UINT32: return 4;
@@ -101,6 +113,7 @@ static inline aclnnStatus sa_launch(int fn, void *realp, void *ws, uint64_t wsSi
   if (__builtin_expect(real == NULL, 0)) return SA_NORT;
   if (sa_skip()) return real(ws, wsSize, ex, st);
   uint32_t ntens = tls_ntensors;
+  sa_check_tensors(fn, ntens);
   tls_ntensors = 0;
   sa_depth++;
   aclnnStatus r = real(ws, wsSize, ex, st);
@@ -156,6 +169,21 @@ static aclError sa_i_aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback ca
 }
 extern __typeof(sa_i_aclrtSetExceptionInfoCallback) aclrtSetExceptionInfoCallback
     __attribute__((alias("sa_i_aclrtSetExceptionInfoCallback"), visibility("default")));
+
+/* ---- aclGetRecentErrMsg: the application still sees a message the agent read first. ---- */
+static const char *sa_i_aclGetRecentErrMsg(void) {
+  sa_t_aclGetRecentErrMsg real = (sa_t_aclGetRecentErrMsg)sa_real_fn(SA_ID_aclGetRecentErrMsg);
+  if (real == NULL) return NULL;
+  if (sa_skip()) return real();
+  sa_depth++;
+  const char *r = sa_err_for_app(real());
+  sa_depth--;
+  sa_count(SA_ID_aclGetRecentErrMsg);
+  sa_record(SA_ID_aclGetRecentErrMsg, 0, SA_U(r), 0, 0, 0, 0, 0);
+  return r;
+}
+extern __typeof(sa_i_aclGetRecentErrMsg) aclGetRecentErrMsg
+    __attribute__((alias("sa_i_aclGetRecentErrMsg"), visibility("default")));
 
 /* ---- Tables by id. ---- */
 void *const sa_interposer[SA_NFN] = {

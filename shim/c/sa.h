@@ -72,6 +72,14 @@ SA_HIDDEN void sa_tensor_note(const aclTensor *t, const void *addr, uint64_t ext
 SA_HIDDEN uint64_t sa_extent(const int64_t *dims, uint64_t n, aclDataType dt);
 SA_HIDDEN uint64_t sa_elems(const int64_t *dims, uint64_t n);
 
+/* Fault checks (issue 5): a launch on a tensor at address 0 or in a released external storage, and a sync
+ * that failed with a device exception, are reported to the agent before the call returns. */
+SA_HIDDEN extern _Atomic int sa_dead_n; /* watched ranges: 0 on the common path */
+SA_HIDDEN int sa_dead_hit(uint64_t addr);
+SA_HIDDEN void sa_launch_fault(int fn, int index, uint64_t addr, uint64_t size);
+SA_HIDDEN void sa_sync_check(int fn, aclError r);
+SA_HIDDEN const char *sa_err_for_app(const char *r);
+
 /* Trampolines of aclnn launches reached through dlsym. */
 SA_HIDDEN void *sa_tramp_for(const char *name, void *real);
 SA_HIDDEN int sa_tramp_real(const void *addr, void **real);

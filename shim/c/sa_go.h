@@ -48,5 +48,9 @@ int sa_real_record_event(uintptr_t event, uintptr_t stream);
 int sa_real_sync_event(uintptr_t event);
 /* The per-thread tensor list (for the launch check of issue 5). */
 int sa_thread_tensors(sa_tensor *out, int max);
+/* The launch check's watched ranges: n values, [lo, hi) pairs (replaces the previous set). */
+void sa_set_dead(const uint64_t *ranges, int n);
+/* The runtime's error message captured at the last failed sync ("" when none). */
+const char *sa_err_msg(void);
 
 #endif

@@ -210,8 +210,10 @@ func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
 			}
-			if r.stdout != plain.stdout {
-				t.Errorf("stdout differs from a run without the agent:\n%s\n---\n%s", r.stdout, plain.stdout)
+			// The job's results must be those of a run without the agent. The "calls" lines may differ: the
+			// default policy swaps, so the framework's pool grows less (fewer aclrtMalloc calls).
+			if got, want := stepLines(r.stdout), stepLines(plain.stdout); got != want || want == "" {
+				t.Errorf("step lines differ from a run without the agent:\n%s\n---\n%s", got, want)
 			}
 			lines := agentLines(r.stderr)
 			if len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
@@ -297,4 +299,15 @@ except KeyboardInterrupt:
 	if files, _ := trace.FindTraces(out); len(files) != 0 {
 		t.Errorf("a process that never called the runtime wrote %v", files)
 	}
+}
+
+// stepLines keeps decoder-sim's "step i/K: loss X, grad_norm Y" lines.
+func stepLines(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "step ") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }

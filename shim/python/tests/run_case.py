@@ -46,6 +46,9 @@ class Probe:
             self.inputs[i] = {"pos": [self.ptr(a) for a in args],
                               **{k: self.ptr(v) for k, v in kwargs.items()}}
             if i == 0 and self.capture_weak:
+                # Before the agent can fault on them: which storages are the shared RoPE inputs.
+                print("rope cos=%#x sin=%#x mask=%#x" % (self.ptr(kwargs["cos"]), self.ptr(kwargs["sin"]),
+                                                         self.ptr(kwargs["mask"])), flush=True)
                 self.weak = {"h": weakref.ref(args[0]), **{k: weakref.ref(v) for k, v in kwargs.items()}}
         return hook
 

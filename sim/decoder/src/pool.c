@@ -28,7 +28,7 @@ typedef struct pool_chunk {
 
 static pthread_mutex_t pool_mu = PTHREAD_MUTEX_INITIALIZER;
 static pool_chunk *chunks;
-static size_t chunk_size = 16u << 20;
+static size_t chunk_size = 2u << 20; /* small chunks keep the pool's peak close to what is in use */
 static size_t in_use, peak, reserved;
 static int next_storage_id;
 static aclError last_malloc_error;

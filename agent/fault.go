@@ -1,0 +1,340 @@
+// fault.go owns fault diagnosis inside the process: the tracker feed (allocations and frees drained from
+// the ring), the ranges of external storages a policy released (the C launch check watches them), and the
+// fault records themselves. A fault is found at a kernel launch (a tensor at address 0, or inside a
+// watched range: before the kernel runs), after a failed stream sync (from aclGetRecentErrMsg), or when a
+// region receives an input whose storage is gone. Each is attributed to the storage, the group that
+// released it and its owner, printed once on stderr as a block, written to the trace and flushed at once
+// (the process may die next), and listed in the stats JSON.
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"swapagent/acllog"
+	"swapagent/offload"
+	"swapagent/trace"
+	"swapagent/tracker"
+)
+
+// fnKind is what a runtime function means to the tracker.
+type fnKind uint8
+
+const (
+	fnUnknown fnKind = iota // not looked up yet
+	fnOther
+	fnAlloc // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached: Args[0] ptr, Args[1] size
+	fnFree  // aclrtFree: Args[0] ptr
+)
+
+func kindOf(name string) fnKind {
+	switch name {
+	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
+		return fnAlloc
+	case "aclrtFree":
+		return fnFree
+	}
+	return fnOther
+}
+
+// feedLocked tells the tracker about a drained allocation or free and keeps the peak of live device bytes.
+func (a *Agent) feedLocked(r *Raw) {
+	if a.tracker == nil || r.Ret != 0 {
+		return
+	}
+	if int(r.Fn) >= len(a.kinds) {
+		grown := make([]fnKind, int(r.Fn)+1)
+		copy(grown, a.kinds)
+		a.kinds = grown
+	}
+	k := a.kinds[r.Fn]
+	if k == fnUnknown {
+		k = kindOf(a.native.FnName(r.Fn))
+		a.kinds[r.Fn] = k
+	}
+	switch k {
+	case fnAlloc:
+		a.tracker.Alloc(r.Args[0], r.Args[1])
+		if _, live := a.tracker.Allocations(); live > a.peakDev {
+			a.peakDev = live
+		}
+	case fnFree:
+		a.tracker.Free(r.Args[0])
+	}
+}
+
+// IsDevice reports whether addr lies in a live device allocation of the runtime (as far as drained).
+func (a *Agent) IsDevice(addr uint64) bool {
+	t := a.trackerRef()
+	if t == nil {
+		return false
+	}
+	_, ok := t.Lookup(addr)
+	return ok
+}
+
+// watch adds a released external storage to the ranges the C launch check inspects; unwatch removes it
+// when the storage is restored.
+func (a *Agent) watch(id, base, size uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dead == nil {
+		a.dead = map[uint64][2]uint64{}
+	}
+	a.dead[id] = [2]uint64{base, base + size}
+	a.pushDeadLocked()
+}
+
+func (a *Agent) unwatch(id uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.dead[id]; !ok {
+		return
+	}
+	delete(a.dead, id)
+	a.pushDeadLocked()
+}
+
+func (a *Agent) pushDeadLocked() {
+	ranges := make([]uint64, 0, 2*len(a.dead))
+	for _, r := range a.dead {
+		ranges = append(ranges, r[0], r[1])
+	}
+	a.native.SetDead(ranges)
+}
+
+// LaunchFault is called by the C launch check, before the kernel runs, for a tensor at address 0 or
+// inside a watched range. The launch goes on afterwards: the agent reports, it never changes behaviour.
+func (a *Agent) LaunchFault(kernel string, index int, addr, size uint64) {
+	a.Drain()
+	f := offload.Fault{Kernel: kernel, TensorIndex: index, Addr: addr, Size: size, Detected: "launch"}
+	a.report(f, a.attribute(addr, size))
+}
+
+// SyncFault is called after a stream or event sync failed with a device exception code: the runtime's
+// recent error message names the kernel, tensor, address and size, which are matched to a storage.
+func (a *Agent) SyncFault(call string, code int) {
+	a.Drain()
+	f := offload.Fault{Kernel: call, TensorIndex: -1, Detected: "sync", Code: code}
+	recs, _ := acllog.ParseLog(strings.NewReader(a.native.RecentErrMsg()))
+	for _, r := range recs {
+		if r.KernelName != "" {
+			f.Kernel = r.KernelName
+		}
+		for _, t := range r.Tensors {
+			f.TensorIndex = t.Index
+			if t.Addr != nil {
+				f.Addr = *t.Addr
+			}
+			if t.Size != nil {
+				f.Size = *t.Size
+			}
+			break
+		}
+	}
+	var cands []tracker.StorageInfo
+	if f.Size > 0 || f.Addr != 0 {
+		cands = a.attribute(f.Addr, f.Size)
+	}
+	a.report(f, cands)
+}
+
+// checkInputs reports a region input whose storage is gone: address 0 (a storage resized to zero) or
+// inside a watched range. On a CPU framework the next kernel on it is a segmentation fault, so the
+// diagnosis has to come now.
+func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int) {
+	for i, p := range inputs {
+		keyword := i >= nPositional
+		var cands []tracker.StorageInfo
+		switch {
+		case p == 0:
+			cands = a.releasedInputs(keyword)
+		case a.watched(p):
+			cands = a.attribute(p, 0)
+		default:
+			continue
+		}
+		kind := "positional"
+		if keyword {
+			kind = "keyword"
+		}
+		f := offload.Fault{Kernel: fmt.Sprintf("region_enter(%s)", group), TensorIndex: i, Addr: p,
+			Detected: "region_enter", Detail: fmt.Sprintf("%s input %d of %s has no device memory", kind, i, group)}
+		a.report(f, cands)
+	}
+}
+
+func (a *Agent) watched(p uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, r := range a.dead {
+		if p >= r[0] && p < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// attribute returns the storages that best explain an access to addr (size bytes), most likely first: the
+// released storage whose range held addr, or for address 0 the released storages of that size.
+func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
+	t := a.trackerRef()
+	if t == nil {
+		return nil
+	}
+	var out []tracker.StorageInfo
+	add := func(r tracker.Record) {
+		if r.Kind != tracker.RecReleased {
+			return
+		}
+		for _, s := range out {
+			if s.ID == r.Storage {
+				return
+			}
+		}
+		if s, ok := t.Storage(r.Storage); ok {
+			out = append(out, s)
+		} else { // no longer held by any group: the history record is all that is left
+			out = append(out, tracker.StorageInfo{ID: r.Storage, Addr: r.Base, Gen: r.Gen, Size: r.Size,
+				Released: true, ReleasedBy: r.Group})
+		}
+	}
+	if addr != 0 {
+		if r, ok := t.FindRecent(addr); ok {
+			add(r)
+		}
+		return out
+	}
+	for _, r := range t.FindSize(size, tracker.HistoryCap) {
+		add(r)
+	}
+	return rankCandidates(out)
+}
+
+// releasedInputs returns released storages that were region inputs of the same kind (keyword or
+// positional): the likely owners of an input that arrives with address 0.
+func (a *Agent) releasedInputs(keyword bool) []tracker.StorageInfo {
+	t := a.trackerRef()
+	if t == nil {
+		return nil
+	}
+	var out []tracker.StorageInfo
+	seen := map[uint64]bool{}
+	for _, r := range t.History(tracker.HistoryCap) {
+		if r.Kind != tracker.RecReleased || seen[r.Storage] {
+			continue
+		}
+		seen[r.Storage] = true
+		s, ok := t.Storage(r.Storage)
+		if !ok || !s.Released {
+			continue
+		}
+		for _, in := range s.Inputs {
+			if in.Keyword == keyword {
+				out = append(out, s)
+				break
+			}
+		}
+	}
+	return rankCandidates(out)
+}
+
+// rankCandidates puts storages still released and owned outside their groups (inputs) first, keeping
+// the newest first among equals.
+func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
+	score := func(s tracker.StorageInfo) int {
+		n := 0
+		if s.Released {
+			n += 2
+		}
+		if len(s.Inputs) > 0 {
+			n++
+		}
+		return n
+	}
+	sort.SliceStable(c, func(i, j int) bool { return score(c[i]) > score(c[j]) })
+	return c
+}
+
+func (a *Agent) trackerRef() *tracker.Tracker {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.tracker
+}
+
+// report fills f from the most likely storage, prints the block, traces and flushes it. A storage already
+// reported by the same check only counts a repeat.
+func (a *Agent) report(f offload.Fault, cands []tracker.StorageInfo) {
+	if len(cands) > 0 {
+		s := cands[0]
+		f.Storage, f.Generation, f.Nbytes, f.ReleasedBy, f.Owner = s.Name(), s.Gen, s.Size, s.ReleasedBy, s.Owner()
+	}
+	key := f.Detected + "/" + f.Storage
+	if f.Storage == "" {
+		key = fmt.Sprintf("%s/%s/%d/%d", f.Detected, f.Kernel, f.Addr, f.Size)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i, ok := a.faultIx[key]; ok {
+		a.faults[i].Repeats++
+		return
+	}
+	if a.faultIx == nil {
+		a.faultIx = map[string]int{}
+	}
+	a.faultIx[key] = len(a.faults)
+	a.faults = append(a.faults, f)
+	fmt.Fprint(a.stderr, faultBlock(f, cands, a.cfg.Policy))
+	a.openLocked()
+	if b, err := json.Marshal(f); err == nil {
+		a.addLocked(&trace.Event{Kind: trace.KindFault, TS: a.ts(), Text: string(b)})
+	}
+	a.flushLocked()
+}
+
+// faultBlock renders one fault for stderr, compute-sanitizer style: what was accessed, then the most
+// likely cause, then the other candidates.
+func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) string {
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, "swapagent: "+format+"\n", args...) }
+	switch f.Detected {
+	case "launch":
+		p("========= FAULT: %s uses tensor %d at address %#x (%d bytes), a storage that is not on device",
+			f.Kernel, f.TensorIndex, f.Addr, f.Size)
+		p("=========   found at launch, before the kernel runs (it still runs: the agent does not change the job)")
+	case "sync":
+		p("========= FAULT: stream sync failed with %d; the runtime reports kernel %s, tensor %d, address %#x, "+
+			"%d bytes", f.Code, f.Kernel, f.TensorIndex, f.Addr, f.Size)
+	default:
+		p("========= FAULT: %s", f.Detail)
+		p("=========   found at %s, before the layer runs (its first kernel on it would read address 0)", f.Kernel)
+	}
+	if len(cands) == 0 {
+		p("=========   no storage released by this agent matches; see `swapagent doctor` for the runtime's view")
+		return b.String()
+	}
+	for i, s := range cands {
+		lead := "most likely"
+		if i > 0 {
+			lead = "also possible"
+		}
+		shape := ""
+		if si := acllog.ExplainSize(s.Size); len(si.Shapes) > 0 {
+			shape = ": " + si.Shapes[0].String()
+		}
+		p("=========   %s: storage %s (%d bytes%s) was released by %s", lead, s.Name(), s.Size, shape, s.ReleasedBy)
+		if owner := s.Owner(); owner != "" {
+			p("=========     owner: %s; it lives outside the swap wrapper and must stay on device", owner)
+			if i == 0 && policy != "safe" {
+				p("=========     policy %s released it; policy safe keeps module inputs on device", policy)
+			}
+		}
+		if i == 2 && len(cands) > 3 {
+			p("=========   and %d more", len(cands)-3)
+			break
+		}
+	}
+	return b.String()
+}
