@@ -15,8 +15,9 @@ export GOFLAGS ?= -mod=mod
 BUILD_TARGETS :=
 CTESTS :=
 BENCHES :=
+PYTESTS :=
 
-.PHONY: all build test demo bench bootstrap fmt-check vet go-test c-test clean
+.PHONY: all build test demo bench bootstrap fmt-check vet go-test c-test py-test clean
 all: build
 
 include $(sort $(wildcard sim/*/*.mk shim/*.mk cmd/*/*.mk scripts/*.mk))
@@ -36,13 +37,17 @@ vet:
 c-test: build
 	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
 
+# Python tests run with the project's virtual environment (.venv, made by scripts/bootstrap.sh).
+py-test: build
+	@set -e; for t in $(PYTESTS); do echo "== pytest $$t"; .venv/bin/python -m pytest -q $$t; done
+
 go-test: build
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./tracker/... ./offload/... ./trace/...
 
 test: bootstrap
 	@$(MAKE) --no-print-directory build
-	@$(MAKE) --no-print-directory fmt-check vet c-test go-test
+	@$(MAKE) --no-print-directory fmt-check vet c-test go-test py-test
 
 demo: bootstrap
 	@$(MAKE) --no-print-directory build

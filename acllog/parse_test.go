@@ -174,4 +174,5 @@ func FuzzParseLog(f *testing.F) {
 		}
 	})
 }
+
 const ropeFixture = "../doctor/testdata/msrun-rope"
