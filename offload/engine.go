@@ -254,7 +254,8 @@ func (e *Engine) setReason(h *handle, r tracker.Reason, why string) {
 	old := h.reason
 	h.reason = r
 	e.count(h, 1)
-	e.emit(Event{Kind: EvReclassify, Group: h.g.name, Handle: h.id, Storage: h.sid, Size: h.size, Reason: r,
+	base, _ := e.tr.Base(h.sid)
+	e.emit(Event{Kind: EvReclassify, Group: h.g.name, Handle: h.id, Storage: h.sid, Base: base, Size: h.size, Reason: r,
 		Detail: fmt.Sprintf("%v -> %v: %s", old, r, why)})
 }
 
@@ -276,8 +277,9 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 		h.match, h.truth, h.classified = c.Match, c.Reason, true
 		h.reason = e.effective(c.Match, c.Reason)
 		e.count(h, 1)
-		e.emit(Event{Kind: EvClassify, Group: name, Handle: h.id, Storage: h.sid, Size: h.size, Reason: h.reason,
-			Detail: "ownership: " + h.truth.String()})
+		base, _ := e.tr.Base(h.sid)
+		e.emit(Event{Kind: EvClassify, Group: name, Handle: h.id, Storage: h.sid, Base: base, Size: h.size,
+			Reason: h.reason, Detail: "ownership: " + h.truth.String()})
 	}
 	if e.cfg.Policy == PolicySafe {
 		for _, h := range g.region {
