@@ -167,14 +167,20 @@ func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int) {
 }
 
 func (a *Agent) watched(p uint64) bool {
+	_, ok := a.watchedStorage(p)
+	return ok
+}
+
+// watchedStorage returns the released external storage whose range holds p.
+func (a *Agent) watchedStorage(p uint64) (uint64, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, r := range a.dead {
+	for id, r := range a.dead {
 		if p >= r[0] && p < r[1] {
-			return true
+			return id, true
 		}
 	}
-	return false
+	return 0, false
 }
 
 // attribute returns the storages that best explain an access to addr (size bytes), most likely first: the
@@ -202,6 +208,13 @@ func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
 		}
 	}
 	if addr != 0 {
+		// A watched (released external) storage explains the access even when the framework has since
+		// reused the memory for other storages: those are victims, not causes.
+		if id, ok := a.watchedStorage(addr); ok {
+			if s, ok := t.Storage(id); ok {
+				return []tracker.StorageInfo{s}
+			}
+		}
 		if r, ok := t.FindRecent(addr); ok {
 			add(r)
 		}
