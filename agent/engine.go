@@ -55,18 +55,17 @@ func (a *Agent) StartEngine(mover offload.Mover) {
 	}
 }
 
-// drainingOps calls the framework's storage ops, then drains the ring: a restore may have grown the
+// drainingOps calls the framework's storage ops and drains the ring after a restore: it may have grown the
 // framework's pool with aclrtMalloc, and the engine registers (and copies into) the new base right after
-// it returns, so the tracker must already know that allocation.
+// it returns, so the tracker must already know that allocation. Not after a release: a release that
+// aclrtFrees would reach the tracker as a free under a held storage before the engine marks it released.
 type drainingOps struct {
 	ops offload.StorageOps
 	a   *Agent
 }
 
 func (d drainingOps) Release(handle int64, ptr, nbytes uint64) error {
-	err := d.ops.Release(handle, ptr, nbytes)
-	d.a.Drain()
-	return err
+	return d.ops.Release(handle, ptr, nbytes)
 }
 
 func (d drainingOps) Restore(handle int64, nbytes uint64) (uint64, error) {

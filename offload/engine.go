@@ -288,6 +288,12 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 			}
 		}
 	}
+	// Complete the previous group's offload before launching this one's copies: a mover waits on its
+	// stream, so completing after the launch would also wait for this group's copies and nothing would
+	// overlap the next group's compute.
+	prev := e.pending
+	e.pending = nil
+	e.complete(prev)
 	var launched []*unit
 	if e.cfg.Policy != PolicyOff {
 		for _, h := range g.region {
@@ -304,9 +310,7 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 			}
 		}
 	}
-	prev := e.pending
 	e.pending = launched
-	e.complete(prev)
 	g.region = nil
 	g.phase = phExited
 	e.removeOrder(g)
@@ -423,7 +427,11 @@ func (e *Engine) complete(units []*unit) {
 			e.st.KeptNoOps++
 			why = "no storage ops registered: not released"
 		default:
+			// The tracker learns of the release first: the framework's release may free memory, and a
+			// drain that delivers that free before Released would mark the storage freed under its holder.
+			_ = e.tr.Released(u.sid, u.owner.name)
 			if err := e.ops.Release(u.rel, base, u.size); err != nil {
+				_ = e.tr.Restored(u.sid, base)
 				e.st.Errors++
 				why = "release: " + err.Error()
 			}
@@ -433,7 +441,6 @@ func (e *Engine) complete(units []*unit) {
 			e.unwind(u, u.owner.name)
 			continue
 		}
-		_ = e.tr.Released(u.sid, u.owner.name)
 		u.released, u.devValid = true, false
 		e.st.OffloadedStorages++
 		e.st.OffloadedBytes += u.size

@@ -1,0 +1,9 @@
+# scripts/swap.mk: bench-swap, the swap figures of decoder-sim under the agent (shim/cmd/swapbench): bytes
+# moved per step and device bytes saved against their ideals, and the share of transfer time the compute
+# side waited with the copy engine throttled to 25 GB/s, prefetch 1 and prefetch 0. Figures, no assertions.
+BENCHES += bench-swap
+
+.PHONY: bench-swap
+bench-swap: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim $(BUILD)/bin/swapagent
+	@$(GO) run ./shim/cmd/swapbench --lib $(BUILD)/lib/libswapagent.so --sim $(BUILD)/bin/decoder-sim \
+		--cli $(BUILD)/bin/swapagent --steps 3 --hidden 32 --gbps 25
