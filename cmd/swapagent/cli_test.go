@@ -371,6 +371,11 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), "run", "--lib", agentLib(t), "--out", t.TempDir(),
 		"--", "sh", "-c", `trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.05; done`)
+	// Own process group, so a failure can never leave the looping child behind (it would hold the pipe).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -378,6 +383,7 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }()
 	rd := bufio.NewReader(stdout)
 	if line, err := rd.ReadString('\n'); err != nil || line != "ready\n" {
 		t.Fatalf("child said %q (%v)", line, err)
@@ -385,7 +391,15 @@ func TestRunForwardsSIGTERM(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	rest, _ := io.ReadAll(rd)
+	restc := make(chan []byte, 1)
+	go func() { b, _ := io.ReadAll(rd); restc <- b }()
+	var rest []byte
+	select {
+	case rest = <-restc:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("the child did not end within 30 s of SIGTERM to swapagent run; stderr: %s", errb.String())
+	}
 	err = cmd.Wait()
 	if code := cmd.ProcessState.ExitCode(); code != 3 || !strings.Contains(string(rest), "got TERM") {
 		t.Errorf("exit %d (%v), output %q; want 3 and the trap's line", code, err, rest)

@@ -1,0 +1,76 @@
+// signals_test.go proves that the Go runtime inside libswapagent.so cannot steal the host's
+// process-directed signals: its threads block them, while the host's own thread keeps its mask. A shell
+// waiting in sigsuspend for SIGCHLD (dash, bash) would otherwise hang when a Go thread took the signal.
+package shimtest
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sigBlk returns the blocked-signal mask of each thread of pid.
+func sigBlk(t *testing.T, pid int) map[string]uint64 {
+	t.Helper()
+	tasks, err := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*"))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of %d: %v", pid, err)
+	}
+	out := map[string]uint64{}
+	for _, task := range tasks {
+		b, err := os.ReadFile(filepath.Join(task, "status"))
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "SigBlk:"); ok {
+				m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+				if err != nil {
+					t.Fatalf("%s: %q", task, l)
+				}
+				out[filepath.Base(task)] = m
+			}
+		}
+	}
+	return out
+}
+
+func TestGoThreadsLeaveProcessSignalsToTheHost(t *testing.T) {
+	cmd := exec.Command("sleep", "5")
+	cmd.Env = agentEnv(t, t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	var masks map[string]uint64
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if masks = sigBlk(t, cmd.Process.Pid); len(masks) > 1 {
+			break
+		}
+	}
+	if len(masks) < 2 {
+		t.Fatalf("the Go runtime started no thread in the preloaded process: %v", masks)
+	}
+	bit := func(sig int) uint64 { return 1 << (sig - 1) }
+	const sigint, sigchld, sigterm = 2, 17, 15
+	for tid, m := range masks {
+		if tid == strconv.Itoa(cmd.Process.Pid) {
+			if m != 0 {
+				t.Errorf("the host's thread has mask %#x; the agent must leave it unchanged (0)", m)
+			}
+			continue
+		}
+		for _, s := range []int{sigint, sigchld, sigterm} {
+			if m&bit(s) == 0 {
+				t.Errorf("Go thread %s does not block signal %d (mask %#x)", tid, s, m)
+			}
+		}
+		if m&bit(11) != 0 {
+			t.Errorf("Go thread %s blocks SIGSEGV (mask %#x)", tid, m)
+		}
+	}
+}
