@@ -44,10 +44,11 @@ static void sa_atfork_child(void) {
 
 /* The Go runtime's threads take their signal mask from the loading thread's when the runtime starts.
  * With nothing blocked, a process-directed signal (SIGCHLD, SIGTERM, SIGINT) may be delivered to one of
- * them, and a host waiting for it in sigsuspend on its own thread (dash, bash) never wakes. So the
+ * them, and a host waiting for it on its own thread (a shell's SIGTERM trap) never sees it. So the
  * asynchronous signals are blocked around the runtime's start: this constructor runs before every
  * default-priority one (the Go runtime's entry among them) and sa_init, which runs after it, restores
- * the loading thread's own mask. Faults and profiling signals stay unblocked. */
+ * the loading thread's own mask. Faults and profiling signals stay unblocked; Go unblocks SIGCHLD itself,
+ * which is harmless: the kernel offers a process-directed signal to the main thread first. */
 static sigset_t loader_mask;
 static int loader_mask_saved;
 

@@ -259,6 +259,11 @@ class Registry:
             self._entries[handle] = (storage, resize, data_ptr)
             self._by_group[group].append(handle)
 
+    def discard(self, handle):
+        """The framework dropped the saved tensor (its graph was freed): nothing left to release or restore."""
+        with self._lock:
+            self._entries.pop(handle, None)
+
     def forget_group(self, group):
         with self._lock:
             for h in self._by_group.pop(group, ()):
@@ -322,6 +327,14 @@ class Packed:
     def __init__(self, handle, tensor):
         self.handle, self.tensor = handle, tensor
 
+    def __del__(self):
+        # Autograd frees saved tensors after their backward (or with a discarded graph): so does the
+        # registry, so no storage outlives the graph that saved it.
+        try:
+            registry.discard(self.handle)
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
 
 class Framework:
     """What a framework part supplies to Layer; every method takes or returns plain values."""
@@ -356,6 +369,7 @@ class Layer:
         # (handle, storage ptr, nbytes, flags) of every save of the latest forward: plain ints, for
         # inspection (keep reasons, states) and tests.
         self.saved = []
+        self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
 
     def _make_ptr_of(self):
         fw = self.fw
@@ -410,11 +424,13 @@ class Layer:
         return p.tensor
 
     def backward_enter(self):
-        self.agent.backward_enter(self.group)
+        if not self.removed:
+            self.agent.backward_enter(self.group)
 
     def backward_exit(self):
-        self.agent.backward_exit(self.group)
-        registry.forget_group(self.group)
+        if not self.removed:
+            self.agent.backward_exit(self.group)
+            registry.forget_group(self.group)
 
 
 class Handle:
@@ -429,6 +445,8 @@ class Handle:
         return [l.group for l in self.layers]
 
     def remove(self):
+        for l in self.layers:
+            l.removed = True
         while self._removers:
             self._removers.pop()()
 

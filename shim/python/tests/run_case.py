@@ -82,6 +82,8 @@ def main():
         sa = fw.companion()
         handle = sa.layer_swap(layers, swap=models.SWAP, prefetch=1, include_cpu=True)
         res["groups_wrapped"] = handle.groups
+        agent = sa.core.load()
+        res["agent"] = {"preloaded": agent.preloaded, "path": agent.path}
 
     def inspect_groups():
         # After the whole forward pass, before backward: what the agent decided for every save.
