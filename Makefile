@@ -17,13 +17,17 @@ CTESTS :=
 BENCHES :=
 PYTESTS :=
 
-.PHONY: all build test demo bench bootstrap fmt-check vet go-test c-test py-test clean
+.PHONY: all build test demo bench bootstrap venv fmt-check vet go-test c-test py-test clean
 all: build
 
 include $(sort $(wildcard sim/*/*.mk shim/*.mk cmd/*/*.mk scripts/*.mk))
 
 bootstrap:
 	@bash scripts/bootstrap.sh
+
+# The Python environment of the companions' tests (MindSpore and torch): only `make test` needs it.
+venv:
+	@bash scripts/venv.sh
 
 build: $(BUILD_TARGETS)
 
@@ -45,7 +49,7 @@ go-test: build
 	$(GO) test -count=1 ./...
 	$(GO) test -count=1 -race ./tracker/... ./offload/... ./trace/...
 
-test: bootstrap
+test: bootstrap venv
 	@$(MAKE) --no-print-directory build
 	@$(MAKE) --no-print-directory fmt-check vet c-test go-test py-test
 

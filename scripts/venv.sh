@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# venv.sh owns .venv, the Python environment of the framework companions' tests (shim/python/tests):
+# it creates it with the python3 on PATH and installs requirements.txt, and does nothing when .venv already
+# holds exactly these requirements (a stamp with the sha256 of requirements.txt and the interpreter).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+venv=.venv
+req=requirements.txt
+stamp=$venv/.swapagent-requirements.sha256
+py=${PYTHON:-python3}
+
+command -v "$py" >/dev/null 2>&1 || { echo "venv.sh: $py not found on PATH" >&2; exit 1; }
+# MindSpore 2.10.0 has wheels for CPython 3.9-3.12 and torch 2.15.0 for >= 3.11.
+pyver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$pyver" in
+  3.11|3.12) ;;
+  *) echo "venv.sh: $py is Python $pyver; the pinned MindSpore 2.10.0 and torch 2.15.0 need 3.11 or 3.12" >&2; exit 1 ;;
+esac
+
+"$py" -c 'import ensurepip, venv' >/dev/null 2>&1 ||
+  { echo "venv.sh: $py lacks the venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }
+
+want="$(sha256sum "$req" | cut -d' ' -f1) python$pyver"
+if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+start=$(date +%s)
+echo "venv.sh: installing $req into $venv (Python $pyver; MindSpore and torch: about 6 GB, a few minutes)"
+if [ -x "$venv/bin/python" ] && [ "$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$pyver" ]; then
+  rm -rf "$venv"
+fi
+[ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
+rm -f "$stamp"
+"$venv/bin/python" -m pip install --progress-bar off -q --disable-pip-version-check -r "$req"
+echo "$want" > "$stamp"
+echo "venv.sh: $venv ready in $(( $(date +%s) - start ))s ($(du -sh "$venv" | cut -f1))"
