@@ -281,3 +281,42 @@ func TestOutputsOnlyFaultsInTheFirstBackwardAsReported(t *testing.T) {
 		t.Errorf("released_external 0 under outputs-only")
 	}
 }
+
+// TestDoctorExplainsTheReproduction hands doctor what a user would have after the failed job: the worker
+// log (decoder-sim's output, as msrun writes it) with the agent's trace beside it.
+func TestDoctorExplainsTheReproduction(t *testing.T) {
+	r, traceDir := runAgent(t, "outputs-only", append(append([]string{}, run12...), "--steps", "1")...)
+	if r.code == 0 {
+		t.Fatal("outputs-only run succeeded; it must fault")
+	}
+	logs := t.TempDir()
+	if err := os.WriteFile(logs+"/worker_0.log", []byte(r.stdout+r.stderr), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logs+"/scheduler.log", []byte("scheduler started\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doctor := func(dir string) (string, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), "doctor", dir)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("doctor: %v", err)
+		}
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	out, code := doctor(logs)
+	if code != 1 || !strings.Contains(out, "4096 x 64") || !strings.Contains(out, "float32") {
+		t.Errorf("doctor on the log alone: exit %d, want 1 and the 4096 x 64 float32 tensor named:\n%s", code, out)
+	}
+	if err := os.Rename(traceDir, logs+"/swapagent-out"); err != nil {
+		t.Fatal(err)
+	}
+	out, code = doctor(logs)
+	if code != 1 || !strings.Contains(out, "layer.0") || !strings.Contains(out, "keyword input of layer.0") {
+		t.Errorf("doctor with the trace beside the log: exit %d, want 1, the releasing group layer.0 and the "+
+			"keyword-input owner:\n%s", code, out)
+	}
+}
