@@ -253,22 +253,6 @@ type sbuf struct{ b *strings.Builder }
 
 func (s *sbuf) Write(p []byte) (int, error) { return s.b.Write(p) }
 
-func TestGroupRange(t *testing.T) {
-	for _, c := range []struct {
-		in   []string
-		want string
-	}{
-		{[]string{"layer.2", "layer.0", "layer.1"}, "layer.0..layer.2"},
-		{[]string{"layer.0", "layer.1"}, "layer.0,layer.1"},
-		{[]string{"layer.0", "layer.1", "layer.2", "layer.5", "mlp"}, "layer.0..layer.2,layer.5,mlp"},
-		{[]string{"a.01", "a.1", "a.2"}, "a.1,a.2,a.01"},
-	} {
-		if got := groupRange(c.in); got != c.want {
-			t.Errorf("groupRange(%v) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}
-
 // TestArbitraryEventsNeverPanic: a valid file can still hold nonsense (ABI calls out of order, unknown
 // handles and functions, launches claiming more tensors than exist); the simulation reports, never panics.
 func TestArbitraryEventsNeverPanic(t *testing.T) {

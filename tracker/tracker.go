@@ -4,7 +4,7 @@ package tracker
 
 import (
 	"fmt"
-	"strconv"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +74,12 @@ func (s StorageInfo) Owner() string {
 		return ""
 	}
 	var kw, pos []string
+	seen := map[InputUse]bool{}
 	for _, in := range s.Inputs {
+		if seen[in] {
+			continue
+		}
+		seen[in] = true
 		if in.Keyword {
 			kw = append(kw, in.Group)
 		} else {
@@ -83,36 +88,61 @@ func (s StorageInfo) Owner() string {
 	}
 	var parts []string
 	if len(kw) > 0 {
-		parts = append(parts, "keyword input of "+groupRange(kw))
+		parts = append(parts, "keyword input of "+GroupList(kw))
 	}
 	if len(pos) > 0 {
-		parts = append(parts, "positional input of "+groupRange(pos))
+		parts = append(parts, "positional input of "+GroupList(pos))
 	}
 	return strings.Join(parts, ", ")
 }
 
-// groupRange writes consecutive "prefix.N" names as "prefix.A..prefix.B", anything else comma-joined.
-func groupRange(names []string) string {
-	if len(names) < 3 {
-		return strings.Join(names, ",")
+// GroupList writes group names sorted, with runs of three or more consecutive "prefix.N" as
+// "prefix.A..prefix.B", comma-separated: "layer.0..layer.10", "layer.0,layer.1".
+func GroupList(names []string) string {
+	type gi struct {
+		prefix string
+		n      int
+		ok     bool
+		name   string
 	}
-	prefix, first, ok := splitIndex(names[0])
-	for i, n := range names[1:] {
-		p, k, ok2 := splitIndex(n)
-		if !ok || !ok2 || p != prefix || k != first+i+1 {
-			return strings.Join(names, ",")
+	items := make([]gi, len(names))
+	for i, name := range names {
+		items[i].name = name
+		if dot := strings.LastIndexByte(name, '.'); dot >= 0 {
+			if _, err := fmt.Sscanf(name[dot+1:], "%d", &items[i].n); err == nil &&
+				fmt.Sprint(items[i].n) == name[dot+1:] {
+				items[i].prefix, items[i].ok = name[:dot], true
+			}
 		}
 	}
-	return names[0] + ".." + names[len(names)-1]
-}
-
-func splitIndex(name string) (string, int, bool) {
-	dot := strings.LastIndexByte(name, '.')
-	if dot < 0 {
-		return "", 0, false
+	sort.SliceStable(items, func(a, b int) bool {
+		x, y := items[a], items[b]
+		if x.ok && y.ok && x.prefix == y.prefix {
+			return x.n < y.n
+		}
+		if x.ok != y.ok {
+			return x.ok
+		}
+		return x.name < y.name
+	})
+	var out []string
+	for i := 0; i < len(items); {
+		j := i
+		for items[i].ok && j+1 < len(items) && items[j+1].ok && items[j+1].prefix == items[i].prefix &&
+			items[j+1].n == items[j].n+1 {
+			j++
+		}
+		switch {
+		case j-i >= 2:
+			out = append(out, items[i].name+".."+items[j].name)
+		default:
+			for k := i; k <= j; k++ {
+				out = append(out, items[k].name)
+			}
+		}
+		i = j + 1
 	}
-	k, err := strconv.Atoi(name[dot+1:])
-	return name[:dot], k, err == nil
+	return strings.Join(out, ",")
 }
 
 // Allocation is one live device allocation.

@@ -306,3 +306,19 @@ func itoa(i int) string {
 	}
 	return itoa(i/10) + string(rune('0'+i%10))
 }
+
+func TestGroupList(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{
+		{[]string{"layer.2", "layer.0", "layer.1"}, "layer.0..layer.2"},
+		{[]string{"layer.0", "layer.1"}, "layer.0,layer.1"},
+		{[]string{"layer.0", "layer.1", "layer.2", "layer.5", "mlp"}, "layer.0..layer.2,layer.5,mlp"},
+		{[]string{"a.01", "a.1", "a.2"}, "a.1,a.2,a.01"},
+	} {
+		if got := GroupList(c.in); got != c.want {
+			t.Errorf("GroupList(%v) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -40,6 +40,15 @@ class AgentError(RuntimeError):
     """The agent library cannot be found or loaded, or speaks another ABI."""
 
 
+def version_tuple(version):
+    """(major, minor) of a framework's version string such as "2.10.0" or "2.15.0+cpu"."""
+    parts = []
+    for p in version.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in p if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
 def group_name(index):
     """The group of the index-th wrapped layer (the same names the emulator workload uses)."""
     return "layer.%d" % index

@@ -22,17 +22,9 @@ group_name = core.group_name
 MIN_VERSION = (2, 8)
 
 
-def _version():
-    parts = []
-    for p in _ms.__version__.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
 def _check_version():
     cell = _ms.nn.Cell
-    ok = _version() >= MIN_VERSION
+    ok = core.version_tuple(_ms.__version__) >= MIN_VERSION
     ok = ok and "with_kwargs" in inspect.signature(cell.register_forward_pre_hook).parameters
     ok = ok and hasattr(cell, "register_saved_tensors_hooks")
     ok = ok and hasattr(_ms.Tensor, "untyped_storage") and hasattr(_ms.Tensor, "register_hook")

@@ -21,17 +21,9 @@ group_name = core.group_name
 MIN_VERSION = (2, 0)
 
 
-def _version():
-    parts = []
-    for p in _torch.__version__.split("+")[0].split(".")[:2]:
-        digits = "".join(ch for ch in p if ch.isdigit())
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
 def _check_version():
     sig = inspect.signature(_torch.nn.Module.register_forward_pre_hook).parameters
-    if _version() < MIN_VERSION or "with_kwargs" not in sig or \
+    if core.version_tuple(_torch.__version__) < MIN_VERSION or "with_kwargs" not in sig or \
             not hasattr(_torch.nn.Module, "register_full_backward_pre_hook"):
         raise RuntimeError("swapagent.torch needs torch >= 2.0 (register_forward_pre_hook(with_kwargs=True), "
                            "register_full_backward_pre_hook); found torch %s" % _torch.__version__)
