@@ -51,7 +51,7 @@ type Agent struct {
 	engine    *offload.Engine
 	tracker   *tracker.Tracker // the engine's; fed with every drained allocation and free
 	ops       offload.StorageOps
-	kinds     []fnKind             // what each function id means to the tracker, learnt from its name
+	kinds     []trace.Class        // what each function id does, learnt from its name
 	peakDev   uint64               // highest live device bytes seen (runtime allocations)
 	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
 	faults    []offload.Fault

@@ -19,48 +19,28 @@ import (
 	"swapagent/tracker"
 )
 
-// fnKind is what a runtime function means to the tracker.
-type fnKind uint8
-
-const (
-	fnUnknown fnKind = iota // not looked up yet
-	fnOther
-	fnAlloc // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached: Args[0] ptr, Args[1] size
-	fnFree  // aclrtFree: Args[0] ptr
-)
-
-func kindOf(name string) fnKind {
-	switch name {
-	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
-		return fnAlloc
-	case "aclrtFree":
-		return fnFree
-	}
-	return fnOther
-}
-
 // feedLocked tells the tracker about a drained allocation or free and keeps the peak of live device bytes.
 func (a *Agent) feedLocked(r *Raw) {
 	if a.tracker == nil || r.Ret != 0 {
 		return
 	}
 	if int(r.Fn) >= len(a.kinds) {
-		grown := make([]fnKind, int(r.Fn)+1)
+		grown := make([]trace.Class, int(r.Fn)+1)
 		copy(grown, a.kinds)
 		a.kinds = grown
 	}
 	k := a.kinds[r.Fn]
-	if k == fnUnknown {
-		k = kindOf(a.native.FnName(r.Fn))
+	if k == trace.ClassUnknown {
+		k = trace.ClassOf(a.native.FnName(r.Fn))
 		a.kinds[r.Fn] = k
 	}
 	switch k {
-	case fnAlloc:
+	case trace.ClassDeviceAlloc:
 		a.tracker.Alloc(r.Args[0], r.Args[1])
 		if _, live := a.tracker.Allocations(); live > a.peakDev {
 			a.peakDev = live
 		}
-	case fnFree:
+	case trace.ClassDeviceFree:
 		a.tracker.Free(r.Args[0])
 	}
 }

@@ -92,32 +92,6 @@ type Result struct {
 	Stats          *offload.Stats `json:"stats,omitempty"`
 }
 
-// fnClass is what the simulation does with a runtime function.
-type fnClass uint8
-
-const (
-	fnOther fnClass = iota
-	fnMalloc
-	fnFree
-	fnCreateTensor
-	fnLaunch
-)
-
-func classify(name string) fnClass {
-	switch name {
-	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
-		return fnMalloc
-	case "aclrtFree":
-		return fnFree
-	case "aclCreateTensor":
-		return fnCreateTensor
-	}
-	if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
-		return fnLaunch
-	}
-	return fnOther
-}
-
 type tensorRec struct {
 	addr, extent uint64
 }
@@ -170,7 +144,7 @@ type sim struct {
 	eng     *offload.Engine
 	ops     *simOps
 	fnNames []string
-	fnClass []fnClass
+	fnClass []trace.Class
 	groups  map[uint32]string
 	handles map[int64]int64 // recorded handle -> simulated handle
 
@@ -245,12 +219,12 @@ func (s *sim) step(i int, ev *trace.Event) {
 			return
 		}
 		switch s.fnClass[ev.Fn] {
-		case fnCreateTensor:
+		case trace.ClassTensor:
 			if !s.haveLast || s.lastTID != ev.TID {
 				s.switchThread(ev.TID)
 			}
 			s.lastList = append(s.lastList, tensorRec{addr: ev.Args[1], extent: ev.Args[2]})
-		case fnLaunch:
+		case trace.ClassLaunch:
 			if !s.haveLast || s.lastTID != ev.TID {
 				s.switchThread(ev.TID)
 			}
@@ -258,7 +232,7 @@ func (s *sim) step(i int, ev *trace.Event) {
 				s.checkLaunch(i, ev)
 			}
 			s.lastList = s.lastList[:0]
-		case fnMalloc:
+		case trace.ClassDeviceAlloc:
 			if ev.Ret == 0 && ev.Args[0] != 0 {
 				if old, ok := s.allocs[ev.Args[0]]; ok { // a free the trace lost
 					s.recLive -= old
@@ -268,7 +242,7 @@ func (s *sim) step(i int, ev *trace.Event) {
 				s.eng.Tracker().Alloc(ev.Args[0], ev.Args[1])
 				s.peak()
 			}
-		case fnFree:
+		case trace.ClassDeviceFree:
 			if sz, ok := s.allocs[ev.Args[0]]; ok && ev.Ret == 0 {
 				delete(s.allocs, ev.Args[0])
 				s.recLive -= sz
@@ -282,10 +256,10 @@ func (s *sim) step(i int, ev *trace.Event) {
 		}
 	case trace.KindFunc:
 		for int(ev.Fn) >= len(s.fnClass) {
-			s.fnClass = append(s.fnClass, fnOther)
+			s.fnClass = append(s.fnClass, trace.ClassOther)
 			s.fnNames = append(s.fnNames, "")
 		}
-		s.fnClass[ev.Fn] = classify(ev.Text)
+		s.fnClass[ev.Fn] = trace.ClassOf(ev.Text)
 		s.fnNames[ev.Fn] = ev.Text
 	case trace.KindGroup:
 		s.groups[ev.Group] = ev.Text

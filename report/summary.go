@@ -269,20 +269,20 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 func (s *Summary) call(ev *trace.Event) {
 	name := s.FuncName(ev.Fn)
 	s.Calls[name]++
-	switch name {
-	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
+	switch trace.ClassOf(name) {
+	case trace.ClassDeviceAlloc:
 		if ev.Ret == 0 && ev.Args[0] != 0 {
 			s.Device.alloc(ev.TS, ev.Args[0], ev.Args[1])
 		}
-	case "aclrtFree":
+	case trace.ClassDeviceFree:
 		if ev.Ret == 0 {
 			s.Device.free(ev.TS, ev.Args[0])
 		}
-	case "aclrtMallocHost":
+	case trace.ClassHostAlloc:
 		if ev.Ret == 0 && ev.Args[0] != 0 {
 			s.HostPinned.alloc(ev.TS, ev.Args[0], ev.Args[1])
 		}
-	case "aclrtFreeHost":
+	case trace.ClassHostFree:
 		if ev.Ret == 0 {
 			s.HostPinned.free(ev.TS, ev.Args[0])
 		}

@@ -1,0 +1,39 @@
+package trace
+
+import "strings"
+
+// Class says what a traced runtime function does, by its name (KindFunc); the argument layout of each
+// class's KindCall events is in docs/trace-format.md. Every reader that interprets calls asks here.
+type Class uint8
+
+// Classes. The zero value means "not looked up yet", so a cache indexed by function id can start empty.
+const (
+	ClassUnknown     Class = iota
+	ClassOther             // everything else: counted, not interpreted
+	ClassDeviceAlloc       // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached: Args[0] ptr, Args[1] size
+	ClassDeviceFree        // aclrtFree: Args[0] ptr
+	ClassHostAlloc         // aclrtMallocHost: Args[0] ptr, Args[1] size
+	ClassHostFree          // aclrtFreeHost: Args[0] ptr
+	ClassTensor            // aclCreateTensor: Args[0] tensor, Args[1] data address, Args[2] extent
+	ClassLaunch            // an aclnn op's four-argument launch: Args[4] tensors created for it
+)
+
+// ClassOf classifies a runtime function name.
+func ClassOf(name string) Class {
+	switch name {
+	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
+		return ClassDeviceAlloc
+	case "aclrtFree":
+		return ClassDeviceFree
+	case "aclrtMallocHost":
+		return ClassHostAlloc
+	case "aclrtFreeHost":
+		return ClassHostFree
+	case "aclCreateTensor":
+		return ClassTensor
+	}
+	if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
+		return ClassLaunch
+	}
+	return ClassOther
+}
