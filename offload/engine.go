@@ -321,8 +321,14 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 // unshare keeps a storage that another live group also saved: their internal handles become shared and
 // an offload in progress is undone before anything is released.
 func (e *Engine) unshare(h *handle) {
-	for _, o := range e.handles {
-		if o.sid == h.sid && o.g != h.g && o.classified && o.reason == tracker.Internal {
+	// Only a group's first handle of a storage can be internal (later ones are duplicates), so the other
+	// groups' first handles are all there is to look at.
+	for _, g := range e.groups {
+		o := g.first[h.sid]
+		if o == nil || e.handles[o.id] != o {
+			continue
+		}
+		if o.g != h.g && o.classified && o.reason == tracker.Internal {
 			o.match |= 1 << tracker.Shared
 			o.truth = tracker.Shared
 			e.setReason(o, tracker.Shared, "also saved by "+h.g.name)
