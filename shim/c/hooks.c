@@ -12,7 +12,6 @@
 SA_TLS int sa_depth;
 _Atomic int sa_mode = SA_STARTING;
 _Atomic int sa_forked;
-_Atomic uint64_t sa_counts[SA_NFN];
 void *_Atomic sa_real[SA_NFN];
 
 /* Interposers record only the outermost call of a thread (a runtime calling itself is not the
@@ -20,7 +19,6 @@ void *_Atomic sa_real[SA_NFN];
 static inline int sa_skip(void) {
   return sa_depth != 0 || atomic_load_explicit(&sa_mode, memory_order_relaxed) == SA_INERT;
 }
-static inline void sa_count(int id) { atomic_fetch_add_explicit(&sa_counts[id], 1, memory_order_relaxed); }
 
 #define SA_U(x) ((uint64_t)(uintptr_t)(x))
 #define SA_OUT(p) ((r) == 0 && (p) != NULL ? SA_U(*(p)) : 0)
@@ -94,7 +92,6 @@ uint64_t sa_extent(const int64_t *dims, uint64_t n, aclDataType dt) {
     RT r = real ARGS;                                                                                        \
     sa_depth--;                                                                                              \
     AFTER;                                                                                                   \
-    sa_count(SA_ID_##NAME);                                                                                  \
     sa_record(SA_ID_##NAME, (int64_t)(r), SA_U(A0), SA_U(A1), SA_U(A2), SA_U(A3), SA_U(A4), SA_U(A5));       \
     return r;                                                                                                \
   }                                                                                                          \
@@ -104,8 +101,6 @@ uint64_t sa_extent(const int64_t *dims, uint64_t n, aclDataType dt) {
 
 /* ---- aclnn launches (four-argument phase): exported for the known ops, trampolines for the rest. ---- */
 typedef aclnnStatus (*sa_launch_t)(void *, uint64_t, aclOpExecutor *, aclrtStream);
-
-static _Atomic uint64_t tramp_counts[SA_TRAMP_SLOTS];
 
 static inline aclnnStatus sa_launch(int fn, void *realp, void *ws, uint64_t wsSize, aclOpExecutor *ex,
                                     aclrtStream st) {
@@ -118,10 +113,6 @@ static inline aclnnStatus sa_launch(int fn, void *realp, void *ws, uint64_t wsSi
   sa_depth++;
   aclnnStatus r = real(ws, wsSize, ex, st);
   sa_depth--;
-  if (fn >= SA_TRAMP_BASE)
-    atomic_fetch_add_explicit(&tramp_counts[fn - SA_TRAMP_BASE], 1, memory_order_relaxed);
-  else
-    sa_count(fn);
   sa_record(fn, r, SA_U(ws), wsSize, SA_U(ex), SA_U(st), ntens, 0);
   return r;
 }
@@ -143,7 +134,6 @@ static uint64_t sa_info_get(int id, aclrtExceptionInfo *info) {
 
 static void sa_exception_cb(aclrtExceptionInfo *info) {
   if (atomic_load_explicit(&sa_mode, memory_order_relaxed) != SA_INERT) {
-    sa_count(SA_ID_EXCEPTION);
     sa_record(SA_ID_EXCEPTION, 0, sa_info_get(SA_ID_aclrtGetTaskIdFromExceptionInfo, info),
               sa_info_get(SA_ID_aclrtGetStreamIdFromExceptionInfo, info),
               sa_info_get(SA_ID_aclrtGetThreadIdFromExceptionInfo, info),
@@ -163,7 +153,6 @@ static aclError sa_i_aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback ca
   sa_depth++;
   aclError r = real(sa_exception_cb);
   sa_depth--;
-  sa_count(SA_ID_aclrtSetExceptionInfoCallback);
   sa_record(SA_ID_aclrtSetExceptionInfoCallback, r, SA_U(callback), 0, 0, 0, 0, 0);
   return r;
 }
@@ -178,7 +167,6 @@ static const char *sa_i_aclGetRecentErrMsg(void) {
   sa_depth++;
   const char *r = sa_err_for_app(real());
   sa_depth--;
-  sa_count(SA_ID_aclGetRecentErrMsg);
   sa_record(SA_ID_aclGetRecentErrMsg, 0, SA_U(r), 0, 0, 0, 0, 0);
   return r;
 }
@@ -271,13 +259,6 @@ const char *sa_fn_name(int id) {
   if (id >= SA_TRAMP_BASE && id < SA_TRAMP_BASE + atomic_load_explicit(&nslots, memory_order_acquire))
     return slots[id - SA_TRAMP_BASE].name;
   return NULL;
-}
-
-uint64_t sa_fn_count(int id) {
-  if (id > 0 && id < SA_NFN) return atomic_load_explicit(&sa_counts[id], memory_order_relaxed);
-  if (id >= SA_TRAMP_BASE && id < SA_TRAMP_BASE + SA_TRAMP_SLOTS)
-    return atomic_load_explicit(&tramp_counts[id - SA_TRAMP_BASE], memory_order_relaxed);
-  return 0;
 }
 
 int sa_nfn(void) { return SA_NFN; }

@@ -46,7 +46,6 @@ SA_HIDDEN extern SA_TLS int sa_depth; /* >0 while this thread is inside an inter
 SA_HIDDEN extern void *_Atomic sa_real[SA_NFN];
 SA_HIDDEN extern void *const sa_interposer[SA_NFN];
 SA_HIDDEN extern const char *const sa_names[SA_NFN];
-SA_HIDDEN extern _Atomic uint64_t sa_counts[SA_NFN];
 SA_HIDDEN void *sa_resolve(int id);
 SA_HIDDEN int sa_lookup_name(const char *name);
 

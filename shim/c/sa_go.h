@@ -24,7 +24,6 @@ typedef struct sa_tensor {
 int sa_ring_drain(sa_event *out, int max);
 uint64_t sa_take_lost(void);
 const char *sa_fn_name(int id);
-uint64_t sa_fn_count(int id);
 int sa_nfn(void);
 int64_t sa_now_ns(void);
 int64_t sa_start_mono(void);
