@@ -142,6 +142,11 @@ func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int) {
 		}
 		f := offload.Fault{Kernel: fmt.Sprintf("region_enter(%s)", group), TensorIndex: i, Addr: p,
 			Detected: "region_enter", Detail: fmt.Sprintf("%s input %d of %s has no device memory", kind, i, group)}
+		if p == 0 && len(cands) > 0 {
+			if t := a.trackerRef(); t != nil { // the likely storage was needed here too: its owner grows
+				t.NoteInput(cands[0].ID, group, keyword)
+			}
+		}
 		a.report(f, cands)
 	}
 }

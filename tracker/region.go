@@ -292,3 +292,13 @@ func (t *Tracker) Live(name string) bool {
 	g := t.groups[name]
 	return g != nil && g.live
 }
+
+// NoteInput records that group received storage id as an input while the storage had no device memory
+// (its address was 0): the framework still passed it, so fault reports name every group that needed it.
+func (t *Tracker) NoteInput(id uint64, group string, keyword bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.storages[id]; s != nil {
+		s.addInput(group, keyword)
+	}
+}

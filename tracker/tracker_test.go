@@ -322,3 +322,25 @@ func TestGroupList(t *testing.T) {
 		}
 	}
 }
+
+func TestNoteInputGrowsTheOwner(t *testing.T) {
+	tr := New()
+	tr.Alloc(0x1000, 0x1000)
+	if err := tr.EnterRegion("layer.0", []uint64{0x1000}, 0); err != nil {
+		t.Fatal(err)
+	}
+	sv, err := tr.Save("layer.0", 0x1000, 0x100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.ExitRegion("layer.0", nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	tr.NoteInput(sv.Storage, "layer.1", true)
+	tr.NoteInput(sv.Storage, "layer.2", true)
+	s, ok := tr.Storage(sv.Storage)
+	if !ok || s.Owner() != "keyword input of layer.0..layer.2" {
+		t.Errorf("owner %q (%v), want keyword input of layer.0..layer.2", s.Owner(), ok)
+	}
+	tr.NoteInput(12345, "layer.3", true) // unknown storage: ignored
+}
