@@ -353,14 +353,16 @@ class Framework:
         """The storage of tensor t, or None when t is not a tensor this companion reports."""
         raise NotImplementedError
 
+    # torch and MindSpore (>= 2.8) storages share this API: untyped_storage() objects with data_ptr(),
+    # nbytes() and resize_(n). A framework part overrides these only where its storages differ.
     def storage_ptr(self, s):
-        raise NotImplementedError
+        return s.data_ptr()
 
     def storage_nbytes(self, s):
-        raise NotImplementedError
+        return s.nbytes()
 
     def resize(self, s, nbytes):
-        raise NotImplementedError
+        s.resize_(nbytes)
 
     def param_ptrs(self, module):
         raise NotImplementedError

@@ -57,15 +57,6 @@ class MindSpore(core.Framework):
         except (RuntimeError, TypeError, ValueError):  # a tensor without device data (e.g. not yet init)
             return None
 
-    def storage_ptr(self, s):
-        return s.data_ptr()
-
-    def storage_nbytes(self, s):
-        return s.nbytes()
-
-    def resize(self, s, nbytes):
-        s.resize_(nbytes)
-
     def param_ptrs(self, module):
         ptrs = set()
         tensors = [p for _, p in module.parameters_and_names()]

@@ -47,15 +47,6 @@ class Torch(core.Framework):
         except (RuntimeError, NotImplementedError):  # sparse layouts, functional wrappers: no storage
             return None
 
-    def storage_ptr(self, s):
-        return s.data_ptr()
-
-    def storage_nbytes(self, s):
-        return s.nbytes()
-
-    def resize(self, s, nbytes):
-        s.resize_(nbytes)
-
     def param_ptrs(self, module):
         ptrs = set()
         for t in list(module.parameters()) + list(module.buffers()):
