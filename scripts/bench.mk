@@ -12,3 +12,9 @@ BENCHES += bench-replay
 bench-replay:
 	@echo "== replay: simulated events per second on one core (target >= 5 M/s)"
 	@$(GO) test -run '^$$' -bench Simulate -benchtime 2s -cpu 1 ./replay/ | grep -E 'Benchmark|ok'
+
+BENCHES += bench-probe
+.PHONY: bench-probe
+bench-probe: $(BUILD)/bin/swapagent $(BUILD)/bin/decoder-sim
+	@echo "== probe: eBPF uprobe latencies of decoder-sim's runtime calls (root only; figures include the probe's own cost)"
+	@$(BUILD)/bin/swapagent probe -- $(BUILD)/bin/decoder-sim --steps 1 2>&1 | grep -E '^[a-zA-Z]+: calls' || true

@@ -1,5 +1,5 @@
 // Command swapagent is the thin driver over the project's libraries: it parses flags (pflag) and hands
-// off to run (inject the agent), report (package report's renderers), replay, doctor and version. Each subcommand lives in
+// off to run (inject the agent), report (package report's renderers), replay, doctor, probe and version. Each subcommand lives in
 // its own file; exit codes are documented in docs/cli.md.
 package main
 
@@ -40,6 +40,8 @@ func init() {
 			func(a []string) int { return replay.Main(a, os.Stdout, os.Stderr) }},
 		{"doctor", "DIR [--format text|json]", "diagnose null-address faults from an msrun log directory",
 			func(a []string) int { return doctor.Main(a, os.Stdout, os.Stderr) }},
+		{"probe", probeSynopsis, "time runtime calls and C++ functions with eBPF uprobes; print latency histograms",
+			cmdProbe},
 		{"version", "", "print the version, the control ABI version and build information", cmdVersion},
 		{"help", "[COMMAND]", "show this help, or a command's flags", cmdHelp},
 	}
