@@ -6,6 +6,7 @@ set -euo pipefail
 need_pkgs=()
 have() { command -v "$1" >/dev/null 2>&1; }
 have gcc || need_pkgs+=(gcc)
+have g++ || need_pkgs+=(g++) # the probe tests build a small C++ library
 have make || need_pkgs+=(make)
 [ -e /usr/include/stdio.h ] || need_pkgs+=(libc6-dev)
 have git || need_pkgs+=(git)
