@@ -80,6 +80,7 @@ func svgPanelOf(w io.Writer, s *Summary) {
 	fmt.Fprintf(w, `<text x="%d" y="%d">0</text>`+"\n", svgLeft, svgBand+svgBandH+16)
 	fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", svgRight, svgBand+svgBandH+16, esc(durString(s.EndNS)))
 	fmt.Fprintf(w, `<text x="%d" y="%d" text-anchor="end">swap</text>`+"\n", svgLeft-4, svgBand+svgBandH-6)
+	svgLegend(w)
 
 	// The memory curve as steps: it holds its value until the next change.
 	series := downsample(s.Device.Series, svgMaxPts, s.Device.PeakAtNS)
@@ -108,6 +109,21 @@ func svgPanelOf(w io.Writer, s *Summary) {
 		what := faultText(f.Raw)
 		fmt.Fprintf(w, `<circle class="fault" cx="%.1f" cy="%.1f" r="%d"><title>%s</title></circle>`+"\n",
 			x(f.TS), y(liveAt(s.Device.Series, f.TS)), svgFaultR, esc("fault at +"+durString(f.TS)+": "+what))
+	}
+}
+
+// svgLegend names the marks at the top right of a panel.
+func svgLegend(w io.Writer) {
+	x := float64(svgRight - 335)
+	for _, it := range []struct{ class, text string }{
+		{"offload", "offload (copy out, release)"}, {"restore", "restore"}, {"fault", "fault"}} {
+		if it.class == "fault" {
+			fmt.Fprintf(w, `<circle class="fault legend" cx="%.0f" cy="%d" r="%d"/>`, x+5, svgTop-21, svgFaultR)
+		} else {
+			fmt.Fprintf(w, `<rect class="%s legend" x="%.0f" y="%d" width="10" height="10"/>`, it.class, x, svgTop-26)
+		}
+		fmt.Fprintf(w, `<text x="%.0f" y="%d">%s</text>`+"\n", x+14, svgTop-17, it.text)
+		x += 14 + 6.5*float64(len(it.text)) + 12
 	}
 }
 
