@@ -191,6 +191,11 @@ func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 	if plain.err != nil {
 		t.Fatalf("decoder-sim alone: %v", plain.err)
 	}
+	// A bad value means the default: the output is that of a run with the default configuration.
+	def := run(t, time.Minute, agentEnv(t, t.TempDir()), sim, "--steps", "2")
+	if def.err != nil {
+		t.Fatalf("decoder-sim under the default configuration: %v\n%s", def.err, def.stderr)
+	}
 	notDir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notDir, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
@@ -210,7 +215,10 @@ func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 			if r.err != nil {
 				t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
 			}
-			// The job's results must be those of a run without the agent. The "calls" lines may differ: the
+			if r.stdout != def.stdout {
+				t.Errorf("stdout differs from a run with the default configuration:\n%s\n---\n%s", r.stdout, def.stdout)
+			}
+			// The job's results are those of a run without the agent. Its "calls" lines may differ: the
 			// default policy swaps, so the framework's pool grows less (fewer aclrtMalloc calls).
 			if got, want := stepLines(r.stdout), stepLines(plain.stdout); got != want || want == "" {
 				t.Errorf("step lines differ from a run without the agent:\n%s\n---\n%s", got, want)
