@@ -6,10 +6,11 @@
 // # Schedule
 //
 // Forward, group g: RegionEnter(g, inputs), Save for each saved storage, RegionExit(g, outputs). At exit
-// the engine classifies g's saves, launches the copies out of g's internal storages into pooled host
-// buffers (state d2h), and completes the offload launched at the previous exit: wait for the copies,
-// then release the device memory (state host). Overlapping g's copies with the next group's compute is
-// the point; releasing one group late is the price.
+// the engine classifies g's saves, completes the offload launched at the previous exit (wait for the
+// copies, then release the device memory: state host), and launches the copies out of g's internal
+// storages into pooled host buffers (state d2h). Completing first matters: a mover waits on its whole
+// stream, so completing after the launch would wait for g's copies too. Overlapping g's copies with the
+// next group's compute is the point; releasing one group late is the price.
 //
 // Backward: when g's data is first needed (BackwardEnter, or the first Unpack of one of its handles) any
 // pending offload is completed, g is restored synchronously (Restore storage, copy back, wait: state
