@@ -56,6 +56,7 @@ type Agent struct {
 	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
 	faults    []offload.Fault
 	faultIx   map[string]int // fault key -> index in faults
+	exception [6]uint64      // the last exception callback's info (task, stream, thread, device, code)
 	file      *os.File
 	logFile   *os.File
 	w         *trace.Writer

@@ -42,6 +42,8 @@ func (a *Agent) feedLocked(r *Raw) {
 		}
 	case trace.ClassDeviceFree:
 		a.tracker.Free(r.Args[0])
+	case trace.ClassException:
+		a.exception = r.Args
 	}
 }
 
@@ -114,6 +116,12 @@ func (a *Agent) SyncFault(call string, code int) {
 			break
 		}
 	}
+	a.mu.Lock()
+	if ex := a.exception; ex != [6]uint64{} {
+		f.Detail = fmt.Sprintf("exception info: task %d, stream %d, thread %d, device %d, error code %d",
+			ex[0], ex[1], ex[2], ex[3], ex[4])
+	}
+	a.mu.Unlock()
 	var cands []tracker.StorageInfo
 	if f.Size > 0 || f.Addr != 0 {
 		cands = a.attribute(f.Addr, f.Size)
@@ -305,6 +313,9 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 	case "sync":
 		p("========= FAULT: stream sync failed with %d; the runtime reports kernel %s, tensor %d, address %#x, "+
 			"%d bytes", f.Code, f.Kernel, f.TensorIndex, f.Addr, f.Size)
+		if f.Detail != "" {
+			p("=========   %s", f.Detail)
+		}
 	default:
 		p("========= FAULT: %s", f.Detail)
 		p("=========   found at %s, before the layer runs (its first kernel on it would read address 0)", f.Kernel)

@@ -16,6 +16,7 @@ const (
 	ClassHostFree          // aclrtFreeHost: Args[0] ptr
 	ClassTensor            // aclCreateTensor: Args[0] tensor, Args[1] data address, Args[2] extent
 	ClassLaunch            // an aclnn op's four-argument launch: Args[4] tensors created for it
+	ClassException         // the runtime's exception callback: Args task, stream, thread, device, error code
 )
 
 // ClassOf classifies a runtime function name.
@@ -31,6 +32,8 @@ func ClassOf(name string) Class {
 		return ClassHostFree
 	case "aclCreateTensor":
 		return ClassTensor
+	case "aclrtExceptionCallback":
+		return ClassException
 	}
 	if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
 		return ClassLaunch

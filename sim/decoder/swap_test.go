@@ -271,6 +271,9 @@ func TestOutputsOnlyFaultsInTheFirstBackwardAsReported(t *testing.T) {
 				if f.Code != 507015 || f.Addr != 0 || f.Size != 1048576 || f.ReleasedBy != "layer.0" {
 					t.Errorf("sync fault %+v: want 507015 at addr 0, 1048576 bytes, released by layer.0", f)
 				}
+				if !strings.Contains(f.Detail, "error code 507015") {
+					t.Errorf("sync fault detail %q lacks the exception info", f.Detail)
+				}
 			}
 		}
 	}

@@ -87,6 +87,14 @@ static double clock_ms(clockid_t id) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* on_exception prints the runtime's exception info as MindSpore's callback does. It runs on a runtime
+ * thread: the getters are called straight through the table, outside the (single-threaded) call counts. */
+static void on_exception(aclrtExceptionInfo *info) {
+  fprintf(stderr, "decoder-sim: exception callback: task %u, stream %u, device %u, error code %u\n",
+          rt_fns.aclrtGetTaskIdFromExceptionInfo(info), rt_fns.aclrtGetStreamIdFromExceptionInfo(info),
+          rt_fns.aclrtGetDeviceIdFromExceptionInfo(info), rt_fns.aclrtGetErrorCodeFromExceptionInfo(info));
+}
+
 int main(int argc, char **argv) {
   model_config cfg = {.layers = 12, .seq = 4096, .hidden = 8, .rope_dim = 64, .ffn = 0, .seed = 1, .lr = 0.1f};
   long long steps = 10;
@@ -162,6 +170,7 @@ int main(int argc, char **argv) {
   rt_load(link);
   rt_check(RT(aclInit)(NULL), "aclInit", NULL);
   rt_check(RT(aclrtSetDevice)(0), "aclrtSetDevice", NULL);
+  rt_check(RT(aclrtSetExceptionInfoCallback)(on_exception), "aclrtSetExceptionInfoCallback", NULL);
   aclrtStream stream = NULL;
   rt_check(RT(aclrtCreateStream)(&stream), "aclrtCreateStream", NULL);
   ops_init(stream, sync);

@@ -16,7 +16,9 @@
   X(aclrtMemcpyAsync) X(aclrtSynchronizeStream) X(aclGetRecentErrMsg) X(aclCreateTensor)              \
   X(aclDestroyTensor) X(aclCreateScalar) X(aclDestroyScalar) X(aclnnMulGetWorkspaceSize) X(aclnnMul)  \
   X(aclnnAddGetWorkspaceSize) X(aclnnAdd) X(aclnnMatmulGetWorkspaceSize) X(aclnnMatmul)              \
-  X(aclnnInplaceCopyGetWorkspaceSize) X(aclnnInplaceCopy)
+  X(aclnnInplaceCopyGetWorkspaceSize) X(aclnnInplaceCopy) X(aclrtSetExceptionInfoCallback)           \
+  X(aclrtGetTaskIdFromExceptionInfo) X(aclrtGetStreamIdFromExceptionInfo)                            \
+  X(aclrtGetDeviceIdFromExceptionInfo) X(aclrtGetErrorCodeFromExceptionInfo)
 
 enum {
 #define X(n) RT_FN_##n,
