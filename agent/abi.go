@@ -92,6 +92,9 @@ func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int 
 		return a.result("region_enter", fmt.Errorf("%w: group %q, %d inputs, %d positional", offload.ErrInvalid,
 			group, len(inputs), nPositional))
 	}
+	if a.cfg.InjectPanic == "region_enter" {
+		panic("injected by SWAPAGENT_TEST_PANIC")
+	}
 	e := a.begin()
 	a.checkInputs(group, inputs, nPositional)
 	err := errNoEngine

@@ -74,6 +74,7 @@ type Agent struct {
 	lost      uint64
 	pending   []string // log lines waiting for the trace to open
 	stop      chan struct{}
+	failOnce  sync.Once
 }
 
 // New builds an agent. problems are the configuration problems LoadConfig found: each is printed once
@@ -144,9 +145,34 @@ func (a *Agent) Start() {
 				return
 			case <-t.C:
 			}
-			a.tick()
+			if !a.safeTick() {
+				return
+			}
 		}
 	}()
+}
+
+// safeTick runs one tick; a panic makes the agent inert (Fail) and stops the drainer.
+func (a *Agent) safeTick() (ok bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.Fail("drainer", r)
+			ok = false
+		}
+	}()
+	a.tick()
+	return true
+}
+
+// Fail handles a panic inside the agent: the C side becomes pure pass-through (the host's calls go
+// straight to the runtime, control calls return EDISABLED), one line says what happened, and the trace
+// keeps what was flushed. The job goes on unchanged.
+func (a *Agent) Fail(where string, r any) {
+	a.native.Disable()
+	a.failOnce.Do(func() {
+		fmt.Fprintf(a.stderr, "swapagent: internal error in %s: %v; the agent is now inert, the job continues\n",
+			where, r)
+	})
 }
 
 func (a *Agent) tick() {

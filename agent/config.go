@@ -44,6 +44,9 @@ type Config struct {
 	Role     string // MS_ROLE: MS_SCHED makes the agent inert
 	Rank     int    // RANK_ID or RANK; -1 when unset
 	RankSet  bool
+	// InjectPanic names a control call that panics (SWAPAGENT_TEST_PANIC=region_enter): a test hook that
+	// proves a panic inside the agent leaves the job running unchanged.
+	InjectPanic string
 }
 
 // Inert reports whether the agent must stay out of this process (msrun's scheduler).
@@ -54,6 +57,7 @@ func (c Config) Inert() bool { return c.Role == "MS_SCHED" }
 func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
 		Level: zapcore.WarnLevel, Rank: -1}
+	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
 	var problems []string
 	bad := func(name, val, want, def string) {
 		problems = append(problems, fmt.Sprintf("%s=%q is not %s; using %s", name, val, want, def))

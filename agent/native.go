@@ -33,4 +33,6 @@ type Native interface {
 	SetDead(ranges []uint64)
 	// RecentErrMsg is the real aclGetRecentErrMsg ("" when absent).
 	RecentErrMsg() string
+	// Disable makes the C side inert: pure pass-through, control calls refused.
+	Disable()
 }

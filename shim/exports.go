@@ -36,8 +36,33 @@ func ptrSlice(p *C.uintptr_t, n C.size_t) ([]uint64, bool) {
 	return append([]uint64(nil), src...), true
 }
 
+// guard contains a panic inside the agent: the agent goes inert (the C side passes every call through
+// and refuses control calls), one line says so, and the call returns fail. The host process goes on.
+// recover works only in the deferred function itself, hence guard and guardVoid.
+func guard[T any](call string, ret *T, fail T) {
+	if r := recover(); r != nil {
+		contain(call, r)
+		*ret = fail
+	}
+}
+
+func guardVoid(call string) {
+	if r := recover(); r != nil {
+		contain(call, r)
+	}
+}
+
+func contain(call string, r any) {
+	if a := theAgent; a != nil {
+		a.Fail(call, r)
+		return
+	}
+	native{}.Disable()
+}
+
 //export sa_go_set_storage_ops
-func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) C.int {
+func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) (ret C.int) {
+	defer guard("swapagent_set_storage_ops", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -52,7 +77,8 @@ func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) C.int {
 }
 
 //export sa_go_region_enter
-func sa_go_region_enter(group *C.char, ptrs *C.uintptr_t, n, npos C.size_t) C.int {
+func sa_go_region_enter(group *C.char, ptrs *C.uintptr_t, n, npos C.size_t) (ret C.int) {
+	defer guard("swapagent_region_enter", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -65,7 +91,8 @@ func sa_go_region_enter(group *C.char, ptrs *C.uintptr_t, n, npos C.size_t) C.in
 }
 
 //export sa_go_save
-func sa_go_save(group *C.char, ptr C.uintptr_t, nbytes C.size_t, flags C.uint32_t) C.int64_t {
+func sa_go_save(group *C.char, ptr C.uintptr_t, nbytes C.size_t, flags C.uint32_t) (ret C.int64_t) {
+	defer guard("swapagent_save", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -77,7 +104,8 @@ func sa_go_save(group *C.char, ptr C.uintptr_t, nbytes C.size_t, flags C.uint32_
 }
 
 //export sa_go_region_exit
-func sa_go_region_exit(group *C.char, ptrs *C.uintptr_t, n C.size_t) C.int {
+func sa_go_region_exit(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
+	defer guard("swapagent_region_exit", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -90,7 +118,8 @@ func sa_go_region_exit(group *C.char, ptrs *C.uintptr_t, n C.size_t) C.int {
 }
 
 //export sa_go_protect
-func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) C.int {
+func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
+	defer guard("swapagent_protect", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -103,7 +132,8 @@ func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) C.int {
 }
 
 //export sa_go_backward_enter
-func sa_go_backward_enter(group *C.char) C.int {
+func sa_go_backward_enter(group *C.char) (ret C.int) {
+	defer guard("swapagent_backward_enter", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -115,7 +145,8 @@ func sa_go_backward_enter(group *C.char) C.int {
 }
 
 //export sa_go_unpack
-func sa_go_unpack(handle C.int64_t) C.uintptr_t {
+func sa_go_unpack(handle C.int64_t) (ret C.uintptr_t) {
+	defer guard("swapagent_unpack", &ret, 0)
 	a := theAgent
 	if a == nil {
 		return 0
@@ -124,7 +155,8 @@ func sa_go_unpack(handle C.int64_t) C.uintptr_t {
 }
 
 //export sa_go_backward_exit
-func sa_go_backward_exit(group *C.char) C.int {
+func sa_go_backward_exit(group *C.char) (ret C.int) {
+	defer guard("swapagent_backward_exit", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -136,7 +168,8 @@ func sa_go_backward_exit(group *C.char) C.int {
 }
 
 //export sa_go_state
-func sa_go_state(handle C.int64_t) C.int {
+func sa_go_state(handle C.int64_t) (ret C.int) {
+	defer guard("swapagent_state", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -145,7 +178,8 @@ func sa_go_state(handle C.int64_t) C.int {
 }
 
 //export sa_go_keep_reason
-func sa_go_keep_reason(handle C.int64_t) C.int {
+func sa_go_keep_reason(handle C.int64_t) (ret C.int) {
+	defer guard("swapagent_keep_reason", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -157,7 +191,8 @@ func sa_go_keep_reason(handle C.int64_t) C.int {
 // either way (the size needed, without the NUL).
 //
 //export sa_go_stats_json
-func sa_go_stats_json(buf *C.char, capacity C.size_t) C.int {
+func sa_go_stats_json(buf *C.char, capacity C.size_t) (ret C.int) {
+	defer guard("swapagent_stats_json", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -176,6 +211,7 @@ func sa_go_stats_json(buf *C.char, capacity C.size_t) C.int {
 
 //export sa_go_shutdown
 func sa_go_shutdown() {
+	defer guardVoid("swapagent_shutdown")
 	if a := theAgent; a != nil {
 		a.Shutdown()
 	}
@@ -183,6 +219,7 @@ func sa_go_shutdown() {
 
 //export sa_go_launch_fault
 func sa_go_launch_fault(fn, index C.int, addr, size C.uint64_t) {
+	defer guardVoid("swapagent_launch_fault")
 	if a := theAgent; a != nil {
 		a.LaunchFault(native{}.FnName(uint16(fn)), int(index), uint64(addr), uint64(size))
 	}
@@ -190,6 +227,7 @@ func sa_go_launch_fault(fn, index C.int, addr, size C.uint64_t) {
 
 //export sa_go_sync_fault
 func sa_go_sync_fault(fn, code C.int) {
+	defer guardVoid("swapagent_sync_fault")
 	if a := theAgent; a != nil {
 		a.SyncFault(native{}.FnName(uint16(fn)), int(code))
 	}

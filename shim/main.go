@@ -17,6 +17,10 @@ import (
 	"swapagent/agent"
 )
 
+// cShimHash is the hash of the C shim object, set at link time (shim/shim.mk) so that a changed object
+// changes the link and Go's build cache cannot hand back a library with the old C inside.
+var cShimHash string
+
 // theAgent is nil when the agent is inert (msrun scheduler, forked child, start-up failure).
 var theAgent *agent.Agent
 
@@ -66,6 +70,7 @@ func (native) CrashPending() int    { return int(C.sa_crash_pending()) }
 func (native) CrashAck()            { C.sa_crash_ack() }
 func (native) MarkDrainerThread()   { C.sa_drainer_thread() }
 func (native) RecentErrMsg() string { return C.GoString(C.sa_err_msg()) }
+func (native) Disable()             { C.sa_set_inert() }
 
 func (native) SetDead(ranges []uint64) {
 	if len(ranges) == 0 {

@@ -319,3 +319,22 @@ func stepLines(out string) string {
 	}
 	return b.String()
 }
+
+// TestPanicInsideTheAgentLeavesTheJobRunning injects a panic into the agent's region_enter (a test hook):
+// the agent must go inert with one line, and decoder-sim must finish with the results of a run without it.
+func TestPanicInsideTheAgentLeavesTheJobRunning(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	plain := run(t, time.Minute, baseEnv(), sim, "--steps", "2")
+	r := run(t, time.Minute, agentEnv(t, t.TempDir(), "SWAPAGENT_TEST_PANIC=region_enter"), sim, "--steps", "2")
+	if r.err != nil {
+		t.Fatalf("decoder-sim with a panicking agent: %v\n%s", r.err, r.stderr)
+	}
+	if got, want := stepLines(r.stdout), stepLines(plain.stdout); got != want || want == "" {
+		t.Errorf("step lines differ from a run without the agent:\n%s\n---\n%s", got, want)
+	}
+	lines := agentLines(r.stderr)
+	if len(lines) != 1 || !strings.Contains(lines[0], "internal error in swapagent_region_enter") ||
+		!strings.Contains(lines[0], "the job continues") {
+		t.Errorf("want one agent line about the contained panic, got %q", lines)
+	}
+}

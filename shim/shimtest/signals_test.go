@@ -6,6 +6,7 @@
 package shimtest
 
 import (
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,9 +49,12 @@ func TestGoThreadsLeaveProcessSignalsToTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// Sample until two readings 50 ms apart agree: while a thread is being created its creator blocks
+	// every signal for a moment, and the new thread starts with all of them blocked.
 	var masks map[string]uint64
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if masks = sigBlk(t, cmd.Process.Pid); len(masks) > 1 {
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		prev := masks
+		if masks = sigBlk(t, cmd.Process.Pid); len(masks) > 1 && maps.Equal(prev, masks) {
 			break
 		}
 	}
