@@ -131,9 +131,8 @@ func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
 	return C.int(a.Protect(goString(group), ps))
 }
 
-//export sa_go_backward_enter
-func sa_go_backward_enter(group *C.char) (ret C.int) {
-	defer guard("swapagent_backward_enter", &ret, agent.EDisabled)
+// groupCall runs a control call that takes only a group name.
+func groupCall(group *C.char, call func(*agent.Agent, string) int) C.int {
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -141,7 +140,13 @@ func sa_go_backward_enter(group *C.char) (ret C.int) {
 	if group == nil {
 		return agent.EInvalid
 	}
-	return C.int(a.BackwardEnter(goString(group)))
+	return C.int(call(a, goString(group)))
+}
+
+//export sa_go_backward_enter
+func sa_go_backward_enter(group *C.char) (ret C.int) {
+	defer guard("swapagent_backward_enter", &ret, agent.EDisabled)
+	return groupCall(group, (*agent.Agent).BackwardEnter)
 }
 
 //export sa_go_unpack
@@ -157,14 +162,7 @@ func sa_go_unpack(handle C.int64_t) (ret C.uintptr_t) {
 //export sa_go_backward_exit
 func sa_go_backward_exit(group *C.char) (ret C.int) {
 	defer guard("swapagent_backward_exit", &ret, agent.EDisabled)
-	a := theAgent
-	if a == nil {
-		return agent.EDisabled
-	}
-	if group == nil {
-		return agent.EInvalid
-	}
-	return C.int(a.BackwardExit(goString(group)))
+	return groupCall(group, (*agent.Agent).BackwardExit)
 }
 
 //export sa_go_state

@@ -153,7 +153,26 @@ def main():
     print("done", flush=True)
 
 
-class Torch:
+class Harness:
+    """What the cases need from a framework beyond its model and training step: the same for both."""
+    companion_module = None
+
+    def companion(self):
+        import importlib
+        import swapagent.core
+        sa = importlib.import_module(self.companion_module)
+        sa.core = swapagent.core
+        return sa
+
+    def ptr(self, t):
+        s = t.untyped_storage()
+        return s.data_ptr() if s.nbytes() else 0
+
+    def probe(self, layer, pre, post):
+        return [layer.register_forward_pre_hook(pre, with_kwargs=True), layer.register_forward_hook(post)]
+
+
+class Torch(Harness):
     def __init__(self):
         import torch
         self.torch = torch
@@ -164,18 +183,7 @@ class Torch:
     def model(self):
         return models.torch_model()
 
-    def companion(self):
-        import swapagent.torch as sa
-        import swapagent.core
-        sa.core = swapagent.core
-        return sa
-
-    def ptr(self, t):
-        s = t.untyped_storage()
-        return s.data_ptr() if s.nbytes() else 0
-
-    def probe(self, layer, pre, post):
-        return [layer.register_forward_pre_hook(pre, with_kwargs=True), layer.register_forward_hook(post)]
+    companion_module = "swapagent.torch"
 
     def step(self, model, inspect, probe):
         params = list(model.parameters())
@@ -207,7 +215,7 @@ class Torch:
         return n
 
 
-class MindSpore:
+class MindSpore(Harness):
     def __init__(self):
         import mindspore as ms
         self.ms = ms
@@ -218,18 +226,7 @@ class MindSpore:
     def model(self):
         return models.ms_model()
 
-    def companion(self):
-        import swapagent.mindspore as sa
-        import swapagent.core
-        sa.core = swapagent.core
-        return sa
-
-    def ptr(self, t):
-        s = t.untyped_storage()
-        return s.data_ptr() if s.nbytes() else 0
-
-    def probe(self, layer, pre, post):
-        return [layer.register_forward_pre_hook(pre, with_kwargs=True), layer.register_forward_hook(post)]
+    companion_module = "swapagent.mindspore"
 
     def step(self, model, inspect, probe):
         ms = self.ms
