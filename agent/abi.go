@@ -156,6 +156,19 @@ func (a *Agent) Protect(group string, ptrs []uint64) int {
 	return c
 }
 
+// GroupStreams states the streams group's kernels run on (swapagent_group_streams).
+func (a *Agent) GroupStreams(group string, streams []uint64) int {
+	if group == "" {
+		return a.result("group_streams", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	}
+	e := a.begin()
+	err := errNoEngine
+	if e != nil {
+		err = e.SetGroupStreams(group, streams)
+	}
+	return a.result("group_streams", err)
+}
+
 // BackwardEnter marks the start of group's backward.
 func (a *Agent) BackwardEnter(group string) int {
 	if group == "" {
@@ -235,6 +248,7 @@ func (a *Agent) Observe(ev offload.Event) {
 		a.record(trace.KindClassify, ev.Group, ev.Handle, 0, nil, ev.Base, ev.Size, uint64(ev.Reason), 0)
 	case offload.EvState:
 		a.record(trace.KindState, ev.Group, ev.Handle, 0, nil, uint64(ev.From), uint64(ev.To), ev.Base, ev.Size)
+		a.inFlight(ev)
 	case offload.EvRelease:
 		if ev.External {
 			a.watch(ev.Storage, ev.Base, ev.Size)

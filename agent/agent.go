@@ -50,10 +50,12 @@ type Agent struct {
 	mu        sync.Mutex // guards everything below
 	engine    *offload.Engine
 	tracker   *tracker.Tracker // the engine's; fed with every drained allocation and free
+	streams   *offload.Streams // the engine's; fed with every stream work is enqueued on
 	ops       offload.StorageOps
 	kinds     []trace.Class        // what each function id does, learnt from its name
 	peakDev   uint64               // highest live device bytes seen (runtime allocations)
 	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
+	racing    map[uint64]inflight  // storages an agent copy is moving (by storage ID)
 	faults    []offload.Fault
 	faultIx   map[string]int // fault key -> index in faults
 	exception [6]uint64      // the last exception callback's info (task, stream, thread, device, code)

@@ -47,6 +47,9 @@ type Config struct {
 	// InjectPanic names a control call that panics (SWAPAGENT_TEST_PANIC=region_enter): a test hook that
 	// proves a panic inside the agent leaves the job running unchanged.
 	InjectPanic string
+	// TestUnordered (SWAPAGENT_TEST_UNORDERED=1) drops the event ordering of the agent's copies against
+	// the job's streams: the control that proves the emulator's hazard checker sees the bug. Tests only.
+	TestUnordered bool
 }
 
 // Inert reports whether the agent must stay out of this process (msrun's scheduler).
@@ -58,6 +61,9 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
 		Level: zapcore.WarnLevel, Rank: -1}
 	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
+	if v, _ := lookup("SWAPAGENT_TEST_UNORDERED"); v == "1" {
+		c.TestUnordered = true
+	}
 	var problems []string
 	bad := func(name, val, want, def string) {
 		problems = append(problems, fmt.Sprintf("%s=%q is not %s; using %s", name, val, want, def))

@@ -44,10 +44,10 @@ func (a *Agent) StartEngine(mover offload.Mover) {
 	if err != nil { // LoadConfig already replaced a bad value; keep the default rather than fail
 		p = offload.PolicySafe
 	}
-	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes}, mover,
-		nil, a)
+	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
+		Unordered: a.cfg.TestUnordered}, mover, nil, a)
 	a.mu.Lock()
-	a.engine, a.tracker = e, e.Tracker()
+	a.engine, a.tracker, a.streams = e, e.Tracker(), e.Streams()
 	ops := a.ops
 	a.mu.Unlock()
 	if ops != nil {

@@ -44,6 +44,12 @@ func (a *Agent) feedLocked(r *Raw) {
 		a.tracker.Free(r.Args[0])
 	case trace.ClassException:
 		a.exception = r.Args
+	case trace.ClassStreamDestroy:
+		a.streams.Destroyed(r.Args[0])
+	default:
+		if s, ok := k.Stream(r.Args); ok && a.streams != nil {
+			a.streams.Use(s)
+		}
 	}
 }
 
@@ -80,9 +86,12 @@ func (a *Agent) unwatch(id uint64) {
 }
 
 func (a *Agent) pushDeadLocked() {
-	ranges := make([]uint64, 0, 2*len(a.dead))
+	ranges := make([]uint64, 0, 2*(len(a.dead)+len(a.racing)))
 	for _, r := range a.dead {
 		ranges = append(ranges, r[0], r[1])
+	}
+	for _, r := range a.racing {
+		ranges = append(ranges, r.base, r.end)
 	}
 	a.native.SetDead(ranges)
 }
@@ -92,7 +101,34 @@ func (a *Agent) pushDeadLocked() {
 func (a *Agent) LaunchFault(kernel string, index int, addr, size uint64) {
 	a.Drain()
 	f := offload.Fault{Kernel: kernel, TensorIndex: index, Addr: addr, Size: size, Detected: "launch"}
+	if id, r, ok := a.racingStorage(addr); ok {
+		a.report(a.raceFault(f, id, r))
+		return
+	}
 	a.report(f, a.attribute(addr, size))
+}
+
+// raceFault describes a launch on a storage an agent copy is moving: the job's stream or event use put
+// the kernel outside the ordering the agent set up (a stream it never saw inside the region, a kernel
+// queued after the region exit on a storage the region owned), so the copy and the kernel race.
+func (a *Agent) raceFault(f offload.Fault, id uint64, r inflight) (offload.Fault, []tracker.StorageInfo) {
+	f.Detected, f.ReleasedBy = "race", r.group // the group whose offload moves it
+	what := "its copy to host (the storage is released once the copy completes)"
+	if r.to == offload.H2D {
+		what = "its copy back to device (the kernel may read bytes that have not landed)"
+	}
+	f.Detail = fmt.Sprintf("%s uses tensor %d at %#x, inside a storage of %s while the agent is moving it: %s",
+		f.Kernel, f.TensorIndex, f.Addr, r.group, what)
+	var cands []tracker.StorageInfo
+	if t := a.trackerRef(); t != nil {
+		if s, ok := t.Storage(id); ok {
+			cands = append(cands, s)
+		}
+	}
+	if len(cands) == 0 {
+		f.Storage, f.Nbytes = fmt.Sprintf("%#x", r.base), r.end-r.base
+	}
+	return f, cands
 }
 
 // SyncFault is called after a stream or event sync failed with a device exception code: the runtime's
@@ -275,7 +311,10 @@ func (a *Agent) trackerRef() *tracker.Tracker {
 func (a *Agent) report(f offload.Fault, cands []tracker.StorageInfo) {
 	if len(cands) > 0 {
 		s := cands[0]
-		f.Storage, f.Generation, f.Nbytes, f.ReleasedBy, f.Owner = s.Name(), s.Gen, s.Size, s.ReleasedBy, s.Owner()
+		f.Storage, f.Generation, f.Nbytes, f.Owner = s.Name(), s.Gen, s.Size, s.Owner()
+		if s.ReleasedBy != "" {
+			f.ReleasedBy = s.ReleasedBy
+		}
 	}
 	key := f.Detected + "/" + f.Storage
 	if f.Storage == "" {
@@ -310,6 +349,16 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 		p("========= FAULT: %s uses tensor %d at address %#x (%d bytes), a storage that is not on device",
 			f.Kernel, f.TensorIndex, f.Addr, f.Size)
 		p("=========   found at launch, before the kernel runs (it still runs: the agent does not change the job)")
+	case "race":
+		p("========= FAULT (race): %s", f.Detail)
+		p("=========   found at launch, before the kernel runs: the job's streams or events put this kernel " +
+			"outside the order the agent's copies follow (docs/design.md, \"Stream ordering\")")
+		name, size := f.Storage, f.Nbytes
+		if len(cands) > 0 {
+			name, size = cands[0].Name(), cands[0].Size
+		}
+		p("=========   storage %s (%d bytes) of %s; owner: %s", name, size, f.ReleasedBy, orNone(f.Owner))
+		return b.String()
 	case "sync":
 		p("========= FAULT: stream sync failed with %d; the runtime reports kernel %s, tensor %d, address %#x, "+
 			"%d bytes", f.Code, f.Kernel, f.TensorIndex, f.Addr, f.Size)
@@ -346,4 +395,50 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 		}
 	}
 	return b.String()
+}
+
+// inflight is a storage an agent copy is moving: out (D2H, until its release) or back (H2D, until the
+// job's streams were made to wait for the copy). A kernel launched on it in that window races the copy.
+type inflight struct {
+	base, end uint64
+	group     string
+	to        offload.State
+}
+
+// inFlight follows a storage's state: in flight while D2H or H2D. Its range joins the launch check's.
+func (a *Agent) inFlight(ev offload.Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, was := a.racing[ev.Storage]
+	switch {
+	case (ev.To == offload.D2H || ev.To == offload.H2D) && ev.Base != 0:
+		if a.racing == nil {
+			a.racing = map[uint64]inflight{}
+		}
+		a.racing[ev.Storage] = inflight{ev.Base, ev.Base + ev.Size, ev.Group, ev.To}
+	case was:
+		delete(a.racing, ev.Storage)
+	default:
+		return
+	}
+	a.pushDeadLocked()
+}
+
+// racingStorage returns the in-flight storage whose range holds p.
+func (a *Agent) racingStorage(p uint64) (uint64, inflight, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, r := range a.racing {
+		if p >= r.base && p < r.end {
+			return id, r, true
+		}
+	}
+	return 0, inflight{}, false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none recorded"
+	}
+	return s
 }

@@ -1,10 +1,11 @@
 // engine.go owns the Engine: the swap schedule (offload at region exit, completion at the next exit,
-// restore with prefetch at backward), the per-storage state machine, and the control calls the agent
-// maps onto the C ABI.
+// restore with prefetch at backward), its ordering against the job's streams (docs/design.md, "Stream
+// ordering"), the per-storage state machine, and the control calls the agent maps onto the C ABI.
 package offload
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,8 +41,10 @@ type group struct {
 	handles  []*handle // since the group became live
 	region   []*handle // saved in the open region
 	first    map[uint64]*handle
-	restored bool // restored synchronously since its last region exit
-	swapped  bool // some handle has a unit this step
+	restored bool     // restored since its last region exit
+	swapped  bool     // some handle has a unit this step
+	mark     uint64   // Streams mark at region enter
+	declared []uint64 // streams the framework said the group uses (SetGroupStreams)
 }
 
 type handle struct {
@@ -93,6 +96,9 @@ type Engine struct {
 	order   []*group         // groups that exited this step, in forward order
 	pending []*unit          // launched at the last region exit, completed at the next
 
+	streams  *Streams
+	lastCopy Copy // the latest copy launched: Close waits for it before freeing host buffers
+
 	pool   pool
 	st     Stats
 	gstats map[string]*GroupStats
@@ -106,7 +112,7 @@ func NewEngine(cfg Config, mover Mover, ops StorageOps, obs Observer) *Engine {
 	if cfg.Prefetch < 0 {
 		cfg.Prefetch = 0
 	}
-	return &Engine{cfg: cfg, mover: mover, ops: ops, obs: obs, tr: tracker.New(),
+	return &Engine{cfg: cfg, mover: mover, ops: ops, obs: obs, tr: tracker.New(), streams: &Streams{},
 		groups: map[string]*group{}, handles: map[int64]*handle{}, units: map[uint64]*unit{},
 		gstats: map[string]*GroupStats{}}
 }
@@ -114,6 +120,64 @@ func NewEngine(cfg Config, mover Mover, ops StorageOps, obs Observer) *Engine {
 // Tracker returns the engine's tracker; the agent feeds it runtime allocations and frees and uses it
 // for fault attribution.
 func (e *Engine) Tracker() *tracker.Tracker { return e.tr }
+
+// Streams returns the engine's record of the job's streams; the agent feeds it every stream it sees work
+// enqueued on.
+func (e *Engine) Streams() *Streams { return e.streams }
+
+// SetGroupStreams states streams a group's work runs on, beyond those the agent sees it launch on inside
+// its region (a framework may launch through paths the agent does not intercept).
+func (e *Engine) SetGroupStreams(name string, streams []uint64) error {
+	if name == "" {
+		return fmt.Errorf("%w: empty group", ErrInvalid)
+	}
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil {
+		g = &group{name: name}
+		e.groups[name] = g
+	}
+	g.declared = slices.Clone(streams)
+	return nil
+}
+
+// regionStreams are the streams whose queued work may have produced or read g's storages: those used
+// since its region was entered and those it declared; every known stream when neither says anything.
+func (e *Engine) regionStreams(g *group) []uint64 {
+	s := e.streams.Since(g.mark)
+	for _, d := range g.declared {
+		if !slices.Contains(s, d) {
+			s = append(s, d)
+		}
+	}
+	if len(s) == 0 {
+		return e.streams.All()
+	}
+	return s
+}
+
+// after orders the mover's next copies after the work queued so far on streams.
+func (e *Engine) after(streams []uint64) error {
+	if e.cfg.Unordered || len(streams) == 0 {
+		return nil
+	}
+	return e.mover.After(streams)
+}
+
+// before makes every known stream's later work wait for copy c on the device: a restored storage may be
+// read by any of them, and no one may reuse the memory it landed in before the copy is done.
+func (e *Engine) before(c Copy) error {
+	if e.cfg.Unordered || c == 0 {
+		return nil
+	}
+	return e.mover.Before(c, e.streams.All())
+}
+
+func (e *Engine) launched(c Copy) Copy {
+	e.lastCopy = max(e.lastCopy, c)
+	return c
+}
 
 // Config returns the configuration in use.
 func (e *Engine) Config() Config { return e.cfg }
@@ -189,6 +253,7 @@ func (e *Engine) RegionEnter(name string, inputs []uint64, nPositional int) erro
 		return err
 	}
 	g.phase, g.restored, g.region = phForward, false, nil
+	g.mark = e.streams.Mark()
 	return nil
 }
 
@@ -296,7 +361,18 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 	e.complete(prev)
 	var launched []*unit
 	if e.cfg.Policy != PolicyOff {
+		fenced := false
 		for _, h := range g.region {
+			if !fenced && !h.dup && h.reason == tracker.Internal && e.mover != nil {
+				// The copies out read what the region's kernels wrote: they start after the work queued
+				// on the region's streams so far.
+				fenced = true
+				if err := e.after(e.regionStreams(g)); err != nil {
+					e.st.Errors++
+					e.emit(Event{Kind: EvError, Group: name, Detail: "ordering the copies out: " + err.Error()})
+					break
+				}
+			}
 			if !h.dup && h.reason == tracker.Internal {
 				if u := e.attach(g, h); u != nil {
 					launched = append(launched, u)
@@ -403,7 +479,7 @@ func (e *Engine) launch(u *unit, g *group, h *handle) bool {
 		e.st.Errors++
 		return keep("copy out: " + err.Error())
 	}
-	u.host, u.copy, u.base, u.owner, u.rel, u.copyFailed = buf, c, base, g, h.id, false
+	u.host, u.copy, u.base, u.owner, u.rel, u.copyFailed = buf, e.launched(c), base, g, h.id, false
 	_ = e.move(u, D2H, g.name)
 	return true
 }
@@ -506,30 +582,59 @@ func (e *Engine) completePending() {
 	e.complete(p)
 }
 
-// restoreGroup brings g's storages back synchronously, then launches the restore of the next
-// Prefetch swapped groups in backward order.
+// restoreGroup brings g's storages back (its later kernels wait for the copies on the device), then
+// launches the restore of the next Prefetch swapped groups in backward order.
 func (e *Engine) restoreGroup(g *group) error {
 	e.completePending()
-	var first error
-	note := func(err error) {
-		if err != nil && first == nil {
-			first = err
-		}
-	}
-	for _, h := range g.handles {
-		if u := e.unitOf(h); u != nil && u.state == Host {
-			note(e.startRestore(u, h, g.name))
-		}
-	}
+	first := e.startRestores(g)
 	for _, h := range g.handles {
 		if u := e.unitOf(h); u != nil && u.state == H2D {
-			note(e.finishRestore(u, g.name))
+			if err := e.finishRestore(u, g.name); err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	if first == nil {
 		g.restored = true
 	}
 	e.prefetch(g)
+	return first
+}
+
+// startRestores gives g's offloaded storages device memory again, then launches their copies back, all
+// after the work queued so far on every stream: the framework may hand a storage memory that queued
+// kernels on any stream still use.
+func (e *Engine) startRestores(g *group) error {
+	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	var copies []*unit
+	var hs []*handle
+	for _, h := range g.handles {
+		if u := e.unitOf(h); u != nil && u.state == Host && !slices.Contains(copies, u) {
+			if err := e.reacquire(u, h, g.name); err != nil {
+				note(err)
+				continue
+			}
+			copies, hs = append(copies, u), append(hs, h)
+		}
+	}
+	if len(copies) == 0 {
+		return first
+	}
+	if err := e.after(e.streams.All()); err != nil {
+		e.st.Errors++
+		e.emit(Event{Kind: EvError, Group: g.name, Detail: "ordering the copies in: " + err.Error()})
+		for _, u := range copies {
+			u.copyFailed = true // finishRestore retries the copy, which orders it again
+		}
+	}
+	for i, u := range copies {
+		note(e.copyIn(u, hs[i], g.name))
+	}
 	return first
 }
 
@@ -547,21 +652,32 @@ func (e *Engine) prefetch(g *group) {
 			continue
 		}
 		n++
-		for _, h := range q.handles {
-			if u := e.unitOf(h); u != nil && u.state == Host {
-				_ = e.startRestore(u, h, q.name)
-			}
-		}
+		_ = e.startRestores(q)
 	}
 }
 
 // startRestore gives u device memory again (through the framework) and launches the copy back.
 func (e *Engine) startRestore(u *unit, h *handle, grp string) error {
-	fail := func(err error) error {
-		e.st.Errors++
-		e.emit(Event{Kind: EvError, Group: grp, Handle: h.id, Storage: u.sid, Size: u.size, Detail: err.Error()})
+	if err := e.reacquire(u, h, grp); err != nil {
 		return err
 	}
+	if !u.devValid {
+		if err := e.after(e.streams.All()); err != nil {
+			u.copyFailed = true
+		}
+	}
+	return e.copyIn(u, h, grp)
+}
+
+func (e *Engine) failRestore(u *unit, h *handle, grp string, err error) error {
+	e.st.Errors++
+	e.emit(Event{Kind: EvError, Group: grp, Handle: h.id, Storage: u.sid, Size: u.size, Detail: err.Error()})
+	return err
+}
+
+// reacquire gives a released storage device memory again through the framework's restore op.
+func (e *Engine) reacquire(u *unit, h *handle, grp string) error {
+	fail := func(err error) error { return e.failRestore(u, h, grp, err) }
 	if u.released {
 		if e.ops == nil {
 			return fail(fmt.Errorf("%w: cannot restore storage of handle %d", ErrNoOps, h.id))
@@ -577,13 +693,19 @@ func (e *Engine) startRestore(u *unit, h *handle, grp string) error {
 		e.st.SavedBytes -= u.size
 		e.emit(Event{Kind: EvRestore, Group: grp, Handle: h.id, Storage: u.sid, Base: base, Size: u.size})
 	}
+	return nil
+}
+
+// copyIn launches the copy back of a reacquired storage (none when its device memory was never released);
+// the caller ordered it after the streams' queued work.
+func (e *Engine) copyIn(u *unit, h *handle, grp string) error {
 	u.copy = 0
-	if !u.devValid {
+	if !u.devValid && !u.copyFailed {
 		c, err := e.mover.CopyIn(u.base, u.host.Addr, u.size)
 		if err != nil {
-			return fail(fmt.Errorf("%w: copy in: %v", ErrRuntime, err))
+			return e.failRestore(u, h, grp, fmt.Errorf("%w: copy in: %v", ErrRuntime, err))
 		}
-		u.copy = c
+		u.copy = e.launched(c)
 		e.st.RestoredStorages++
 		e.st.RestoredBytes += u.size
 		e.gs(grp).Restored++
@@ -591,24 +713,33 @@ func (e *Engine) startRestore(u *unit, h *handle, grp string) error {
 	return e.move(u, H2D, grp)
 }
 
-// finishRestore waits for u's copy back.
+// finishRestore makes every stream's later work wait for u's copy back, on the device: the host does not
+// block. A copy that could not be launched or ordered before is retried here.
 func (e *Engine) finishRestore(u *unit, grp string) error {
 	if u.copyFailed {
-		c, err := e.mover.CopyIn(u.base, u.host.Addr, u.size)
+		err := e.after(e.streams.All())
+		var c Copy
+		if err == nil {
+			c, err = e.mover.CopyIn(u.base, u.host.Addr, u.size)
+		}
 		if err != nil {
 			e.st.Errors++
 			return fmt.Errorf("%w: copy in: %v", ErrRuntime, err)
 		}
-		u.copy, u.copyFailed = c, false
+		u.copy, u.copyFailed = e.launched(c), false
 	}
 	t0 := time.Now()
-	err := e.mover.Wait(u.copy)
+	err := e.before(u.copy)
 	e.addWait(&e.st.RestoreWaitNS, t0)
 	if err != nil {
-		u.copyFailed = true
-		e.st.Errors++
-		e.emit(Event{Kind: EvError, Group: grp, Storage: u.sid, Size: u.size, Detail: "copy in: " + err.Error()})
-		return fmt.Errorf("%w: copy in: %v", ErrRuntime, err)
+		// The streams could not be made to wait: the host waits instead, which orders everything the
+		// host enqueues from now on.
+		if err = e.mover.Wait(u.copy); err != nil {
+			u.copyFailed = true
+			e.st.Errors++
+			e.emit(Event{Kind: EvError, Group: grp, Storage: u.sid, Size: u.size, Detail: "copy in: " + err.Error()})
+			return fmt.Errorf("%w: copy in: %v", ErrRuntime, err)
+		}
 	}
 	u.devValid = true
 	e.pool.put(u.host)
@@ -837,6 +968,10 @@ func (e *Engine) Stats() Stats {
 	s := e.st
 	s.Policy, s.Prefetch = e.cfg.Policy.String(), e.cfg.Prefetch
 	s.HostAllocs, s.HostReuses, s.HostBytes = e.pool.allocs, e.pool.reuses, e.pool.bytes
+	if tm, ok := e.mover.(TimelineMover); ok {
+		tl := tm.Timeline()
+		s.DeviceCopyNS, s.DeviceStallNS = tl.CopyNS, tl.StallNS
+	}
 	s.Faults = append([]Fault{}, e.st.Faults...)
 	s.Groups = make(map[string]GroupStats, len(e.gstats))
 	for k, v := range e.gstats {
@@ -852,6 +987,10 @@ func (e *Engine) Close() error {
 	e.completePending()
 	if e.mover == nil {
 		return nil
+	}
+	// Copies back may still read pooled host buffers.
+	if err := e.mover.Wait(e.lastCopy); err != nil {
+		return err
 	}
 	return e.pool.drain(e.mover)
 }

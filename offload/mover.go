@@ -15,16 +15,37 @@ type HostBuf struct {
 }
 
 // Copy is a mover's token for an asynchronous copy (for example an event); 0 means already complete.
+// Tokens of one mover grow in launch order, and its copies complete in that order.
 type Copy uint64
 
-// Mover copies bytes between device storages and host buffers. The engine calls it with its lock held:
-// a Mover must not call back into the Engine.
+// Mover copies bytes between device storages and host buffers, ordered against the job's streams the
+// way CUDA's and torch's record_stream rules order a side stream: with events, on the device. The engine
+// calls it with its lock held: a Mover must not call back into the Engine.
 type Mover interface {
 	AllocHost(n uint64) (HostBuf, error)
 	FreeHost(b HostBuf) error
+	// After makes the copies launched from now on start only once the work queued so far on streams has
+	// run (an event recorded on each stream, waited for by the mover's stream). The host does not block.
+	After(streams []uint64) error
 	CopyOut(dstHost, srcDevice, n uint64) (Copy, error) // launch device -> host
 	CopyIn(dstDevice, srcHost, n uint64) (Copy, error)  // launch host -> device
-	Wait(c Copy) error                                  // block until c completed
+	// Wait blocks the host until c (and every copy launched before it) completed.
+	Wait(c Copy) error
+	// Before makes the work queued from now on on streams wait, on the device, for c: the host does not
+	// block.
+	Before(c Copy, streams []uint64) error
+}
+
+// Timeline is what a mover measured on the device: the time its copies took, and the time the job's
+// streams stalled in the waits Before put on them. Figures of copies still in flight are not included.
+type Timeline struct {
+	CopyNS  uint64 `json:"copy_ns"`
+	StallNS uint64 `json:"stall_ns"`
+}
+
+// TimelineMover is a Mover that measures its device timeline.
+type TimelineMover interface {
+	Timeline() Timeline
 }
 
 // MemcpyMover copies with memcpy: for storages whose pointers are real host addresses (CPU tensors with
@@ -81,6 +102,12 @@ func (m *MemcpyMover) CopyIn(dstDevice, srcHost, n uint64) (Copy, error) {
 
 // Wait returns nil: memcpy copies are complete when launched.
 func (m *MemcpyMover) Wait(Copy) error { return nil }
+
+// After returns nil: a memcpy runs on the host, in program order.
+func (m *MemcpyMover) After([]uint64) error { return nil }
+
+// Before returns nil: a memcpy is complete when it returns.
+func (m *MemcpyMover) Before(Copy, []uint64) error { return nil }
 
 func memcpy(dst, src, n uint64) error {
 	if dst == 0 || src == 0 {

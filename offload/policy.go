@@ -69,6 +69,9 @@ type Config struct {
 	Policy   Policy
 	Prefetch int    // groups restored ahead in backward order; negative means 0
 	MinBytes uint64 // storages below this many bytes are kept with reason small
+	// Unordered drops the event ordering of the mover's copies against the job's streams (After and
+	// Before are not called). Tests only: it is the control that shows the hazard checker sees the bug.
+	Unordered bool
 }
 
 // DefaultConfig is the configuration of the environment's defaults: safe, prefetch 1, DefaultMinBytes.

@@ -68,29 +68,33 @@ type Fault struct {
 
 // Stats is the engine's accounting; it marshals to the stats JSON.
 type Stats struct {
-	Policy            string                `json:"policy"`
-	Prefetch          int                   `json:"prefetch"`
-	Saves             uint64                `json:"saves"`
-	Internal          uint64                `json:"internal"` // handles classified internal (swap candidates)
-	OffloadedStorages uint64                `json:"offloaded_storages"`
-	OffloadedBytes    uint64                `json:"offloaded_bytes"`
-	RestoredStorages  uint64                `json:"restored_storages"`
-	RestoredBytes     uint64                `json:"restored_bytes"`
-	Kept              Kept                  `json:"kept"`
-	ReleasedExternal  uint64                `json:"released_external"` // releases of storages owned outside (never under safe)
-	PeakDeviceBytes   uint64                `json:"peak_device_bytes"` // set by the agent from runtime events
-	SavedBytes        uint64                `json:"saved_bytes"`       // device bytes released now
-	SavedBytesPeak    uint64                `json:"saved_bytes_peak"`
-	OffloadWaitNS     uint64                `json:"offload_wait_ns"` // compute side waiting for copies out
-	RestoreWaitNS     uint64                `json:"restore_wait_ns"` // compute side waiting for copies back
-	WaitNS            uint64                `json:"wait_ns"`
-	HostAllocs        uint64                `json:"host_allocs"` // pinned buffers obtained from the mover
-	HostReuses        uint64                `json:"host_reuses"` // requests served by the pool
-	HostBytes         uint64                `json:"host_bytes"`  // pinned bytes held by the pool
-	KeptNoOps         uint64                `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
-	Errors            uint64                `json:"errors"`      // mover or storage op failures (the storage was kept)
-	Groups            map[string]GroupStats `json:"groups"`
-	Faults            []Fault               `json:"faults"`
+	Policy            string `json:"policy"`
+	Prefetch          int    `json:"prefetch"`
+	Saves             uint64 `json:"saves"`
+	Internal          uint64 `json:"internal"` // handles classified internal (swap candidates)
+	OffloadedStorages uint64 `json:"offloaded_storages"`
+	OffloadedBytes    uint64 `json:"offloaded_bytes"`
+	RestoredStorages  uint64 `json:"restored_storages"`
+	RestoredBytes     uint64 `json:"restored_bytes"`
+	Kept              Kept   `json:"kept"`
+	ReleasedExternal  uint64 `json:"released_external"` // releases of storages owned outside (never under safe)
+	PeakDeviceBytes   uint64 `json:"peak_device_bytes"` // set by the agent from runtime events
+	SavedBytes        uint64 `json:"saved_bytes"`       // device bytes released now
+	SavedBytesPeak    uint64 `json:"saved_bytes_peak"`
+	OffloadWaitNS     uint64 `json:"offload_wait_ns"` // compute side waiting for copies out
+	RestoreWaitNS     uint64 `json:"restore_wait_ns"` // compute side waiting for copies back
+	WaitNS            uint64 `json:"wait_ns"`
+	// The device timeline (a runtime mover measures it with events): how long the agent's copies took,
+	// and how long the job's streams stalled waiting for copies back.
+	DeviceCopyNS  uint64                `json:"device_copy_ns"`
+	DeviceStallNS uint64                `json:"device_stall_ns"`
+	HostAllocs    uint64                `json:"host_allocs"` // pinned buffers obtained from the mover
+	HostReuses    uint64                `json:"host_reuses"` // requests served by the pool
+	HostBytes     uint64                `json:"host_bytes"`  // pinned bytes held by the pool
+	KeptNoOps     uint64                `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
+	Errors        uint64                `json:"errors"`      // mover or storage op failures (the storage was kept)
+	Groups        map[string]GroupStats `json:"groups"`
+	Faults        []Fault               `json:"faults"`
 }
 
 // EventKind says what an Event reports.

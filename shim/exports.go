@@ -131,6 +131,20 @@ func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
 	return C.int(a.Protect(goString(group), ps))
 }
 
+//export sa_go_group_streams
+func sa_go_group_streams(group *C.char, streams *C.uintptr_t, n C.size_t) (ret C.int) {
+	defer guard("swapagent_group_streams", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	ss, ok := ptrSlice(streams, n)
+	if group == nil || !ok {
+		return agent.EInvalid
+	}
+	return C.int(a.GroupStreams(goString(group), ss))
+}
+
 // groupCall runs a control call that takes only a group name.
 func groupCall(group *C.char, call func(*agent.Agent, string) int) C.int {
 	a := theAgent

@@ -43,11 +43,31 @@ const (
 )
 
 // runtimeMover is offload.Mover over the real runtime: pinned host buffers, asynchronous copies on the
-// mover's own stream, and Wait as a stream synchronisation (a Copy token is never 0 for a launched copy).
+// mover's own stream, each bracketed by two events (its token is the end event's sequence number), and
+// the ordering against the job's streams done with events on the device (docs/design.md, "Stream
+// ordering"). Events are pooled: one is recorded again only once the host knows its last record completed.
 type runtimeMover struct {
 	mu     sync.Mutex
 	stream uintptr
+	idle   []uintptr // events free for reuse
+	seq    uint64    // tokens handed out
+	done   uint64    // every copy up to this token completed
+	flight []flight  // copies not known complete, in launch order
+	stalls []stall   // waits put on the job's streams, not measured yet
+	tl     offload.Timeline
 }
+
+type flight struct {
+	seq        uint64
+	start, end uintptr
+}
+
+// stall brackets one aclrtStreamWaitEvent on a job's stream: the time between the two records is what
+// that stream waited for the copy.
+type stall struct{ before, after uintptr }
+
+// maxStalls bounds the unmeasured waits kept; older ones are dropped unmeasured.
+const maxStalls = 4096
 
 var _ offload.Mover = (*runtimeMover)(nil)
 
@@ -58,9 +78,8 @@ func aclErr(op string, rc C.int) error {
 	return fmt.Errorf("%w: %s returned %d", offload.ErrRuntime, op, int(rc))
 }
 
-func (m *runtimeMover) streamFor() (uintptr, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// streamLocked returns the mover's stream, creating it on first use.
+func (m *runtimeMover) streamLocked() (uintptr, error) {
 	if m.stream == 0 {
 		var s C.uintptr_t
 		if err := aclErr("aclrtCreateStream", C.sa_real_create_stream(&s)); err != nil {
@@ -69,6 +88,32 @@ func (m *runtimeMover) streamFor() (uintptr, error) {
 		m.stream = uintptr(s)
 	}
 	return m.stream, nil
+}
+
+func (m *runtimeMover) eventLocked() (uintptr, error) {
+	if n := len(m.idle); n > 0 {
+		ev := m.idle[n-1]
+		m.idle = m.idle[:n-1]
+		return ev, nil
+	}
+	var ev C.uintptr_t
+	if err := aclErr("aclrtCreateEvent", C.sa_real_create_event(&ev)); err != nil {
+		return 0, err
+	}
+	return uintptr(ev), nil
+}
+
+// recordLocked records a pooled event on stream.
+func (m *runtimeMover) recordLocked(stream uintptr) (uintptr, error) {
+	ev, err := m.eventLocked()
+	if err != nil {
+		return 0, err
+	}
+	if err := aclErr("aclrtRecordEvent", C.sa_real_record_event(C.uintptr_t(ev), C.uintptr_t(stream))); err != nil {
+		m.idle = append(m.idle, ev)
+		return 0, err
+	}
+	return ev, nil
 }
 
 func (m *runtimeMover) AllocHost(n uint64) (offload.HostBuf, error) {
@@ -83,16 +128,54 @@ func (m *runtimeMover) FreeHost(b offload.HostBuf) error {
 	return aclErr("aclrtFreeHost", C.sa_real_free_host(C.uintptr_t(b.Addr)))
 }
 
+// After records an event on each of streams and makes the mover's stream wait for it.
+func (m *runtimeMover) After(streams []uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	own, err := m.streamLocked()
+	if err != nil {
+		return err
+	}
+	for _, s := range streams {
+		ev, err := m.recordLocked(uintptr(s))
+		if err != nil {
+			return err
+		}
+		err = aclErr("aclrtStreamWaitEvent", C.sa_real_stream_wait_event(C.uintptr_t(own), C.uintptr_t(ev)))
+		// The wait took the record it waits for: the event may be recorded again at once.
+		m.idle = append(m.idle, ev)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (m *runtimeMover) copy(dst, src, n uint64, kind int) (offload.Copy, error) {
-	s, err := m.streamFor()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, err := m.streamLocked()
+	if err != nil {
+		return 0, err
+	}
+	start, err := m.recordLocked(s)
 	if err != nil {
 		return 0, err
 	}
 	if err := aclErr("aclrtMemcpyAsync", C.sa_real_memcpy_async(C.uintptr_t(dst), C.size_t(n), C.uintptr_t(src),
 		C.size_t(n), C.int(kind), C.uintptr_t(s))); err != nil {
+		m.idle = append(m.idle, start)
 		return 0, err
 	}
-	return offload.Copy(1), nil
+	end, err := m.recordLocked(s)
+	if err != nil {
+		// Without its own event the copy completes with the stream: wait for it here.
+		m.idle = append(m.idle, start)
+		return 0, aclErr("aclrtSynchronizeStream", C.sa_real_sync_stream(C.uintptr_t(s)))
+	}
+	m.seq++
+	m.flight = append(m.flight, flight{seq: m.seq, start: start, end: end})
+	return offload.Copy(m.seq), nil
 }
 
 func (m *runtimeMover) CopyOut(dstHost, srcDevice, n uint64) (offload.Copy, error) {
@@ -103,15 +186,112 @@ func (m *runtimeMover) CopyIn(dstDevice, srcHost, n uint64) (offload.Copy, error
 	return m.copy(dstDevice, srcHost, n, memcpyHostToDevice)
 }
 
-func (m *runtimeMover) Wait(c offload.Copy) error {
-	if c == 0 {
+// findLocked returns the in-flight copy of token c, or nil when it is known complete.
+func (m *runtimeMover) findLocked(c offload.Copy) *flight {
+	if uint64(c) <= m.done {
 		return nil
 	}
-	s, err := m.streamFor()
-	if err != nil {
+	for i := range m.flight {
+		if m.flight[i].seq == uint64(c) {
+			return &m.flight[i]
+		}
+	}
+	return nil
+}
+
+// Wait synchronizes on c's end event; copies complete in launch order on the mover's stream, so every
+// earlier copy is complete too and their events return to the pool.
+func (m *runtimeMover) Wait(c offload.Copy) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.findLocked(c)
+	if f == nil {
+		return nil
+	}
+	if err := aclErr("aclrtSynchronizeEvent", C.sa_real_sync_event(C.uintptr_t(f.end))); err != nil {
 		return err
 	}
-	return aclErr("aclrtSynchronizeStream", C.sa_real_sync_stream(C.uintptr_t(s)))
+	m.retireLocked(uint64(c))
+	return nil
+}
+
+// retireLocked measures and recycles the copies up to token c, which the host knows completed.
+func (m *runtimeMover) retireLocked(c uint64) {
+	k := 0
+	for k < len(m.flight) && m.flight[k].seq <= c {
+		f := m.flight[k]
+		var ns C.uint64_t
+		if C.sa_real_event_elapsed_ns(C.uintptr_t(f.start), C.uintptr_t(f.end), &ns) == 0 {
+			m.tl.CopyNS += uint64(ns)
+		}
+		m.idle = append(m.idle, f.start, f.end)
+		k++
+	}
+	m.flight = append(m.flight[:0], m.flight[k:]...)
+	m.done = max(m.done, c)
+	m.measureStallsLocked()
+}
+
+// Before makes each of streams wait for c's end event, bracketed by two records so the stall can be
+// measured once the stream passed them.
+func (m *runtimeMover) Before(c offload.Copy, streams []uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.findLocked(c)
+	if f == nil {
+		return nil // complete: whatever the host enqueues from now on runs after it
+	}
+	for _, s := range streams {
+		st := uintptr(s)
+		before, err := m.recordLocked(st)
+		if err != nil {
+			return err
+		}
+		if err := aclErr("aclrtStreamWaitEvent", C.sa_real_stream_wait_event(C.uintptr_t(st), C.uintptr_t(f.end))); err != nil {
+			m.idle = append(m.idle, before)
+			return err
+		}
+		after, err := m.recordLocked(st)
+		if err != nil {
+			m.idle = append(m.idle, before)
+			continue // the wait is in place; only its measurement is lost
+		}
+		if len(m.stalls) >= maxStalls {
+			m.stalls = m.stalls[1:]
+		}
+		m.stalls = append(m.stalls, stall{before, after})
+	}
+	m.measureStallsLocked()
+	return nil
+}
+
+// measureStallsLocked adds up the waits whose closing record completed and recycles their events. A
+// runtime without aclrtQueryEventStatus leaves the stall unmeasured (0).
+func (m *runtimeMover) measureStallsLocked() {
+	k := 0
+	for _, s := range m.stalls {
+		switch C.sa_real_event_done(C.uintptr_t(s.after)) {
+		case 0: // not yet
+			m.stalls[k] = s
+			k++
+			continue
+		case 1:
+			var ns C.uint64_t
+			if C.sa_real_event_elapsed_ns(C.uintptr_t(s.before), C.uintptr_t(s.after), &ns) == 0 {
+				m.tl.StallNS += uint64(ns)
+			}
+		}
+		m.idle = append(m.idle, s.before, s.after)
+	}
+	m.stalls = m.stalls[:k]
+}
+
+// Timeline returns what the device timeline measured so far.
+func (m *runtimeMover) Timeline() offload.Timeline {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.measureStallsLocked()
+	return m.tl
 }
 
 // hybridMover copies a storage with the runtime when its address is device memory the runtime handed
@@ -158,8 +338,22 @@ func (m *hybridMover) CopyIn(dst, srcHost, n uint64) (offload.Copy, error) {
 	return m.mem.CopyIn(dst, srcHost, n)
 }
 
-// Wait: memcpy copies are complete when they return (token 0); runtime copies sync the mover's stream.
+// Wait: memcpy copies are complete when they return (token 0); runtime copies have events.
 func (m *hybridMover) Wait(c offload.Copy) error { return m.rt.Wait(c) }
+
+// After orders the runtime copies; memcpy copies run on the host in program order.
+func (m *hybridMover) After(streams []uint64) error { return m.rt.After(streams) }
+
+// Before orders the streams after a runtime copy; a memcpy copy (token 0) is complete already.
+func (m *hybridMover) Before(c offload.Copy, streams []uint64) error {
+	if c == 0 {
+		return nil
+	}
+	return m.rt.Before(c, streams)
+}
+
+// Timeline is the runtime mover's.
+func (m *hybridMover) Timeline() offload.Timeline { return m.rt.Timeline() }
 
 // wireEngine starts the offload engine with the hybrid mover.
 func wireEngine(a *agent.Agent) {

@@ -8,15 +8,20 @@ type Class uint8
 
 // Classes. The zero value means "not looked up yet", so a cache indexed by function id can start empty.
 const (
-	ClassUnknown     Class = iota
-	ClassOther             // everything else: counted, not interpreted
-	ClassDeviceAlloc       // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached: Args[0] ptr, Args[1] size
-	ClassDeviceFree        // aclrtFree: Args[0] ptr
-	ClassHostAlloc         // aclrtMallocHost: Args[0] ptr, Args[1] size
-	ClassHostFree          // aclrtFreeHost: Args[0] ptr
-	ClassTensor            // aclCreateTensor: Args[0] tensor, Args[1] data address, Args[2] extent
-	ClassLaunch            // an aclnn op's four-argument launch: Args[4] tensors created for it
-	ClassException         // the runtime's exception callback: Args task, stream, thread, device, error code
+	ClassUnknown       Class = iota
+	ClassOther               // everything else: counted, not interpreted
+	ClassDeviceAlloc         // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached: Args[0] ptr, Args[1] size
+	ClassDeviceFree          // aclrtFree: Args[0] ptr
+	ClassHostAlloc           // aclrtMallocHost: Args[0] ptr, Args[1] size
+	ClassHostFree            // aclrtFreeHost: Args[0] ptr
+	ClassTensor              // aclCreateTensor: Args[0] tensor, Args[1] data address, Args[2] extent
+	ClassLaunch              // an aclnn op's four-argument launch: Args[4] tensors created for it
+	ClassException           // the runtime's exception callback: Args task, stream, thread, device, error code
+	ClassCopyAsync           // aclrtMemcpyAsync: Args dst, src, count, kind, destMax, stream
+	ClassMemsetAsync         // aclrtMemsetAsync: Args ptr, count, value, maxCount, stream
+	ClassEventRecord         // aclrtRecordEvent: Args event, stream
+	ClassStreamWait          // aclrtStreamWaitEvent: Args stream, event
+	ClassStreamDestroy       // aclrtDestroyStream: Args stream
 )
 
 // ClassOf classifies a runtime function name.
@@ -34,9 +39,37 @@ func ClassOf(name string) Class {
 		return ClassTensor
 	case "aclrtExceptionCallback":
 		return ClassException
+	case "aclrtMemcpyAsync":
+		return ClassCopyAsync
+	case "aclrtMemsetAsync":
+		return ClassMemsetAsync
+	case "aclrtRecordEvent":
+		return ClassEventRecord
+	case "aclrtStreamWaitEvent":
+		return ClassStreamWait
+	case "aclrtDestroyStream":
+		return ClassStreamDestroy
 	}
 	if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
 		return ClassLaunch
 	}
 	return ClassOther
+}
+
+// Stream returns the stream a call of class c enqueued work on (0 is the default stream); false for calls
+// that enqueue nothing.
+func (c Class) Stream(args [6]uint64) (uint64, bool) {
+	switch c {
+	case ClassLaunch:
+		return args[3], true
+	case ClassCopyAsync:
+		return args[5], true
+	case ClassMemsetAsync:
+		return args[4], true
+	case ClassEventRecord:
+		return args[1], true
+	case ClassStreamWait:
+		return args[0], true
+	}
+	return 0, false
 }

@@ -1,5 +1,5 @@
-/* check.c: the fault checks of the shim (issue 5). The launch check's watched ranges (external storages a
- * policy released, set by the agent), the report of a suspicious launch to the agent before the kernel
+/* check.c: the fault checks of the shim (issue 5). The launch check's watched ranges (set by the agent:
+ * external storages a policy released, and storages while an agent copy of them is in flight), the report of a suspicious launch to the agent before the kernel
  * runs, the report of a sync that failed with a device exception (with the runtime's error message, which
  * is kept for the application's own aclGetRecentErrMsg), all on cold paths: a launch only pays a load of
  * the range count and a test of each tensor's address. Never after fork: a forked child is inert. */
@@ -15,26 +15,38 @@
 extern void sa_go_launch_fault(int fn, int index, uint64_t addr, uint64_t size);
 extern void sa_go_sync_fault(int fn, int code);
 
+/* The watched ranges are read by every launch while any is set, so readers take no lock: a sequence
+ * lock (odd while a writer is at work; readers retry when it moved), with the ranges as relaxed atomics.
+ * Writers (the agent, rarely) serialize on a mutex. */
 #define SA_DEAD_MAX 1024
-static pthread_rwlock_t dead_lock = PTHREAD_RWLOCK_INITIALIZER;
-static uint64_t dead[2 * SA_DEAD_MAX];
+static pthread_mutex_t dead_writer = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic uint64_t dead_seq;
+static _Atomic uint64_t dead[2 * SA_DEAD_MAX];
 _Atomic int sa_dead_n;
 
 void sa_set_dead(const uint64_t *ranges, int n) {
   int pairs = n / 2 > SA_DEAD_MAX ? SA_DEAD_MAX : n / 2;
-  pthread_rwlock_wrlock(&dead_lock);
-  if (pairs > 0) memcpy(dead, ranges, (size_t)pairs * 2 * sizeof(uint64_t));
-  atomic_store_explicit(&sa_dead_n, pairs, memory_order_release);
-  pthread_rwlock_unlock(&dead_lock);
+  pthread_mutex_lock(&dead_writer);
+  uint64_t seq = atomic_load_explicit(&dead_seq, memory_order_relaxed);
+  atomic_store_explicit(&dead_seq, seq + 1, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release); /* the odd sequence is visible before any range changes */
+  for (int i = 0; i < 2 * pairs; i++) atomic_store_explicit(&dead[i], ranges[i], memory_order_relaxed);
+  atomic_store_explicit(&sa_dead_n, pairs, memory_order_relaxed);
+  atomic_store_explicit(&dead_seq, seq + 2, memory_order_release);
+  pthread_mutex_unlock(&dead_writer);
 }
 
 int sa_dead_hit(uint64_t addr) {
-  int hit = 0;
-  pthread_rwlock_rdlock(&dead_lock);
-  int n = atomic_load_explicit(&sa_dead_n, memory_order_relaxed);
-  for (int i = 0; i < n && !hit; i++) hit = addr >= dead[2 * i] && addr < dead[2 * i + 1];
-  pthread_rwlock_unlock(&dead_lock);
-  return hit;
+  for (;;) {
+    uint64_t s1 = atomic_load_explicit(&dead_seq, memory_order_acquire);
+    if (s1 & 1) continue;
+    int n = atomic_load_explicit(&sa_dead_n, memory_order_relaxed), hit = 0;
+    for (int i = 0; i < n && !hit; i++)
+      hit = addr >= atomic_load_explicit(&dead[2 * i], memory_order_relaxed) &&
+            addr < atomic_load_explicit(&dead[2 * i + 1], memory_order_relaxed);
+    atomic_thread_fence(memory_order_acquire); /* the ranges are read before the sequence is checked */
+    if (atomic_load_explicit(&dead_seq, memory_order_relaxed) == s1) return hit;
+  }
 }
 
 static int sa_can_report(void) {

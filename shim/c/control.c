@@ -23,6 +23,7 @@ extern int sa_go_region_enter(char *group, uintptr_t *ptrs, size_t n, size_t npo
 extern int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags);
 extern int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n);
 extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
+extern int sa_go_group_streams(char *group, uintptr_t *streams, size_t n);
 extern int sa_go_backward_enter(char *group);
 extern uintptr_t sa_go_unpack(int64_t handle);
 extern int sa_go_backward_exit(char *group);
@@ -143,6 +144,11 @@ SA_EXPORT int swapagent_protect(const char *group, const uintptr_t *ptrs, size_t
   return sa_go_protect((char *)group, (uintptr_t *)ptrs, n);
 }
 
+SA_EXPORT int swapagent_group_streams(const char *group, const uintptr_t *streams, size_t n) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_group_streams((char *)group, (uintptr_t *)streams, n);
+}
+
 SA_EXPORT int swapagent_backward_enter(const char *group) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return sa_go_backward_enter((char *)group);
@@ -189,6 +195,9 @@ typedef aclError (*sa_handle_t)(void *);
 typedef aclError (*sa_out_t)(void **);
 typedef aclError (*sa_malloc_host_t)(void **, size_t);
 typedef aclError (*sa_record_t)(aclrtEvent, aclrtStream);
+typedef aclError (*sa_wait_t)(aclrtStream, aclrtEvent);
+typedef aclError (*sa_elapsed_t)(float *, aclrtEvent, aclrtEvent);
+typedef aclError (*sa_query_t)(aclrtEvent, int32_t *);
 #define SA_REALCALL(id, type) \
   type f = (type)sa_real_fn(id);  \
   if (f == NULL) return SA_NORT
@@ -232,6 +241,27 @@ int sa_real_record_event(uintptr_t event, uintptr_t stream) {
 int sa_real_sync_event(uintptr_t event) {
   SA_REALCALL(SA_ID_aclrtSynchronizeEvent, sa_handle_t);
   return f((aclrtEvent)event);
+}
+int sa_real_stream_wait_event(uintptr_t stream, uintptr_t event) {
+  SA_REALCALL(SA_ID_aclrtStreamWaitEvent, sa_wait_t);
+  return f((aclrtStream)stream, (aclrtEvent)event);
+}
+int sa_real_destroy_event(uintptr_t event) {
+  SA_REALCALL(SA_ID_aclrtDestroyEvent, sa_handle_t);
+  return f((aclrtEvent)event);
+}
+int sa_real_event_elapsed_ns(uintptr_t start, uintptr_t end, uint64_t *ns) {
+  SA_REALCALL(SA_ID_aclrtEventElapsedTime, sa_elapsed_t);
+  float ms = 0;
+  aclError r = f(&ms, (aclrtEvent)start, (aclrtEvent)end);
+  *ns = r == 0 && ms > 0 ? (uint64_t)((double)ms * 1e6) : 0;
+  return r;
+}
+int sa_real_event_done(uintptr_t event) {
+  SA_REALCALL(SA_ID_aclrtQueryEventStatus, sa_query_t);
+  int32_t status = 0;
+  aclError r = f((aclrtEvent)event, &status);
+  return r != 0 ? -1 : status == 1; /* ACL_EVENT_RECORDED_STATUS_COMPLETE */
 }
 
 /* ---- Fatal signals. Go cannot run in a signal handler, but the drainer goroutine (its own locked

@@ -45,6 +45,12 @@ int sa_real_free_host(uintptr_t ptr);
 int sa_real_create_event(uintptr_t *event);
 int sa_real_record_event(uintptr_t event, uintptr_t stream);
 int sa_real_sync_event(uintptr_t event);
+int sa_real_stream_wait_event(uintptr_t stream, uintptr_t event);
+int sa_real_destroy_event(uintptr_t event);
+/* The time between two completed events in ns (0 on error; returns the runtime's code). */
+int sa_real_event_elapsed_ns(uintptr_t start, uintptr_t end, uint64_t *ns);
+/* 1 when the event's latest record completed, 0 when not yet, -1 when the runtime cannot say. */
+int sa_real_event_done(uintptr_t event);
 /* The per-thread tensor list (for the launch check of issue 5). */
 int sa_thread_tensors(sa_tensor *out, int max);
 /* The launch check's watched ranges: n values, [lo, hi) pairs (replaces the previous set). */

@@ -66,6 +66,12 @@ int swapagent_stats_json(char *buf, size_t cap);
 /* Like region_enter, and tells which inputs were keyword arguments: the first n_positional pointers
  * came from positional arguments, the rest from keyword arguments. Fault reports name the kind. */
 int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, size_t n, size_t n_positional);
+/* Names the runtime streams (aclrtStream handles; 0 is the default stream) the group's kernels run on,
+ * in addition to those the agent sees launched inside its region. The agent orders its copies after the
+ * work queued on a group's streams at region exit and makes every stream it knows wait for a copy back
+ * before the work queued after the restore; a framework that launches through paths the agent does not
+ * intercept states its streams here. Replaces the group's previous list; n 0 clears it. */
+int swapagent_group_streams(const char *group, const uintptr_t *streams, size_t n);
 
 #ifdef __cplusplus
 }
