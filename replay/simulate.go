@@ -124,7 +124,7 @@ func (s *simOps) CopyIn(_, _, n uint64) (offload.Copy, error) {
 	s.in += n
 	return 0, nil
 }
-func (s *simOps) Wait(offload.Copy) error            { return nil }
+func (s *simOps) Wait(offload.Copy) error             { return nil }
 func (s *simOps) After([]uint64) error                { return nil }
 func (s *simOps) Before(offload.Copy, []uint64) error { return nil }
 func (s *simOps) Release(_ int64, _, nbytes uint64) error {
