@@ -1,13 +1,16 @@
 // Package decoder_test runs build/bin/decoder-sim (the decoder-stack workload) against the emulated
-// AscendCL runtime: both link modes, determinism, a first-order check of the backward, call counts and
-// flag errors.
+// AscendCL runtime: both link modes, determinism, a first-order check of the backward, call counts, the
+// waits of each sync mode, the emulator's hazard checker over every sync mode and stream count, and flag
+// errors.
 package decoder_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -26,10 +29,19 @@ type result struct {
 // run executes decoder-sim with a deadline so a hang fails the test instead of the CI job.
 func run(t *testing.T, args ...string) result {
 	t.Helper()
+	return runEnv(t, nil, args...)
+}
+
+// runEnv is run with env added to the environment.
+func runEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
 	bin := testenv.Path(t, testenv.DecoderSim)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -48,9 +60,14 @@ func run(t *testing.T, args ...string) result {
 
 func mustRun(t *testing.T, args ...string) result {
 	t.Helper()
-	r := run(t, args...)
+	return mustRunEnv(t, nil, args...)
+}
+
+func mustRunEnv(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	r := runEnv(t, env, args...)
 	if r.code != 0 {
-		t.Fatalf("decoder-sim %v: exit %d\nstderr:\n%s", args, r.code, r.stderr)
+		t.Fatalf("decoder-sim %v (env %v): exit %d\nstderr:\n%s", args, env, r.code, r.stderr)
 	}
 	return r
 }
@@ -207,6 +224,8 @@ func TestBadFlags(t *testing.T) {
 		{"--steps", "-1"},
 		{"--link", "static"},
 		{"--sync", "never"},
+		{"--streams", "0"},
+		{"--streams", "3"},
 		{"--rope-dim", "63"},
 		{"--swap-layers", "0-99"},
 		{"--swap-layers", "3-1"},
@@ -227,9 +246,149 @@ func TestBadFlags(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	r := mustRun(t, "--help")
-	for _, f := range []string{"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden", "--link", "--seed"} {
+	for _, f := range []string{"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden", "--link", "--sync", "--streams", "--seed"} {
 		if !strings.Contains(r.stdout, f) {
 			t.Errorf("--help does not mention %s", f)
 		}
+	}
+}
+
+// small runs in well under a second per process, jitter included.
+var small = []string{"--steps", "2", "--seq", "512", "--layers", "4"}
+
+func smallArgs(extra ...string) []string { return append(append([]string{}, small...), extra...) }
+
+// checkerEnv turns on the emulator's hazard checker with random per-task delays on every stream.
+func checkerEnv(seed int) []string {
+	return []string{"ACLSIM_CHECK_HAZARDS=1", "ACLSIM_JITTER_US=200", "ACLSIM_SEED=" + strconv.Itoa(seed)}
+}
+
+var hazardsRE = regexp.MustCompile(`(?m)^aclsim: hazards: (\d+)$`)
+
+// hazards returns N of the checker's `aclsim: hazards: N` line (printed at aclFinalize) and the
+// `aclsim: hazard: ...` lines; a run without the line fails: the checker must be there, never skipped.
+func hazards(t *testing.T, r result) (int, string) {
+	t.Helper()
+	out := r.stderr + r.stdout
+	m := hazardsRE.FindAllStringSubmatch(out, -1)
+	if len(m) != 1 {
+		t.Fatalf("want one `aclsim: hazards: N` line (ACLSIM_CHECK_HAZARDS=1 in sim/acl), got %d:\n%s", len(m), r.stderr)
+	}
+	n, _ := strconv.Atoi(m[0][1])
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "aclsim: hazard: ") {
+			lines = append(lines, l)
+			if len(lines) == 10 {
+				break
+			}
+		}
+	}
+	return n, strings.Join(lines, "\n")
+}
+
+// Every sync mode with one or two streams is race-free under random per-task delays, and computes the
+// same bits as the fully synchronous single-stream run: the same kernels in the same data order.
+func TestAsyncModesHazardFreeAndBitIdentical(t *testing.T) {
+	want := stepText(mustRun(t, smallArgs("--sync", "op", "--streams", "1")...).stdout)
+	if strings.Count(want, "\n") != 2 {
+		t.Fatalf("baseline printed %q", want)
+	}
+	for _, sync := range []string{"op", "layer", "step"} {
+		for _, streams := range []string{"1", "2"} {
+			for seed := 1; seed <= 3; seed++ {
+				args := smallArgs("--sync", sync, "--streams", streams)
+				r := mustRunEnv(t, checkerEnv(seed), args...)
+				if n, lines := hazards(t, r); n != 0 {
+					t.Errorf("--sync %s --streams %s, seed %d: %d hazards:\n%s", sync, streams, seed, n, lines)
+				}
+				if got := stepText(r.stdout); got != want {
+					t.Errorf("--sync %s --streams %s, seed %d: step lines differ from --sync op --streams 1:\n%s---\n%s",
+						sync, streams, seed, got, want)
+				}
+				if !strings.Contains(r.stderr, "sync "+sync+", streams "+streams+",") {
+					t.Errorf("config line does not name sync %s, streams %s:\n%s", sync, streams, r.stderr)
+				}
+			}
+		}
+	}
+}
+
+// The control: without the events the MLP stream races the main one and the checker must say so (the
+// switch is test-only). With one stream there is nothing to order and the switch changes nothing.
+func TestNoEventsControlHasHazards(t *testing.T) {
+	env := append(checkerEnv(1), "DECODER_SIM_TEST_NO_EVENTS=1")
+	r := runEnv(t, env, smallArgs("--sync", "step", "--streams", "2")...)
+	if n, _ := hazards(t, r); n == 0 {
+		t.Errorf("DECODER_SIM_TEST_NO_EVENTS=1 --streams 2: 0 hazards; the checker misses the unordered streams\n%s",
+			r.stderr)
+	}
+	if !strings.Contains(r.stderr, "DECODER_SIM_TEST_NO_EVENTS=1") {
+		t.Errorf("the test-only switch is not announced on stderr:\n%s", r.stderr)
+	}
+	if c := calls(t, r.stdout); c["aclrtRecordEvent"] != 0 || c["aclrtStreamWaitEvent"] != 0 {
+		t.Errorf("events used with the switch on: %v", c)
+	}
+	want := stepText(mustRun(t, smallArgs()...).stdout)
+	r = mustRunEnv(t, env, smallArgs("--sync", "step", "--streams", "1")...)
+	if n, lines := hazards(t, r); n != 0 || stepText(r.stdout) != want {
+		t.Errorf("DECODER_SIM_TEST_NO_EVENTS=1 --streams 1: %d hazards, steps\n%s(want\n%s)%s", n, stepText(r.stdout),
+			want, lines)
+	}
+}
+
+// The waits of each sync mode, from the call counts: a step adds exactly the stream syncs the README lists
+// and no synchronous copy; with two streams each layer records and waits on an event twice per pass.
+func TestSyncModeWaits(t *testing.T) {
+	const layers = 4
+	for _, sync := range []string{"op", "layer", "step"} {
+		for _, streams := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/%d", sync, streams), func(t *testing.T) {
+				base := []string{"--seq", "512", "--layers", strconv.Itoa(layers), "--sync", sync,
+					"--streams", strconv.Itoa(streams)}
+				one := calls(t, mustRun(t, append([]string{"--steps", "1"}, base...)...).stdout)
+				two := calls(t, mustRun(t, append([]string{"--steps", "2"}, base...)...).stdout)
+				step := func(fn string) int { return two[fn] - one[fn] }
+				launches := step("aclnnMul") + step("aclnnAdd") + step("aclnnMatmul") + step("aclnnInplaceCopy")
+				syncs := map[string]int{"op": launches + 2*streams, "layer": (2*layers + 2) * streams,
+					"step": 2 * streams}[sync]
+				if got := step("aclrtSynchronizeStream"); got != syncs {
+					t.Errorf("aclrtSynchronizeStream per step %d, want %d", got, syncs)
+				}
+				// At exit each stream is synced once more (the last update).
+				if got := one["aclrtSynchronizeStream"] - syncs; got != streams {
+					t.Errorf("aclrtSynchronizeStream outside the steps %d, want %d (at exit)", got, streams)
+				}
+				// Results come back through async copies: cos, sin, the output and 6 gradients per layer.
+				if step("aclrtMemcpy") != 0 || step("aclrtMemcpyAsync") != 3+6*layers {
+					t.Errorf("per step: aclrtMemcpy %d (want 0), aclrtMemcpyAsync %d (want %d)", step("aclrtMemcpy"),
+						step("aclrtMemcpyAsync"), 3+6*layers)
+				}
+				for fn := range two {
+					if strings.Contains(fn, "Memset") || (strings.HasPrefix(fn, "aclrtSynchronize") && fn != "aclrtSynchronizeStream") {
+						t.Errorf("unexpected wait or memset: calls %s %d", fn, two[fn])
+					}
+				}
+				events := 0
+				if streams == 2 {
+					events = 4 * layers
+				}
+				if step("aclrtRecordEvent") != events || step("aclrtStreamWaitEvent") != events {
+					t.Errorf("per step: aclrtRecordEvent %d, aclrtStreamWaitEvent %d, want %d each",
+						step("aclrtRecordEvent"), step("aclrtStreamWaitEvent"), events)
+				}
+				if two["aclrtCreateStream"] != streams || two["aclrtDestroyStream"] != streams ||
+					two["aclrtCreateEvent"] != two["aclrtDestroyEvent"] || two["aclrtCreateEvent"] != map[int]int{1: 0, 2: 2}[streams] {
+					t.Errorf("streams/events created and destroyed: %v", two)
+				}
+			})
+		}
+	}
+	// The event functions go through the function table: dlsym reaches them the same number of times.
+	args := smallArgs("--sync", "step", "--streams", "2")
+	cd := calls(t, mustRun(t, append(args, "--link", "direct")...).stdout)
+	cs := calls(t, mustRun(t, append(args, "--link", "dlsym")...).stdout)
+	if cd["aclrtRecordEvent"] == 0 || fmt.Sprint(cd) != fmt.Sprint(cs) {
+		t.Errorf("--streams 2 calls: direct %v, dlsym %v", cd, cs)
 	}
 }

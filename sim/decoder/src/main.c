@@ -24,7 +24,9 @@ static const char usage[] =
     "  --ffn F             MLP width (2*hidden)\n"
     "  --lr LR             SGD learning rate (0.1)\n"
     "  --link MODE         direct | dlsym: how the runtime is reached (direct)\n"
-    "  --sync MODE         op | layer | step: when the stream is synchronized (op)\n"
+    "  --sync MODE         op | layer | step: the host waits for the streams after every kernel, also at\n"
+    "                      layer ends, or only where it reads the loss and the gradient norm (op)\n"
+    "  --streams N         1 | 2: with 2 the MLP half of each layer runs on a second stream (1)\n"
     "  --seed N            seed of weights and data (1)\n"
     "  --help              this text\n";
 
@@ -101,6 +103,7 @@ int main(int argc, char **argv) {
   const char *swap_spec = NULL;
   enum rt_link link = RT_LINK_DIRECT;
   enum ops_sync sync = OPS_SYNC_OP;
+  int streams = 1;
 
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -122,7 +125,7 @@ int main(int argc, char **argv) {
       snprintf(name, sizeof name, "%s", arg);
     }
     static const char *const known[] = {"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden",
-                                        "--ffn", "--lr", "--link", "--sync", "--seed"};
+                                        "--ffn", "--lr", "--link", "--sync", "--streams", "--seed"};
     int ok = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= strcmp(name, known[k]) == 0;
     if (!ok) bad("unknown flag \"%s\"%s", arg, "");
@@ -137,6 +140,7 @@ int main(int argc, char **argv) {
     else if (strcmp(name, "--rope-dim") == 0) cfg.rope_dim = parse_int(name, val, 2, 4096);
     else if (strcmp(name, "--hidden") == 0) cfg.hidden = parse_int(name, val, 1, 4096);
     else if (strcmp(name, "--ffn") == 0) cfg.ffn = parse_int(name, val, 1, 16384);
+    else if (strcmp(name, "--streams") == 0) streams = (int)parse_int(name, val, 1, 2);
     else if (strcmp(name, "--seed") == 0) cfg.seed = (uint64_t)parse_int(name, val, 0, (long long)(~0ull >> 1));
     else if (strcmp(name, "--lr") == 0) {
       char *end = NULL;
@@ -171,19 +175,20 @@ int main(int argc, char **argv) {
   rt_check(RT(aclInit)(NULL), "aclInit", NULL);
   rt_check(RT(aclrtSetDevice)(0), "aclrtSetDevice", NULL);
   rt_check(RT(aclrtSetExceptionInfoCallback)(on_exception), "aclrtSetExceptionInfoCallback", NULL);
-  aclrtStream stream = NULL;
-  rt_check(RT(aclrtCreateStream)(&stream), "aclrtCreateStream", NULL);
-  ops_init(stream, sync);
+  ops_init(streams, sync);
   pool_init(0);
 
   static model m;
   int agent = swap_init(&m);
-  fprintf(stderr, "decoder-sim: %d layers, seq %lld, rope-dim %lld, hidden %lld, ffn %lld, link %s, sync %s, agent %s\n",
+  fprintf(stderr,
+          "decoder-sim: %d layers, seq %lld, rope-dim %lld, hidden %lld, ffn %lld, link %s, sync %s, streams %d, "
+          "agent %s\n",
           cfg.layers, (long long)cfg.seq, (long long)cfg.rope_dim, (long long)cfg.hidden, (long long)cfg.ffn,
           link == RT_LINK_DLSYM ? "dlsym" : "direct", sync == OPS_SYNC_OP ? "op" : sync == OPS_SYNC_LAYER ? "layer" : "step",
-          agent ? "present" : "absent (no swap)");
-  model_init(&m, &cfg);
-  ops_sync();
+          streams, agent ? "present" : "absent (no swap)");
+  if (ops_events_off())
+    fprintf(stderr, "decoder-sim: DECODER_SIM_TEST_NO_EVENTS=1: the two streams are NOT ordered (test only)\n");
+  model_init(&m, &cfg); /* synchronous copies only: nothing is queued when it returns */
 
   double t0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID), first = 0;
   for (long long s = 1; s <= steps; s++) {
@@ -193,12 +198,13 @@ int main(int argc, char **argv) {
     printf("step %lld/%lld: loss %.10e, grad_norm %.10e\n", s, steps, loss, gnorm);
     fflush(stdout);
   }
+  ops_sync(); /* the last update, before the timing and before the pool's memory is freed */
   double total = clock_ms(CLOCK_MONOTONIC) - t0, cpu = clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
   size_t peak = pool_peak_bytes(), reserved = pool_reserved_bytes();
 
   model_free(&m);
   pool_release_all();
-  rt_check(RT(aclrtDestroyStream)(stream), "aclrtDestroyStream", NULL);
+  ops_fini();
   rt_check(RT(aclrtResetDevice)(0), "aclrtResetDevice", NULL);
   rt_check(RT(aclFinalize)(), "aclFinalize", NULL);
   rt_print_calls();

@@ -94,9 +94,12 @@ void model_init(model *m, const model_config *cfg) {
   m->scale = tensor_new(1, H);
   h2d_sync(m->scale, sc);
   free(sc);
-  m->out_host = xmalloc((size_t)(S * H) * sizeof(float));
-  int64_t maxw = H * R > H * F ? H * R : H * F;
-  m->grad_host = xmalloc((size_t)maxw * sizeof(float));
+  /* Results come back with async copies into pinned memory and one wait per read (no synchronous copy). */
+  rt_check(RT(aclrtMallocHost)(&p, (size_t)(S * H) * sizeof(float)), "aclrtMallocHost", NULL);
+  m->out_host = p;
+  rt_check(RT(aclrtMallocHost)(&p, (size_t)cfg->layers * (size_t)(3 * H * R + 3 * H * F) * sizeof(float)),
+           "aclrtMallocHost", NULL);
+  m->grad_host = p;
 
   /* Projections into the residual stream start small so 12 polynomial layers stay well scaled. */
   m->layers = calloc((size_t)cfg->layers, sizeof *m->layers);
@@ -194,6 +197,8 @@ static tensor layer_forward(model *m, layer *L, tensor x, tensor cos, tensor sin
   tensor h = tensor_new(S, H);
   op_add(h, x, o, 1.0f);
 
+  /* With --streams 2 the MLP runs on its own stream once h is ready (fork) ... */
+  ops_use_stream(OPS_MLP);
   tensor u = tensor_new(S, F);
   op_matmul(u, h, L->w[P_W1]);
   save(L, SV_H_1, h, 0);
@@ -212,6 +217,8 @@ static tensor layer_forward(model *m, layer *L, tensor x, tensor cos, tensor sin
   save(L, SV_W2, L->w[P_W2], SWAPAGENT_SAVE_PARAM);
   tensor out = tensor_new(S, H);
   op_add(out, h, y, 1.0f);
+  /* ... and the main stream waits for it before the next layer reads out (join). */
+  ops_use_stream(OPS_MAIN);
 
   tensor *tmp[] = {&qe, &ke, &a, &o, &h, &u, &g, &mm, &y};
   for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) tensor_free(tmp[i]);
@@ -271,7 +278,8 @@ static tensor layer_backward(model *m, layer *L, tensor dout) {
   const int64_t S = m->cfg.seq, H = m->cfg.hidden, R = m->cfg.rope_dim, F = m->cfg.ffn;
   if (L->swapped) swap_backward_enter(L->group);
 
-  /* MLP: out = h + (u*g) @ W2, u = h @ W1, g = h @ W3. */
+  /* MLP: out = h + (u*g) @ W2, u = h @ W1, g = h @ W3; on the MLP stream once dout is ready. */
+  ops_use_stream(OPS_MLP);
   tensor mm = use(L, SV_M), w2 = use(L, SV_W2);
   L->grad[P_W2] = tensor_new(F, H);
   op_matmul(L->grad[P_W2], tensor_t(mm), dout);
@@ -298,6 +306,7 @@ static tensor layer_backward(model *m, layer *L, tensor dout) {
   op_add(dh, dout, dhu, 1.0f);
   tensor_free(&dhu);
   dh = add_into(&dh, &dhg);
+  ops_use_stream(OPS_MAIN); /* join: the attention backward reads dh, SGD the MLP's gradients */
 
   /* Attention: h = x + (qe*ke) @ Wo. */
   tensor a = use(L, SV_A), wo = use(L, SV_WO);
@@ -336,8 +345,9 @@ void model_step(model *m, double *loss, double *grad_norm) {
     tensor_free(&x);
     x = out;
   }
+  /* The host reads the loss: the step's first wait. */
+  ops_d2h_async(m->out_host, x);
   ops_sync();
-  ops_d2h(m->out_host, x);
   double sum = 0;
   for (int64_t i = 0; i < S * H; i++) {
     double d = (double)m->out_host[i] - (double)m->target_host[i];
@@ -360,14 +370,17 @@ void model_step(model *m, double *loss, double *grad_norm) {
   tensor_free(&cos);
   tensor_free(&sin);
 
-  ops_sync();
-  double gsum = 0;
+  /* The host reads the gradients: the step's second and last wait. */
+  float *gh = m->grad_host;
   for (int i = 0; i < m->cfg.layers; i++)
     for (int k = 0; k < P_COUNT; k++) {
       tensor gk = m->layers[i].grad[k];
-      ops_d2h(m->grad_host, gk);
-      for (int64_t j = 0; j < gk.rows * gk.cols; j++) gsum += (double)m->grad_host[j] * (double)m->grad_host[j];
+      ops_d2h_async(gh, gk);
+      gh += gk.rows * gk.cols;
     }
+  ops_sync();
+  double gsum = 0;
+  for (const float *g = m->grad_host; g < gh; g++) gsum += (double)*g * (double)*g;
   *grad_norm = sqrt(gsum);
 
   /* SGD in place (p -= lr * grad), then the gradients are dropped (zero_grad(set_to_none)). */
@@ -377,7 +390,7 @@ void model_step(model *m, double *loss, double *grad_norm) {
       op_add(L->w[k], L->w[k], L->grad[k], -m->cfg.lr);
       tensor_free(&L->grad[k]);
     }
-  ops_sync();
+  /* No wait: the next step's loss read (or the exit) waits for the update. */
 }
 
 void model_free(model *m) {
@@ -391,6 +404,6 @@ void model_free(model *m) {
   rt_check(RT(aclrtFreeHost)(m->cos_host), "aclrtFreeHost", NULL);
   rt_check(RT(aclrtFreeHost)(m->sin_host), "aclrtFreeHost", NULL);
   free(m->target_host);
-  free(m->out_host);
-  free(m->grad_host);
+  rt_check(RT(aclrtFreeHost)(m->out_host), "aclrtFreeHost", NULL);
+  rt_check(RT(aclrtFreeHost)(m->grad_host), "aclrtFreeHost", NULL);
 }

@@ -22,9 +22,21 @@ typedef struct tensor {
 
 enum ops_sync { OPS_SYNC_OP, OPS_SYNC_LAYER, OPS_SYNC_STEP };
 
-void ops_init(aclrtStream stream, enum ops_sync mode);
-aclrtStream ops_stream(void);
+/* Compute streams: everything runs on OPS_MAIN, except the MLP half of each layer with --streams 2. */
+enum { OPS_MAIN, OPS_MLP, OPS_MAX_STREAMS };
+
+/* ops_init creates the streams (and, with two, the two events that order them; none when the test-only
+ * DECODER_SIM_TEST_NO_EVENTS=1 is set). ops_fini destroys them, after a final ops_sync. */
+void ops_init(int streams, enum ops_sync mode);
+void ops_fini(void);
+int ops_streams(void);
+/* ops_events_off is 1 when the test-only switch removed the event ordering. */
+int ops_events_off(void);
 enum ops_sync ops_sync_mode(void);
+/* ops_use_stream sends later launches and copies to stream k (OPS_MAIN or OPS_MLP; one stream: a no-op).
+ * Leaving a stream records its event there and makes k wait for it, so every task is ordered after every
+ * task enqueued before it, whichever streams they run on: see pool.c for why the pool relies on this. */
+void ops_use_stream(int k);
 
 /* tensor_new returns a contiguous rows x cols tensor owning a new storage (one reference). */
 tensor tensor_new(int64_t rows, int64_t cols);
@@ -38,10 +50,12 @@ void op_add(tensor out, tensor self, tensor other, float alpha); /* out = self +
 void op_matmul(tensor out, tensor self, tensor mat2);           /* out = self @ mat2 */
 void op_copy(tensor dst, tensor src);                           /* dst = src */
 
-/* ops_sync waits for the stream; a failure names the last kernel launched. */
+/* ops_sync waits for every stream (the host is about to read results); a failure names the last kernel
+ * launched on the stream that failed. With --sync op every launch also waits for its own stream. */
 void ops_sync(void);
-/* Host <-> device copies of a contiguous tensor (h2d async on the stream from pinned memory). */
+/* Asynchronous copies of a contiguous tensor on the current stream, from or into pinned host memory; the
+ * host reads a d2h result only after ops_sync. */
 void ops_h2d_async(tensor dst, const float *host);
-void ops_d2h(float *host, tensor src);
+void ops_d2h_async(float *host, tensor src);
 
 #endif

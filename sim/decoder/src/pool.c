@@ -1,7 +1,14 @@
 /* pool.c: the caching allocator behind decoder-sim's storages. Chunks come from aclrtMalloc and are kept
  * until exit; blocks inside a chunk are split on allocation (best fit over all free blocks, lowest address
  * on ties, so runs are deterministic) and coalesced with free neighbours when returned. A mutex guards it
- * because the swap agent may call release/restore from its own thread. */
+ * because the swap agent may call release/restore from its own thread.
+ *
+ * A block goes back at free time, in host order, with no record of the streams that used it: still safe
+ * with --streams 2 because decoder-sim changes stream only through ops_use_stream, which records an event
+ * on the stream it leaves and makes the next one wait for it. Every task is then ordered after every task
+ * enqueued before it, so the next user of a block (on either stream) runs after its last use, as on one
+ * stream: e.g. a block freed mid-MLP is reused by later MLP work or, after the join, by main-stream work.
+ * Per-block stream records (torch's record_stream) are needed only if both streams ran unordered work. */
 #include "pool.h"
 
 #include <pthread.h>

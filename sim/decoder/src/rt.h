@@ -18,7 +18,8 @@
   X(aclnnAddGetWorkspaceSize) X(aclnnAdd) X(aclnnMatmulGetWorkspaceSize) X(aclnnMatmul)              \
   X(aclnnInplaceCopyGetWorkspaceSize) X(aclnnInplaceCopy) X(aclrtSetExceptionInfoCallback)           \
   X(aclrtGetTaskIdFromExceptionInfo) X(aclrtGetStreamIdFromExceptionInfo)                            \
-  X(aclrtGetDeviceIdFromExceptionInfo) X(aclrtGetErrorCodeFromExceptionInfo)
+  X(aclrtGetDeviceIdFromExceptionInfo) X(aclrtGetErrorCodeFromExceptionInfo) X(aclrtCreateEvent)         \
+  X(aclrtRecordEvent) X(aclrtStreamWaitEvent) X(aclrtDestroyEvent)
 
 enum {
 #define X(n) RT_FN_##n,
