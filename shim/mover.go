@@ -50,6 +50,7 @@ type runtimeMover struct {
 	mu     sync.Mutex
 	stream uintptr
 	idle   []uintptr // events free for reuse
+	fences []uintptr // events After recorded on the job's streams, waited for by the copies to come
 	seq    uint64    // tokens handed out
 	done   uint64    // every copy up to this token completed
 	flight []flight  // copies not known complete, in launch order
@@ -60,6 +61,7 @@ type runtimeMover struct {
 type flight struct {
 	seq        uint64
 	start, end uintptr
+	fences     []uintptr // complete once this copy is: it waited for them
 }
 
 // stall brackets one aclrtStreamWaitEvent on a job's stream: the time between the two records is what
@@ -142,8 +144,9 @@ func (m *runtimeMover) After(streams []uint64) error {
 			return err
 		}
 		err = aclErr("aclrtStreamWaitEvent", C.sa_real_stream_wait_event(C.uintptr_t(own), C.uintptr_t(ev)))
-		// The wait took the record it waits for: the event may be recorded again at once.
-		m.idle = append(m.idle, ev)
+		// Not recorded again before the host knows this record completed: a runtime need not keep apart
+		// the records of one event pending on two streams.
+		m.fences = append(m.fences, ev)
 		if err != nil {
 			return err
 		}
@@ -174,7 +177,8 @@ func (m *runtimeMover) copy(dst, src, n uint64, kind int) (offload.Copy, error) 
 		return 0, aclErr("aclrtSynchronizeStream", C.sa_real_sync_stream(C.uintptr_t(s)))
 	}
 	m.seq++
-	m.flight = append(m.flight, flight{seq: m.seq, start: start, end: end})
+	m.flight = append(m.flight, flight{seq: m.seq, start: start, end: end, fences: m.fences})
+	m.fences = nil
 	return offload.Copy(m.seq), nil
 }
 
@@ -224,7 +228,7 @@ func (m *runtimeMover) retireLocked(c uint64) {
 		if C.sa_real_event_elapsed_ns(C.uintptr_t(f.start), C.uintptr_t(f.end), &ns) == 0 {
 			m.tl.CopyNS += uint64(ns)
 		}
-		m.idle = append(m.idle, f.start, f.end)
+		m.idle = append(append(m.idle, f.start, f.end), f.fences...)
 		k++
 	}
 	m.flight = append(m.flight[:0], m.flight[k:]...)
