@@ -24,6 +24,9 @@ struct sim_config {
   double copy_gbps;       /* ACLSIM_COPY_GBPS, 0 = unthrottled */
   size_t quarantine;      /* ACLSIM_QUARANTINE */
   uint32_t device_count;  /* ACLSIM_DEVICE_COUNT */
+  bool check_hazards;     /* ACLSIM_CHECK_HAZARDS */
+  uint32_t jitter_us;     /* ACLSIM_JITTER_US, 0 = no jitter */
+  uint64_t seed;          /* ACLSIM_SEED */
 };
 extern struct sim_config sim_cfg;
 
@@ -74,6 +77,8 @@ bool sim_in_arena(const void *p);
 bool sim_dev_range_ok(uintptr_t addr, size_t len);
 /* sim_pinned_check: 0 not pinned memory, 1 inside one pinned allocation, -1 pinned but overruns it. */
 int sim_pinned_check(const void *p, size_t len);
+/* sim_alloc_base: the base of the live device (or pinned) allocation holding [addr, addr+len), else 0. */
+uintptr_t sim_alloc_base(uintptr_t addr, size_t len, bool pinned);
 void sim_mem_info(size_t *free_bytes, size_t *total);
 /* Tasks touching memory hold the map lock shared; frees take it exclusive before dropping protection. */
 void sim_mem_rdlock(void);
@@ -90,5 +95,38 @@ aclError sim_sync_all(void);
 /* sim_exec_run validates every tensor range and runs the kernel; on a bad range it raises the fault. */
 void sim_exec_run(struct sim_exec *e, uint32_t stream_id, uint32_t task_id, uint32_t thread_id);
 void sim_exec_free(struct sim_exec *e);
+struct sim_access {
+  uintptr_t addr;
+  size_t len;
+  bool write;
+  uintptr_t base; /* the allocation holding the range (set by the stream code for the hazard checker) */
+};
+/* sim_exec_accesses fills out (room for 3) with the kernel's tensor byte ranges, inputs read and the
+ * output written, names the launch API (e.g. "aclnnMul") and returns the count. */
+int sim_exec_accesses(const struct sim_exec *e, struct sim_access *out, const char **name);
+
+/* ---- hazard.c: the hazard checker (ACLSIM_CHECK_HAZARDS); every call is a no-op when it is off ---- */
+/* A vector clock indexed by stream id; entries past n are 0. */
+struct sim_vc {
+  uint64_t *v;
+  uint32_t n;
+};
+/* Called at enqueue, in queue order (under the stream's lock). A record stores the stream's clock in the
+ * event's; a wait joins the event's clock into the stream's. */
+void sim_hz_task(uint32_t stream, uint32_t task, const char *name, const struct sim_access *acc, int n);
+void sim_hz_record(uint32_t stream, struct sim_vc *event_clock);
+void sim_hz_wait(uint32_t stream, const struct sim_vc *event_clock);
+/* Host waits: snapshot what the wait covers at the call, join it into the host clock once the wait saw it
+ * complete (host_join consumes the snapshot; free it instead when the wait gave up). */
+void sim_hz_snap_stream(uint32_t stream, struct sim_vc *out);
+void sim_hz_snap_event(const struct sim_vc *event_clock, struct sim_vc *out);
+void sim_hz_host_join(struct sim_vc *snap);
+/* sim_hz_stream_gone: the stream was drained and destroyed; the host has seen all its work. */
+void sim_hz_stream_gone(uint32_t stream);
+/* sim_hz_free: the host frees the allocation [base, base+len) (aclrtFree / aclrtFreeHost). */
+void sim_hz_free(const char *fn, uintptr_t base, size_t len);
+uint64_t sim_hz_count(void);
+/* sim_hz_reset forgets all state and the count (aclFinalize). */
+void sim_hz_reset(void);
 
 #endif

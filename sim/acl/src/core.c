@@ -204,6 +204,9 @@ static void load_config(void) {
   sim_cfg.device_mem = 8 * SIM_GIB;
   sim_cfg.copy_gbps = 0;
   sim_cfg.device_count = 8;
+  sim_cfg.check_hazards = false;
+  sim_cfg.jitter_us = 0;
+  sim_cfg.seed = 1;
   const char *v = getenv("ACLSIM_DEVICE_MEM");
   if (v && *v && !parse_size(v, &sim_cfg.device_mem))
     fprintf(stderr, "aclsim: ignoring bad ACLSIM_DEVICE_MEM=%s (want bytes with optional K/M/G)\n", v);
@@ -228,6 +231,27 @@ static void load_config(void) {
     long n = strtol(v, &end, 10);
     if (end != v && *end == '\0' && n >= 1 && n <= 64) sim_cfg.device_count = (uint32_t)n;
     else fprintf(stderr, "aclsim: ignoring bad ACLSIM_DEVICE_COUNT=%s\n", v);
+  }
+  v = getenv("ACLSIM_CHECK_HAZARDS");
+  if (v && *v) {
+    if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) sim_cfg.check_hazards = *v == '1';
+    else fprintf(stderr, "aclsim: ignoring bad ACLSIM_CHECK_HAZARDS=%s (want 0 or 1)\n", v);
+  }
+  v = getenv("ACLSIM_JITTER_US");
+  if (v && *v) {
+    char *end;
+    errno = 0;
+    unsigned long us = strtoul(v, &end, 10);
+    if (end != v && *end == '\0' && !errno && *v != '-' && us <= 1000000) sim_cfg.jitter_us = (uint32_t)us;
+    else fprintf(stderr, "aclsim: ignoring bad ACLSIM_JITTER_US=%s (want 0..1000000)\n", v);
+  }
+  v = getenv("ACLSIM_SEED");
+  if (v && *v) {
+    char *end;
+    errno = 0;
+    unsigned long long seed = strtoull(v, &end, 0);
+    if (end != v && *end == '\0' && !errno && *v != '-') sim_cfg.seed = seed;
+    else fprintf(stderr, "aclsim: ignoring bad ACLSIM_SEED=%s\n", v);
   }
 }
 
@@ -266,6 +290,11 @@ ACL_FUNC_VISIBILITY aclError aclFinalize(void) {
   }
   atomic_store(&inited, false);
   sim_streams_fini();
+  if (sim_cfg.check_hazards) {
+    fprintf(stderr, "aclsim: hazards: %llu\n", (unsigned long long)sim_hz_count());
+    fflush(stderr);
+  }
+  sim_hz_reset();
   sim_mem_fini();
   atomic_store(&exc_cb, NULL);
   atomic_store(&cur_device, -1);

@@ -232,6 +232,7 @@ aclError sim_dev_free(void *p) {
     return ACL_ERROR_RT_MEMORY_FREE;
   }
   struct alloc gone = l[i - 1];
+  sim_hz_free("aclrtFree", gone.base, gone.size);
   vec_remove(&M.live, sizeof gone, i - 1);
   M.used -= gone.size;
   madvise((void *)gone.base, gone.span, MADV_DONTNEED);
@@ -248,17 +249,28 @@ aclError sim_dev_free(void *p) {
   return ACL_SUCCESS;
 }
 
+/* holder: the allocation in v (sorted by base) that holds [addr, addr+len), or NULL. Caller holds M.mu. */
+static const struct alloc *holder(const struct vec *v, uintptr_t addr, size_t len) {
+  const struct alloc *l = v->p;
+  size_t i = upper(v, sizeof *l, addr);
+  if (i == 0) return NULL;
+  const struct alloc *a = &l[i - 1];
+  return addr >= a->base && len <= a->size && addr - a->base <= a->size - len ? a : NULL;
+}
+
 bool sim_dev_range_ok(uintptr_t addr, size_t len) {
   pthread_mutex_lock(&M.mu);
-  bool ok = false;
-  const struct alloc *l = M.live.p;
-  size_t i = upper(&M.live, sizeof *l, addr);
-  if (i > 0) {
-    const struct alloc *a = &l[i - 1];
-    ok = addr >= a->base && len <= a->size && addr - a->base <= a->size - len;
-  }
+  bool ok = holder(&M.live, addr, len) != NULL;
   pthread_mutex_unlock(&M.mu);
   return ok;
+}
+
+uintptr_t sim_alloc_base(uintptr_t addr, size_t len, bool pinned) {
+  pthread_mutex_lock(&M.mu);
+  const struct alloc *a = holder(pinned ? &M.pinned : &M.live, addr, len);
+  uintptr_t base = a ? a->base : 0;
+  pthread_mutex_unlock(&M.mu);
+  return base;
 }
 
 void sim_mem_info(size_t *free_bytes, size_t *total) {
@@ -292,6 +304,7 @@ aclError sim_host_free(void *p) {
   size_t i = upper(&M.pinned, sizeof *l, a);
   aclError rc = ACL_ERROR_RT_MEMORY_FREE;
   if (i > 0 && l[i - 1].base == a) {
+    sim_hz_free("aclrtFreeHost", a, l[i - 1].size);
     munmap((void *)a, l[i - 1].span);
     vec_remove(&M.pinned, sizeof *l, i - 1);
     rc = ACL_SUCCESS;

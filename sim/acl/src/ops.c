@@ -306,6 +306,22 @@ void sim_exec_run(struct sim_exec *e, uint32_t stream_id, uint32_t task_id, uint
 
 void sim_exec_free(struct sim_exec *e) { free(e); }
 
+int sim_exec_accesses(const struct sim_exec *e, struct sim_access *out, const char **name) {
+  static const char *const names[] = {
+      [OP_MUL] = "aclnnMul", [OP_ADD] = "aclnnAdd", [OP_MATMUL] = "aclnnMatmul", [OP_COPY] = "aclnnInplaceCopy"};
+  int written = e->op == OP_COPY ? 0 : 2; /* InplaceCopy writes selfRef; the others write out */
+  int n = 0;
+  *name = names[e->op];
+  for (int i = 0; i < e->nt; i++) {
+    int64_t lo, len;
+    if (!extent(&e->t[i], &lo, &len)) continue;
+    __int128 start = (__int128)(uintptr_t)e->t[i].data + lo;
+    if (start < 0 || start + len > (__int128)UINTPTR_MAX) continue; /* faults at execution */
+    out[n++] = (struct sim_access){(uintptr_t)start, (size_t)len, i == written, 0};
+  }
+  return n;
+}
+
 /* ---- phase one ---- */
 static const struct aclTensor *tensor_of(const aclTensor *t) {
   return t && sim_ptrset_has(&tensor_set, t) ? t : NULL;

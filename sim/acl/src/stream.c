@@ -15,8 +15,11 @@ struct sim_event {
   uint32_t flags;
   int refs;           /* the handle plus each queued task naming it; guarded by ev_mu */
   uint64_t recorded;  /* sequence of the latest record enqueued */
-  uint64_t completed; /* sequence of the latest record executed */
-  uint64_t ts_ns;     /* when the latest record executed */
+  uint64_t *pend;     /* sequences of the records enqueued and not run yet (on any streams, in any order) */
+  size_t npend, cappend;
+  uint64_t ts_seq;    /* the highest record run so far, and when it ran */
+  uint64_t ts_ns;
+  struct sim_vc hz;   /* hazard checker: the stream's clock at the latest record enqueued */
 };
 
 struct sim_task {
@@ -45,6 +48,7 @@ struct sim_stream {
   uint64_t enq, done;
   uint32_t next_task;
   bool stop;
+  uint64_t rng; /* ACLSIM_JITTER_US delays; only the worker touches it */
 };
 
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -89,7 +93,20 @@ static void event_unref(struct sim_event *e) {
   pthread_mutex_lock(&ev_mu);
   bool last = --e->refs == 0;
   pthread_mutex_unlock(&ev_mu);
-  if (last) free(e);
+  if (last) {
+    free(e->hz.v);
+    free(e->pend);
+    free(e);
+  }
+}
+
+/* rec_done: record seq of e has run (0, no record, counts as run). Records of one event may be pending on
+ * several streams at once and run in any order: a wait is for its own record, not for a later one that
+ * happened to run first. Caller holds ev_mu. */
+static bool rec_done(const struct sim_event *e, uint64_t seq) {
+  for (size_t i = 0; i < e->npend; i++)
+    if (e->pend[i] == seq) return false;
+  return true;
 }
 
 /* ---- faults from copies ---- */
@@ -102,22 +119,28 @@ static const char *dir_name(aclrtMemcpyKind d) {
   }
 }
 
+/* task_name names a copy or memset the way fault reports and hazard lines do. */
+static const char *task_name(const struct sim_task *t) {
+  static const char *const names[2][4] = {
+      {"MemcpyAsync_H2H", "MemcpyAsync_H2D", "MemcpyAsync_D2H", "MemcpyAsync_D2D"},
+      {"Memcpy_H2H", "Memcpy_H2D", "Memcpy_D2H", "Memcpy_D2D"}};
+  if (t->kind == TK_MEMSET) return "Memset";
+  return names[t->sync][t->dir];
+}
+
 static void copy_fault(struct sim_stream *s, struct sim_task *t, int index, const void *addr, size_t size) {
   char lines[1024];
-  const char *name = t->kind == TK_MEMSET ? "Memset" : t->sync ? "Memcpy" : "MemcpyAsync";
-  char dir[8] = "";
-  if (t->kind == TK_COPY) snprintf(dir, sizeof dir, "_%s", dir_name(t->dir));
   snprintf(lines, sizeof lines,
            "there is a sdma error exception, core id is 0, error code = 0x800000\n"
            "errorStr: The DDR address of the SDMA copy is out of range. device_id=%d, stream_id=%u, "
            "task_id=%u, subErrType:4\n"
            "Memory copy task happen error, retCode=0x%x, [sdma exception]\n"
-           "fault kernel_name=%s%s\n"
+           "fault kernel_name=%s\n"
            "tensor index:%d\n"
            "addr:%#lx\n"
            "size:%zu bytes",
-           (int)sim_device(), s->id, t->id, ACL_ERROR_RT_DEVICE_MEM_ERROR, name, dir, index, (unsigned long)addr,
-           size);
+           (int)sim_device(), s->id, t->id, ACL_ERROR_RT_DEVICE_MEM_ERROR, task_name(t), index,
+           (unsigned long)addr, size);
   struct sim_fault f = {ACL_ERROR_RT_DEVICE_MEM_ERROR, s->id, t->id, t->tid, lines};
   sim_fault_raise(&f);
 }
@@ -183,8 +206,13 @@ static void run_task(struct sim_stream *s, struct sim_task *t) {
       break;
     case TK_RECORD:
       pthread_mutex_lock(&ev_mu);
-      if (t->seq > t->ev->completed) {
-        t->ev->completed = t->seq;
+      for (size_t i = 0; i < t->ev->npend; i++)
+        if (t->ev->pend[i] == t->seq) {
+          t->ev->pend[i] = t->ev->pend[--t->ev->npend];
+          break;
+        }
+      if (t->seq > t->ev->ts_seq) {
+        t->ev->ts_seq = t->seq;
         t->ev->ts_ns = sim_now_ns();
       }
       pthread_cond_broadcast(&ev_cv);
@@ -193,7 +221,7 @@ static void run_task(struct sim_stream *s, struct sim_task *t) {
       break;
     case TK_WAIT:
       pthread_mutex_lock(&ev_mu);
-      while (t->ev->completed < t->seq && !sim_poisoned()) {
+      while (!rec_done(t->ev, t->seq) && !sim_poisoned()) {
         struct timespec ts = abs_after_ns(10 * 1000000ull); /* re-check poison now and then */
         pthread_cond_timedwait(&ev_cv, &ev_mu, &ts);
       }
@@ -201,6 +229,18 @@ static void run_task(struct sim_stream *s, struct sim_task *t) {
       event_unref(t->ev);
       break;
   }
+}
+
+/* jitter sleeps 0..ACLSIM_JITTER_US us before a task (splitmix64 per stream, seeded from ACLSIM_SEED and
+ * the stream id), so streams interleave differently from run to run and seed to seed. */
+static void jitter(struct sim_stream *s) {
+  uint64_t z = (s->rng += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  uint64_t ns = z % ((uint64_t)sim_cfg.jitter_us + 1) * 1000;
+  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull), .tv_nsec = (long)(ns % 1000000000ull)};
+  nanosleep(&ts, NULL);
 }
 
 static void *worker(void *arg) {
@@ -216,6 +256,7 @@ static void *worker(void *arg) {
     s->head = t->next;
     if (!s->head) s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
+    if (sim_cfg.jitter_us) jitter(s);
     run_task(s, t);
     free(t);
     pthread_mutex_lock(&s->mu);
@@ -232,6 +273,7 @@ static struct sim_stream *stream_new(void) {
   init_cond(&s->cv);
   pthread_mutex_lock(&streams_mu);
   s->id = next_stream_id++;
+  s->rng = sim_cfg.seed ^ ((uint64_t)s->id << 32);
   if (nstreams == capstreams) {
     size_t ncap = capstreams ? capstreams * 2 : 16;
     struct sim_stream **p = realloc(streams, ncap * sizeof *p);
@@ -294,10 +336,45 @@ static struct sim_stream *resolve(aclrtStream h) {
   return sim_ptrset_has(&stream_set, h) ? (struct sim_stream *)h : NULL;
 }
 
+/* track adds an access that lies in a live device or pinned allocation at enqueue (a device range that
+ * does not faults at execution instead; pageable host memory is the caller's to order). */
+static void track(struct sim_access *acc, int *n, const void *p, size_t len, bool write, bool dev, bool pinned) {
+  uintptr_t base = dev || pinned ? sim_alloc_base((uintptr_t)p, len, pinned) : 0;
+  if (base) acc[(*n)++] = (struct sim_access){(uintptr_t)p, len, write, base};
+}
+
+/* hz_accesses lists a task's tracked accesses. It runs before the stream lock is taken: the lookups take
+ * the allocation lock, which workers take too. */
+static int hz_accesses(const struct sim_task *t, struct sim_access *acc, const char **name) {
+  struct sim_access all[3];
+  int n = 0;
+  *name = task_name(t);
+  switch (t->kind) {
+    case TK_KERNEL:
+      for (int i = 0, m = sim_exec_accesses(t->exec, all, name); i < m; i++)
+        track(acc, &n, (const void *)all[i].addr, all[i].len, all[i].write, true, false);
+      break;
+    case TK_COPY:
+    case TK_MEMSET:
+      if (t->kind == TK_COPY) track(acc, &n, t->src, t->n, false, t->src_dev, t->src_pinned);
+      track(acc, &n, t->dst, t->n, true, t->dst_dev, t->dst_pinned);
+      break;
+    default: break;
+  }
+  return n;
+}
+
 static void enqueue(struct sim_stream *s, struct sim_task *t) {
+  struct sim_access acc[3];
+  const char *name = NULL;
+  int n = sim_cfg.check_hazards ? hz_accesses(t, acc, &name) : 0;
   t->tid = (uint32_t)sim_gettid();
   pthread_mutex_lock(&s->mu);
   t->id = s->next_task++;
+  /* the checker sees a stream's tasks in queue order, so its epochs and sync snapshots match the queue */
+  if (t->kind == TK_RECORD) sim_hz_record(s->id, &t->ev->hz);
+  else if (t->kind == TK_WAIT) sim_hz_wait(s->id, &t->ev->hz);
+  else sim_hz_task(s->id, t->id, name, acc, n);
   t->next = NULL;
   if (s->tail) s->tail->next = t;
   else s->head = t;
@@ -309,18 +386,22 @@ static void enqueue(struct sim_stream *s, struct sim_task *t) {
 
 /* stream_wait waits for everything enqueued on s before the call; timeout_ms < 0 waits forever. */
 static aclError stream_wait(struct sim_stream *s, int32_t timeout_ms, uint32_t report_as) {
+  struct sim_vc seen = {NULL, 0}; /* the stream's clock at the call: what the host has seen once drained */
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->enq;
+  sim_hz_snap_stream(s->id, &seen);
   struct timespec dl = abs_after_ns(timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
   while (s->done < target) {
     if (timeout_ms < 0) {
       pthread_cond_wait(&s->cv, &s->mu);
     } else if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT && s->done < target) {
       pthread_mutex_unlock(&s->mu);
+      free(seen.v);
       return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
     }
   }
   pthread_mutex_unlock(&s->mu);
+  sim_hz_host_join(&seen);
   return sim_wait_result(report_as);
 }
 
@@ -373,7 +454,9 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) {
       break;
     }
   pthread_mutex_unlock(&streams_mu);
+  uint32_t id = s->id;
   stream_stop(s); /* drains the queue first, like the runtime's implicit sync */
+  sim_hz_stream_gone(id);
   return ACL_SUCCESS;
 }
 
@@ -450,8 +533,20 @@ ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stre
   t->kind = TK_RECORD;
   t->ev = e;
   pthread_mutex_lock(&ev_mu);
+  if (e->npend == e->cappend) {
+    size_t cap = e->cappend ? 2 * e->cappend : 4;
+    uint64_t *p = realloc(e->pend, cap * sizeof *p);
+    if (!p) {
+      pthread_mutex_unlock(&ev_mu);
+      free(t);
+      return sim_fail(ACL_ERROR_BAD_ALLOC, "aclrtRecordEvent: out of host memory");
+    }
+    e->pend = p;
+    e->cappend = cap;
+  }
   e->refs++;
   t->seq = ++e->recorded;
+  e->pend[e->npend++] = t->seq;
   pthread_mutex_unlock(&ev_mu);
   enqueue(s, t);
   return ACL_SUCCESS;
@@ -480,10 +575,13 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeEvent(aclrtEvent event) {
   if (!sim_initialized()) return sim_check();
   struct sim_event *e = event_of(event);
   if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeEvent: %p is not an event", event);
+  struct sim_vc seen = {NULL, 0};
   pthread_mutex_lock(&ev_mu);
   uint64_t target = e->recorded;
-  while (e->completed < target) pthread_cond_wait(&ev_cv, &ev_mu);
+  sim_hz_snap_event(&e->hz, &seen);
+  while (!rec_done(e, target)) pthread_cond_wait(&ev_cv, &ev_mu);
   pthread_mutex_unlock(&ev_mu);
+  sim_hz_host_join(&seen);
   return sim_wait_result(UINT32_MAX);
 }
 
@@ -494,12 +592,25 @@ ACL_FUNC_VISIBILITY aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEv
   struct sim_event *a = event_of(startEvent), *b = event_of(endEvent);
   if (!a || !b) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtEventElapsedTime: not an event");
   pthread_mutex_lock(&ev_mu);
-  bool ready = a->recorded && b->recorded && a->completed == a->recorded && b->completed == b->recorded;
+  bool ready = a->recorded && b->recorded && rec_done(a, a->recorded) && rec_done(b, b->recorded);
   double d = ready ? ((double)b->ts_ns - (double)a->ts_ns) / 1e6 : 0;
   pthread_mutex_unlock(&ev_mu);
   if (!ready)
     return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtEventElapsedTime: an event is not recorded or not complete");
   *ms = (float)d;
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!status) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is NULL");
+  struct sim_event *e = event_of(event);
+  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEventStatus: %p is not an event", event);
+  pthread_mutex_lock(&ev_mu);
+  bool done = rec_done(e, e->recorded);
+  pthread_mutex_unlock(&ev_mu);
+  *status = done ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
   return ACL_SUCCESS;
 }
 

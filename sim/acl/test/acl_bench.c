@@ -1,5 +1,6 @@
 /* acl_bench.c: the emulator's host-link copy bandwidth. Times D2H and H2D async copies of 64 MiB between
- * device memory and pinned host memory, unthrottled and throttled (ACLSIM_COPY_GBPS=25, and 2; read at aclInit).
+ * device memory and pinned host memory, unthrottled and throttled (ACLSIM_COPY_GBPS=25, and 2; read at aclInit),
+ * and the cost of the hazard checker on 50k small kernel launches (ACLSIM_CHECK_HAZARDS=0 and 1).
  * Prints figures only; never asserts timing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 #include <time.h>
 
 #include "acl/acl.h"
+#include "aclnnop/aclnn_ops.h"
 
 #define SIZE (64ul << 20)
 #define REPS 8
@@ -49,7 +51,54 @@ static int run(const char *label) {
   return aclFinalize() != 0;
 }
 
+#define LAUNCHES 50000
+#define BUFS 128 /* per stream: with the shared input, about 260 live shadow records between syncs */
+
+/* launches: two streams each run Mul(buf, w, buf) over their own buffers (w is shared, read-only), hand an
+ * event to each other every 10 launches and sync the device every 1000: race-free, so the checker only
+ * costs time. */
+static int launches(const char *check) {
+  setenv("ACLSIM_CHECK_HAZARDS", check, 1);
+  if (aclInit(NULL)) return 1;
+  enum { R = 16, C = 16 };
+  int64_t dims[2] = {R, C}, strides[2] = {C, 1};
+  aclrtStream s[2];
+  aclrtEvent ev[2];
+  aclTensor *t[2][BUFS], *tw;
+  void *w = NULL;
+  if (aclrtMalloc(&w, sizeof(float) * R * C, ACL_MEM_MALLOC_HUGE_FIRST) || aclrtMemset(w, 1024, 0, 1024)) return 1;
+  tw = aclCreateTensor(dims, 2, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, dims, 2, w);
+  for (int k = 0; k < 2; k++) {
+    if (aclrtCreateStream(&s[k]) || aclrtCreateEvent(&ev[k])) return 1;
+    for (int i = 0; i < BUFS; i++) {
+      void *d = NULL;
+      if (aclrtMalloc(&d, sizeof(float) * R * C, ACL_MEM_MALLOC_HUGE_FIRST) || aclrtMemset(d, 1024, 0, 1024)) return 1;
+      t[k][i] = aclCreateTensor(dims, 2, ACL_FLOAT, strides, 0, ACL_FORMAT_ND, dims, 2, d);
+    }
+  }
+  double t0 = now_s(), enq = 0;
+  for (int n = 0; n < LAUNCHES; n++) {
+    int k = n & 1;
+    uint64_t ws;
+    aclOpExecutor *ex;
+    double e0 = now_s();
+    if (aclnnMulGetWorkspaceSize(t[k][(n / 2) % BUFS], tw, t[k][(n / 2) % BUFS], &ws, &ex) ||
+        aclnnMul(NULL, ws, ex, s[k]))
+      return 1;
+    if (n % 10 == 9 && (aclrtRecordEvent(ev[k], s[k]) || aclrtStreamWaitEvent(s[!k], ev[k]))) return 1;
+    enq += now_s() - e0;
+    if (n % 1000 == 999 && aclrtSynchronizeDevice()) return 1;
+  }
+  if (aclrtSynchronizeDevice()) return 1;
+  double dt = now_s() - t0;
+  printf("acl-bench: %d Mul launches on 2 streams, ACLSIM_CHECK_HAZARDS=%s: %.2f us each (%.2f us to enqueue)\n",
+         LAUNCHES, check, dt / LAUNCHES * 1e6, enq / LAUNCHES * 1e6);
+  return aclFinalize() != 0; /* tears down buffers, tensors and streams with the runtime */
+}
+
 int main(void) {
+  if (launches("0") || launches("1")) return 1;
+  unsetenv("ACLSIM_CHECK_HAZARDS");
   unsetenv("ACLSIM_COPY_GBPS");
   if (run("unthrottled")) return 1;
   setenv("ACLSIM_COPY_GBPS", "25", 1);

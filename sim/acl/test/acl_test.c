@@ -42,6 +42,9 @@ static void env_reset(void) {
   unsetenv("ACLSIM_DEVICE_MEM");
   unsetenv("ACLSIM_COPY_GBPS");
   unsetenv("ACLSIM_QUARANTINE");
+  unsetenv("ACLSIM_CHECK_HAZARDS");
+  unsetenv("ACLSIM_JITTER_US");
+  unsetenv("ACLSIM_SEED");
 }
 
 static void init(void) { CHECK_RC(aclInit(NULL), ACL_SUCCESS); }
@@ -290,6 +293,52 @@ static void test_stream_order(void) {
   CHECK_RC(aclrtFree(d), ACL_SUCCESS);
   CHECK_RC(aclrtFreeHost(h), ACL_SUCCESS);
   fini();
+}
+
+/* An event recorded on one stream, waited for, then recorded again on another stream: the wait is for
+ * the first record, and a second record that runs first must not release it (as on hardware). Also the
+ * status query. */
+static void test_event_records_kept_apart(void) {
+  setenv("ACLSIM_COPY_GBPS", "0.01", 1); /* 10 MB/s: 1 MiB takes about 0.1 s */
+  init();
+  const size_t n = 1 * MIB;
+  aclrtStream slow, fast, waiter;
+  CHECK_RC(aclrtCreateStream(&slow), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateStream(&fast), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateStream(&waiter), ACL_SUCCESS);
+  unsigned char *h = NULL;
+  CHECK_RC(aclrtMallocHost((void **)&h, n), ACL_SUCCESS);
+  memset(h, 0x5a, n);
+  void *d = dev_alloc(n), *d2 = dev_alloc(n);
+  aclrtEvent e;
+  CHECK_RC(aclrtCreateEvent(&e), ACL_SUCCESS);
+  aclrtEventRecordedStatus st = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+  CHECK_RC(aclrtQueryEventStatus(e, &st), ACL_SUCCESS);
+  CHECK(st == ACL_EVENT_RECORDED_STATUS_COMPLETE); /* never recorded */
+  CHECK_RC(aclrtMemcpyAsync(d, n, h, n, ACL_MEMCPY_HOST_TO_DEVICE, slow), ACL_SUCCESS);
+  CHECK_RC(aclrtRecordEvent(e, slow), ACL_SUCCESS);
+  CHECK_RC(aclrtQueryEventStatus(e, &st), ACL_SUCCESS);
+  CHECK(st == ACL_EVENT_RECORDED_STATUS_NOT_READY);
+  CHECK_RC(aclrtStreamWaitEvent(waiter, e), ACL_SUCCESS);
+  CHECK_RC(aclrtMemcpyAsync(d2, n, d, n, ACL_MEMCPY_DEVICE_TO_DEVICE, waiter), ACL_SUCCESS);
+  CHECK_RC(aclrtRecordEvent(e, fast), ACL_SUCCESS); /* runs at once on an idle stream */
+  CHECK_RC(aclrtSynchronizeStream(fast), ACL_SUCCESS);
+  CHECK_RC(aclrtSynchronizeStream(waiter), ACL_SUCCESS);
+  unsigned char *back = malloc(n);
+  CHECK_RC(aclrtMemcpy(back, n, d2, n, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+  CHECK(back[0] == 0x5a && back[n - 1] == 0x5a); /* the waiter's copy ran after the slow one landed */
+  CHECK_RC(aclrtQueryEventStatus(e, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtQueryEventStatus((aclrtEvent)back, &st), ACL_ERROR_RT_PARAM_INVALID);
+  free(back);
+  CHECK_RC(aclrtSynchronizeStream(slow), ACL_SUCCESS);
+  CHECK_RC(aclrtQueryEventStatus(e, &st), ACL_SUCCESS);
+  CHECK(st == ACL_EVENT_RECORDED_STATUS_COMPLETE);
+  CHECK_RC(aclrtDestroyEvent(e), ACL_SUCCESS);
+  CHECK_RC(aclrtFree(d), ACL_SUCCESS);
+  CHECK_RC(aclrtFree(d2), ACL_SUCCESS);
+  CHECK_RC(aclrtFreeHost(h), ACL_SUCCESS);
+  fini();
+  unsetenv("ACLSIM_COPY_GBPS");
 }
 
 static void test_async_throttled(void) {
@@ -563,7 +612,7 @@ static int capture_stderr(void) {
 }
 
 static char *read_capture(int fd) {
-  static char buf[16384];
+  static char buf[65536]; /* room for the 100 hazard lines the cap test prints */
   ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
   buf[n > 0 ? n : 0] = 0;
   return buf;
@@ -728,6 +777,326 @@ static void test_segv_after_free(void) {
   CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
 }
 
+/* ---- hazard checker and jitter (children: each reads its own stderr) ---- */
+enum { HZ_R = 64, HZ_C = 64, HZ_N = HZ_R * HZ_C };
+#define HZ_BYTES (sizeof(float) * HZ_N)
+
+/* The scenario's runtime objects: streams a, b, c are ids 1, 2, 3; x, y, z are uploaded by three sync
+ * copies (default-stream tasks 0..2). */
+static struct {
+  aclrtStream a, b, c;
+  aclrtEvent e, e2;
+  void *x, *y, *z, *w, *pinned;
+  aclTensor *tx, *ty, *tz, *tw;
+  float host[HZ_N];
+} hz;
+static char hz_line[256]; /* a line the scenario's stderr must hold, when set */
+
+static void hz_setup(void) {
+  memset(&hz, 0, sizeof hz);
+  CHECK_RC(aclrtCreateStream(&hz.a), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateStream(&hz.b), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateStream(&hz.c), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateEvent(&hz.e), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateEvent(&hz.e2), ACL_SUCCESS);
+  for (int i = 0; i < HZ_N; i++) hz.host[i] = (float)(i % 97);
+  void **bufs[3] = {&hz.x, &hz.y, &hz.z};
+  for (int i = 0; i < 3; i++) {
+    *bufs[i] = dev_alloc(HZ_BYTES);
+    h2d(*bufs[i], hz.host, HZ_BYTES);
+  }
+  hz.w = dev_alloc(HZ_BYTES);
+  CHECK_RC(aclrtMallocHost(&hz.pinned, HZ_BYTES), ACL_SUCCESS);
+  hz.tx = tensor2(hz.x, HZ_R, HZ_C), hz.ty = tensor2(hz.y, HZ_R, HZ_C), hz.tz = tensor2(hz.z, HZ_R, HZ_C);
+  hz.tw = tensor2(hz.w, HZ_R, HZ_C);
+}
+
+/* hz_teardown syncs before freeing, so it adds no hazard; return codes are not checked because a racing
+ * scenario may have poisoned the context. */
+static void hz_teardown(void) {
+  aclrtSynchronizeDevice();
+  aclDestroyTensor(hz.tx), aclDestroyTensor(hz.ty), aclDestroyTensor(hz.tz), aclDestroyTensor(hz.tw);
+  void *bufs[4] = {hz.x, hz.y, hz.z, hz.w};
+  for (int i = 0; i < 4; i++)
+    if (bufs[i]) aclrtFree(bufs[i]);
+  if (hz.pinned) aclrtFreeHost(hz.pinned);
+  aclrtDestroyEvent(hz.e), aclrtDestroyEvent(hz.e2);
+  aclrtDestroyStream(hz.a), aclrtDestroyStream(hz.b), aclrtDestroyStream(hz.c);
+}
+
+static void hz_expect_line(const char *what, const char *who, const char *verb, const void *addr, size_t n,
+                           const char *other, const char *other_verb) {
+  snprintf(hz_line, sizeof hz_line, "aclsim: hazard: %s: %s %s [%#lx,+%zu) while %s %s it, unordered\n", what, who,
+           verb, (unsigned long)addr, n, other, other_verb);
+}
+
+static void (*hz_body)(int);
+static int hz_mode, hz_want;
+static const char *hz_env;
+
+static void hz_child(void) {
+  int fd = capture_stderr();
+  setenv("ACLSIM_CHECK_HAZARDS", "1", 1);
+  if (hz_env) {
+    char name[64];
+    const char *eq = strchr(hz_env, '=');
+    snprintf(name, sizeof name, "%.*s", (int)(eq - hz_env), hz_env);
+    setenv(name, eq + 1, 1);
+  }
+  hz_line[0] = 0;
+  init();
+  hz_body(hz_mode);
+  fini();
+  const char *err = read_capture(fd);
+  char want[64];
+  snprintf(want, sizeof want, "aclsim: hazards: %d\n", hz_want);
+  CHECK(strstr(err, want) != NULL);
+  CHECK(count(err, "aclsim: hazard: ") == (hz_want < 100 ? hz_want : 100));
+  CHECK(hz_want <= 100 || strstr(err, "aclsim: hazard lines stop at 100; the rest are only counted\n"));
+  if (hz_line[0]) CHECK(strstr(err, hz_line) != NULL);
+  if (failures) printf("    mode %d stderr:\n%s    want: %s", hz_mode, err, hz_line);
+}
+
+/* hz_expect runs body(mode) in a child with ACLSIM_CHECK_HAZARDS=1 (and env, "NAME=VALUE") and checks the
+ * hazard count aclFinalize reports. */
+static void hz_expect(void (*body)(int), int mode, int want, const char *env) {
+  hz_body = body, hz_mode = mode, hz_want = want, hz_env = env;
+  in_child(hz_child);
+}
+
+/* kernel writes X on a, then b copies X to the host. 0: no ordering; 1: event a -> b; 2: b waits on an
+ * event never recorded (orders nothing); 3: b copies only part of X (the report gives the overlap). */
+static void hz_kernel_then_copy(int mode) {
+  hz_setup();
+  CHECK_RC(run_mul(hz.ty, hz.tz, hz.tx, hz.a), ACL_SUCCESS);
+  if (mode == 1) CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+  if (mode == 1 || mode == 2) CHECK_RC(aclrtStreamWaitEvent(hz.b, hz.e), ACL_SUCCESS);
+  size_t off = mode == 3 ? 8192 : 0, n = mode == 3 ? 4096 : HZ_BYTES;
+  CHECK_RC(aclrtMemcpyAsync(hz.host, n, (char *)hz.x + off, n, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+  const char *copy = mode == 2 ? "MemcpyAsync_D2H (stream 2, task 1)" : "MemcpyAsync_D2H (stream 2, task 0)";
+  if (mode != 1)
+    hz_expect_line("read-after-write", copy, "reads", (char *)hz.x + off, n, "aclnnMul (stream 1, task 0)", "writes");
+  hz_teardown();
+}
+
+/* b copies into X, then a kernel on a reads X. 0: unordered; 1: event b -> a. */
+static void hz_copy_then_kernel(int mode) {
+  hz_setup();
+  CHECK_RC(aclrtMemcpyAsync(hz.x, HZ_BYTES, hz.host, HZ_BYTES, ACL_MEMCPY_HOST_TO_DEVICE, hz.b), ACL_SUCCESS);
+  if (mode) {
+    CHECK_RC(aclrtRecordEvent(hz.e, hz.b), ACL_SUCCESS);
+    CHECK_RC(aclrtStreamWaitEvent(hz.a, hz.e), ACL_SUCCESS);
+  }
+  CHECK_RC(run_mul(hz.tx, hz.ty, hz.tz, hz.a), ACL_SUCCESS);
+  if (!mode)
+    hz_expect_line("read-after-write", "aclnnMul (stream 1, task 0)", "reads", hz.x, HZ_BYTES,
+                   "MemcpyAsync_H2D (stream 2, task 0)", "writes");
+  hz_teardown();
+}
+
+/* A kernel reading X waits on a behind a throttled copy; the host frees X. 0: no sync first (the kernel
+ * then faults on the freed range, the race made real); 1: aclrtSynchronizeStream(a) first. */
+static void hz_free_racing_kernel(int mode) {
+  hz_setup();
+  void *slow = dev_alloc(MIB);
+  char *big = calloc(1, MIB);
+  CHECK_RC(aclrtMemcpyAsync(slow, MIB, big, MIB, ACL_MEMCPY_HOST_TO_DEVICE, hz.a), ACL_SUCCESS); /* ~100 ms */
+  CHECK_RC(run_mul(hz.tx, hz.ty, hz.tz, hz.a), ACL_SUCCESS);
+  if (mode) CHECK_RC(aclrtSynchronizeStream(hz.a), ACL_SUCCESS);
+  CHECK_RC(aclrtFree(hz.x), ACL_SUCCESS);
+  if (!mode) {
+    CHECK_RC(aclrtSynchronizeStream(hz.a), ACL_ERROR_RT_AICORE_EXCEPTION);
+    hz_expect_line("free racing a queued task", "aclrtFree (host)", "frees", hz.x, HZ_BYTES,
+                   "aclnnMul (stream 1, task 1)", "reads");
+  }
+  hz.x = NULL;
+  aclrtFree(slow);
+  free(big);
+  hz_teardown();
+}
+
+/* kernel writes X on a; a host wait orders it before b's copy and c's kernel reading X.
+ * 0: stream sync; 1: event sync; 2: device sync; 3: stream sync with a timeout; 4: stream destroy. */
+static void hz_host_sync_orders(int mode) {
+  hz_setup();
+  CHECK_RC(run_mul(hz.ty, hz.tz, hz.tx, hz.a), ACL_SUCCESS);
+  CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+  switch (mode) {
+    case 0: CHECK_RC(aclrtSynchronizeStream(hz.a), ACL_SUCCESS); break;
+    case 1: CHECK_RC(aclrtSynchronizeEvent(hz.e), ACL_SUCCESS); break;
+    case 2: CHECK_RC(aclrtSynchronizeDevice(), ACL_SUCCESS); break;
+    case 3: CHECK_RC(aclrtSynchronizeStreamWithTimeout(hz.a, 5000), ACL_SUCCESS); break;
+    default: CHECK_RC(aclrtDestroyStream(hz.a), ACL_SUCCESS); hz.a = NULL; break;
+  }
+  CHECK_RC(aclrtMemcpyAsync(hz.host, HZ_BYTES, hz.x, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+  CHECK_RC(run_mul(hz.tx, hz.ty, hz.tw, hz.c), ACL_SUCCESS);
+  hz_teardown();
+}
+
+/* X and Y are only read, on three streams at once. */
+static void hz_read_read(int mode) {
+  (void)mode;
+  hz_setup();
+  CHECK_RC(run_mul(hz.tx, hz.ty, hz.tz, hz.a), ACL_SUCCESS);
+  CHECK_RC(aclrtMemcpyAsync(hz.host, HZ_BYTES, hz.x, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+  CHECK_RC(run_mul(hz.ty, hz.tx, hz.tw, hz.c), ACL_SUCCESS);
+  hz_teardown();
+}
+
+/* kernel writes X on a; a -> b -> c by events; c memsets X. 1: b waits on a's event (ordered
+ * transitively); 0: it does not. */
+static void hz_event_chain(int mode) {
+  hz_setup();
+  CHECK_RC(run_mul(hz.ty, hz.tz, hz.tx, hz.a), ACL_SUCCESS);
+  CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+  if (mode) CHECK_RC(aclrtStreamWaitEvent(hz.b, hz.e), ACL_SUCCESS);
+  CHECK_RC(aclrtMemcpyAsync(hz.host, HZ_BYTES, hz.y, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+  CHECK_RC(aclrtRecordEvent(hz.e2, hz.b), ACL_SUCCESS);
+  CHECK_RC(aclrtStreamWaitEvent(hz.c, hz.e2), ACL_SUCCESS);
+  CHECK_RC(aclrtMemsetAsync(hz.x, HZ_BYTES, 0, HZ_BYTES, hz.c), ACL_SUCCESS);
+  if (!mode)
+    hz_expect_line("write-after-write", "Memset (stream 3, task 1)", "writes", hz.x, HZ_BYTES,
+                   "aclnnMul (stream 1, task 0)", "writes");
+  hz_teardown();
+}
+
+/* kernel writes X on a; the host reads X with a synchronous aclrtMemcpy (a default-stream task).
+ * 0: unordered; 1: the default stream waits on a's event first. */
+static void hz_sync_memcpy(int mode) {
+  hz_setup();
+  CHECK_RC(run_mul(hz.ty, hz.tz, hz.tx, hz.a), ACL_SUCCESS);
+  if (mode) {
+    CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+    CHECK_RC(aclrtStreamWaitEvent(NULL, hz.e), ACL_SUCCESS);
+  }
+  d2h(hz.host, hz.x, HZ_BYTES);
+  if (!mode)
+    hz_expect_line("read-after-write", "Memcpy_D2H (stream 0, task 3)", "reads", hz.x, HZ_BYTES,
+                   "aclnnMul (stream 1, task 0)", "writes");
+  hz_teardown();
+}
+
+/* a copies X into pinned memory P. 0: b uploads from P unordered; 1: after an event a -> b; 2: the host
+ * frees P without a sync (the copy may then fault, which is fine here). */
+static void hz_pinned(int mode) {
+  hz_setup();
+  CHECK_RC(aclrtMemcpyAsync(hz.pinned, HZ_BYTES, hz.x, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.a), ACL_SUCCESS);
+  if (mode == 2) {
+    CHECK_RC(aclrtFreeHost(hz.pinned), ACL_SUCCESS);
+    hz_expect_line("free racing a queued task", "aclrtFreeHost (host)", "frees", hz.pinned, HZ_BYTES,
+                   "MemcpyAsync_D2H (stream 1, task 0)", "writes");
+    hz.pinned = NULL;
+    hz_teardown();
+    return;
+  }
+  if (mode) {
+    CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+    CHECK_RC(aclrtStreamWaitEvent(hz.b, hz.e), ACL_SUCCESS);
+  }
+  CHECK_RC(aclrtMemcpyAsync(hz.y, HZ_BYTES, hz.pinned, HZ_BYTES, ACL_MEMCPY_HOST_TO_DEVICE, hz.b), ACL_SUCCESS);
+  if (!mode)
+    hz_expect_line("read-after-write", "MemcpyAsync_H2D (stream 2, task 0)", "reads", hz.pinned, HZ_BYTES,
+                   "MemcpyAsync_D2H (stream 1, task 0)", "writes");
+  hz_teardown();
+}
+
+/* 150 unordered copies of what a kernel writes: 150 counted, 100 printed. */
+static void hz_many(int mode) {
+  (void)mode;
+  hz_setup();
+  CHECK_RC(run_mul(hz.ty, hz.tz, hz.tx, hz.a), ACL_SUCCESS);
+  for (int i = 0; i < 150; i++)
+    CHECK_RC(aclrtMemcpyAsync(hz.host, HZ_BYTES, hz.x, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+  hz_teardown();
+}
+
+/* An event-ordered pipeline under ACLSIM_JITTER_US: a sets X to i and copies it to Z with a kernel, b
+ * copies Z to pinned memory after a's event, a's next round waits for b's; every round reads back i. */
+static void hz_jitter_pipeline(int mode) {
+  (void)mode;
+  hz_setup();
+  aclOpExecutor *ex;
+  uint64_t ws;
+  int bad = 0;
+  for (int i = 1; i <= 30; i++) {
+    CHECK_RC(aclrtMemsetAsync(hz.x, HZ_BYTES, i, HZ_BYTES, hz.a), ACL_SUCCESS);
+    CHECK_RC(aclnnInplaceCopyGetWorkspaceSize(hz.tz, hz.tx, &ws, &ex), ACL_SUCCESS);
+    CHECK_RC(aclnnInplaceCopy(NULL, ws, ex, hz.a), ACL_SUCCESS);
+    CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+    CHECK_RC(aclrtStreamWaitEvent(hz.b, hz.e), ACL_SUCCESS);
+    CHECK_RC(aclrtMemcpyAsync(hz.pinned, HZ_BYTES, hz.z, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+    CHECK_RC(aclrtRecordEvent(hz.e2, hz.b), ACL_SUCCESS);
+    CHECK_RC(aclrtStreamWaitEvent(hz.a, hz.e2), ACL_SUCCESS);
+    CHECK_RC(aclrtSynchronizeEvent(hz.e2), ACL_SUCCESS);
+    const unsigned char *p = hz.pinned;
+    bad += p[0] != i || p[HZ_BYTES - 1] != i;
+  }
+  CHECK(bad == 0);
+  hz_teardown();
+}
+
+static void hz_bad_env(void) {
+  int fd = capture_stderr();
+  setenv("ACLSIM_CHECK_HAZARDS", "yes", 1);
+  setenv("ACLSIM_JITTER_US", "-5", 1);
+  setenv("ACLSIM_SEED", "x1", 1);
+  init();
+  fini();
+  const char *err = read_capture(fd);
+  CHECK(strstr(err, "aclsim: ignoring bad ACLSIM_CHECK_HAZARDS=yes"));
+  CHECK(strstr(err, "aclsim: ignoring bad ACLSIM_JITTER_US=-5"));
+  CHECK(strstr(err, "aclsim: ignoring bad ACLSIM_SEED=x1"));
+  CHECK(!strstr(err, "aclsim: hazards:")); /* the default: off */
+}
+
+static void test_hazard_kernel_then_copy(void) {
+  hz_expect(hz_kernel_then_copy, 0, 1, NULL);
+  hz_expect(hz_kernel_then_copy, 1, 0, NULL);
+  hz_expect(hz_kernel_then_copy, 2, 1, NULL);
+  hz_expect(hz_kernel_then_copy, 3, 1, NULL);
+}
+static void test_hazard_copy_then_kernel(void) {
+  hz_expect(hz_copy_then_kernel, 0, 1, NULL);
+  hz_expect(hz_copy_then_kernel, 1, 0, NULL);
+}
+static void test_hazard_free_racing_kernel(void) {
+  hz_expect(hz_free_racing_kernel, 0, 1, "ACLSIM_COPY_GBPS=0.01");
+  hz_expect(hz_free_racing_kernel, 1, 0, "ACLSIM_COPY_GBPS=0.01");
+}
+static void test_hazard_host_sync_orders(void) {
+  for (int mode = 0; mode < 5; mode++) hz_expect(hz_host_sync_orders, mode, 0, NULL);
+}
+static void test_hazard_read_read(void) { hz_expect(hz_read_read, 0, 0, NULL); }
+static void test_hazard_event_chain(void) {
+  hz_expect(hz_event_chain, 1, 0, NULL);
+  hz_expect(hz_event_chain, 0, 1, NULL);
+}
+static void test_hazard_sync_memcpy(void) {
+  hz_expect(hz_sync_memcpy, 0, 1, NULL);
+  hz_expect(hz_sync_memcpy, 1, 0, NULL);
+}
+static void test_hazard_pinned(void) {
+  hz_expect(hz_pinned, 0, 1, NULL);
+  hz_expect(hz_pinned, 1, 0, NULL);
+  hz_expect(hz_pinned, 2, 1, NULL);
+}
+static void test_hazard_line_cap(void) { hz_expect(hz_many, 0, 150, NULL); }
+static void test_hazard_bad_env(void) { in_child(hz_bad_env); }
+
+/* Jitter reorders how streams interleave, never what each orders: the ordered tests still hold. */
+static void test_jitter_keeps_order(void) {
+  const char *seeds[] = {"1", "7"};
+  for (int i = 0; i < 2; i++) {
+    setenv("ACLSIM_JITTER_US", "200", 1);
+    setenv("ACLSIM_SEED", seeds[i], 1);
+    test_stream_order();
+    test_kernels();
+    test_async_throttled();
+  }
+  hz_expect(hz_jitter_pipeline, 0, 0, "ACLSIM_JITTER_US=300");
+  hz_expect(hz_jitter_pipeline, 0, 0, "ACLSIM_JITTER_US=50");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   env_reset();
@@ -744,6 +1113,7 @@ int main(void) {
       {"copies_and_memset", test_copies},
       {"stream_order", test_stream_order},
       {"async_throttled_copy_and_events", test_async_throttled},
+      {"event_records_kept_apart", test_event_records_kept_apart},
       {"kernels", test_kernels},
       {"matmul_workload_size", test_matmul_workload_size},
       {"exception_getters", test_exception_getters},
@@ -753,6 +1123,17 @@ int main(void) {
       {"fault_extent_beyond_allocation", test_fault_extent},
       {"fault_async_copy_507053", test_fault_copy},
       {"freed_range_is_prot_none", test_segv_after_free},
+      {"hazard_kernel_then_copy", test_hazard_kernel_then_copy},
+      {"hazard_copy_then_kernel", test_hazard_copy_then_kernel},
+      {"hazard_free_racing_kernel", test_hazard_free_racing_kernel},
+      {"hazard_host_sync_orders", test_hazard_host_sync_orders},
+      {"hazard_read_read", test_hazard_read_read},
+      {"hazard_event_chain", test_hazard_event_chain},
+      {"hazard_sync_memcpy", test_hazard_sync_memcpy},
+      {"hazard_pinned_memory", test_hazard_pinned},
+      {"hazard_line_cap", test_hazard_line_cap},
+      {"hazard_bad_env", test_hazard_bad_env},
+      {"jitter_keeps_order", test_jitter_keeps_order},
   };
   int passed = 0, failed = 0;
   for (size_t i = 0; i < sizeof tests / sizeof *tests; i++) {
