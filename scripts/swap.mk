@@ -1,6 +1,7 @@
 # scripts/swap.mk: bench-swap, the swap figures of decoder-sim under the agent (shim/cmd/swapbench): bytes
-# moved per step and device bytes saved against their ideals, and the share of transfer time the compute
-# side waited with the copy engine throttled to 25 GB/s, prefetch 1 and prefetch 0. Figures, no assertions.
+# moved per step and device bytes saved against their ideals, and the share of the copies' device time the
+# compute streams stalled on them with the copy engine throttled to 25 GB/s, prefetch 1 and prefetch 0;
+# in --sync step mode (the host waits only to read results), then --sync op. Figures, no assertions.
 BENCHES += bench-swap
 
 .PHONY: bench-swap
