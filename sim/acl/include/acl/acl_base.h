@@ -24,6 +24,7 @@ typedef struct aclrtExceptionInfo aclrtExceptionInfo;
 typedef struct aclTensor aclTensor;
 typedef struct aclScalar aclScalar;
 typedef struct aclOpExecutor aclOpExecutor;
+typedef struct aclTensorList aclTensorList;
 
 /* Error codes (acl_base.h / rt_error_codes.h). */
 #define ACL_SUCCESS 0
@@ -77,6 +78,20 @@ ACL_FUNC_VISIBILITY aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensor(const aclTensor *tensor);
 ACL_FUNC_VISIBILITY aclScalar *aclCreateScalar(void *value, aclDataType dataType);
 ACL_FUNC_VISIBILITY aclnnStatus aclDestroyScalar(const aclScalar *scalar);
+ACL_FUNC_VISIBILITY aclTensorList *aclCreateTensorList(const aclTensor *const *value, uint64_t size);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyTensorList(const aclTensorList *array);
+
+/* Executors (libnnopbase.so). A repeatable executor survives its launch and may be launched again after
+ * its tensors were given new device addresses: index counts the executor's tensors in the order of its
+ * op's GetWorkspaceSize arguments (inputs, then outputs); for a tensor list, irIndex is that position and
+ * relativeIndex the tensor's place in the list. */
+ACL_FUNC_VISIBILITY aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor);
+ACL_FUNC_VISIBILITY aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor);
+ACL_FUNC_VISIBILITY aclnnStatus aclSetTensorAddr(aclOpExecutor *executor, const size_t index, aclTensor *tensor,
+                                                 void *addr);
+ACL_FUNC_VISIBILITY aclnnStatus aclSetDynamicTensorAddr(aclOpExecutor *executor, size_t irIndex,
+                                                        const size_t relativeIndex, aclTensorList *tensors,
+                                                        void *addr);
 
 ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void);
 
