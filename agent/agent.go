@@ -56,6 +56,7 @@ type Agent struct {
 	peakDev   uint64               // highest live device bytes seen (runtime allocations)
 	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
 	racing    map[uint64]inflight  // storages an agent copy is moving (by storage ID)
+	reserved  map[uint64]uint64    // VMM reservations: base -> end
 	faults    []offload.Fault
 	faultIx   map[string]int // fault key -> index in faults
 	exception [6]uint64      // the last exception callback's info (task, stream, thread, device, code)

@@ -46,6 +46,13 @@ func (a *Agent) feedLocked(r *Raw) {
 		a.exception = r.Args
 	case trace.ClassStreamDestroy:
 		a.streams.Destroyed(r.Args[0])
+	case trace.ClassReserve:
+		if a.reserved == nil {
+			a.reserved = map[uint64]uint64{}
+		}
+		a.reserved[r.Args[0]] = r.Args[0] + r.Args[1]
+	case trace.ClassReserveRelease:
+		delete(a.reserved, r.Args[0])
 	default:
 		if s, ok := k.Stream(r.Args); ok && a.streams != nil {
 			a.streams.Use(s)
@@ -61,6 +68,19 @@ func (a *Agent) IsDevice(addr uint64) bool {
 	}
 	_, ok := t.Lookup(addr)
 	return ok
+}
+
+// IsReserved reports whether addr lies in device address space reserved for VMM (mapped or not): such
+// an address is never host memory.
+func (a *Agent) IsReserved(addr uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for lo, hi := range a.reserved {
+		if addr >= lo && addr < hi {
+			return true
+		}
+	}
+	return false
 }
 
 // watch adds a released external storage to the ranges the C launch check inspects; unwatch removes it

@@ -429,7 +429,7 @@ func (x *executor) call(ev *trace.Event) {
 	case "aclInit", "aclFinalize":
 		issued = false // the replay initialises once at its start and finalises at its end
 	default:
-		if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
+		if trace.IsLaunch(name) {
 			x.launch(ev, name)
 		} else {
 			issued = false // e.g. aclrtSetExceptionInfoCallback: nothing to call it with

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strings"
 
 	"swapagent/trace"
 )
@@ -202,7 +201,7 @@ func streamOf(name string, ev *trace.Event) (stream uint64, kind string, ok bool
 		return ev.Args[4], "copy", true
 	case name == "aclrtSynchronizeStream" || name == "aclrtSynchronizeStreamWithTimeout":
 		return ev.Args[0], "sync", true
-	case strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize"):
+	case trace.IsLaunch(name):
 		return ev.Args[3], "launch", true
 	}
 	return 0, "", false

@@ -304,8 +304,9 @@ func (m *runtimeMover) Timeline() offload.Timeline {
 type hybridMover struct {
 	rt       runtimeMover
 	mem      *offload.MemcpyMover
-	isDevice func(addr uint64) bool
-	goBufs   sync.Map // Addr -> true for buffers the memcpy mover owns
+	isDevice func(addr uint64) bool // a live allocation or mapping of the runtime
+	reserved func(addr uint64) bool // VMM address space: device, mapped or not, never host memory
+	goBufs   sync.Map               // Addr -> true for buffers the memcpy mover owns
 }
 
 var _ offload.Mover = (*hybridMover)(nil)
@@ -332,6 +333,9 @@ func (m *hybridMover) CopyOut(dstHost, src, n uint64) (offload.Copy, error) {
 	if m.isDevice(src) {
 		return m.rt.CopyOut(dstHost, src, n)
 	}
+	if err := m.hostOnly(src); err != nil {
+		return 0, err
+	}
 	return m.mem.CopyOut(dstHost, src, n)
 }
 
@@ -339,7 +343,18 @@ func (m *hybridMover) CopyIn(dst, srcHost, n uint64) (offload.Copy, error) {
 	if m.isDevice(dst) {
 		return m.rt.CopyIn(dst, srcHost, n)
 	}
+	if err := m.hostOnly(dst); err != nil {
+		return 0, err
+	}
 	return m.mem.CopyIn(dst, srcHost, n)
+}
+
+// hostOnly refuses a device address that is not a live allocation or mapping: memcpy there would fault.
+func (m *hybridMover) hostOnly(addr uint64) error {
+	if m.reserved(addr) {
+		return fmt.Errorf("%w: %#x is reserved device address space with no memory mapped", offload.ErrRuntime, addr)
+	}
+	return nil
 }
 
 // Wait: memcpy copies are complete when they return (token 0); runtime copies have events.
@@ -361,5 +376,5 @@ func (m *hybridMover) Timeline() offload.Timeline { return m.rt.Timeline() }
 
 // wireEngine starts the offload engine with the hybrid mover.
 func wireEngine(a *agent.Agent) {
-	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), isDevice: a.IsDevice})
+	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), isDevice: a.IsDevice, reserved: a.IsReserved})
 }

@@ -8,29 +8,35 @@ type Class uint8
 
 // Classes. The zero value means "not looked up yet", so a cache indexed by function id can start empty.
 const (
-	ClassUnknown       Class = iota
-	ClassOther               // everything else: counted, not interpreted
-	ClassDeviceAlloc         // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached: Args[0] ptr, Args[1] size
-	ClassDeviceFree          // aclrtFree: Args[0] ptr
-	ClassHostAlloc           // aclrtMallocHost: Args[0] ptr, Args[1] size
-	ClassHostFree            // aclrtFreeHost: Args[0] ptr
-	ClassTensor              // aclCreateTensor: Args[0] tensor, Args[1] data address, Args[2] extent
-	ClassLaunch              // an aclnn op's four-argument launch: Args[4] tensors created for it
-	ClassException           // the runtime's exception callback: Args task, stream, thread, device, error code
-	ClassCopyAsync           // aclrtMemcpyAsync: Args dst, src, count, kind, destMax, stream
-	ClassMemsetAsync         // aclrtMemsetAsync: Args ptr, count, value, maxCount, stream
-	ClassEventRecord         // aclrtRecordEvent: Args event, stream
-	ClassStreamWait          // aclrtStreamWaitEvent: Args stream, event
-	ClassStreamDestroy       // aclrtDestroyStream: Args stream
+	ClassUnknown        Class = iota
+	ClassOther                // everything else: counted, not interpreted
+	ClassDeviceAlloc          // aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached, aclrtMapMem: Args[0] ptr, Args[1] size
+	ClassDeviceFree           // aclrtFree, aclrtUnmapMem: Args[0] ptr
+	ClassHostAlloc            // aclrtMallocHost: Args[0] ptr, Args[1] size
+	ClassHostFree             // aclrtFreeHost: Args[0] ptr
+	ClassTensor               // aclCreateTensor: Args[0] tensor, Args[1] data address, Args[2] extent
+	ClassLaunch               // an aclnn op's four-argument launch: Args[4] tensors created for it
+	ClassException            // the runtime's exception callback: Args task, stream, thread, device, error code
+	ClassCopyAsync            // aclrtMemcpyAsync: Args dst, src, count, kind, destMax, stream
+	ClassMemsetAsync          // aclrtMemsetAsync: Args ptr, count, value, maxCount, stream
+	ClassEventRecord          // aclrtRecordEvent, aclrtResetEvent: Args event, stream
+	ClassStreamWait           // aclrtStreamWaitEvent: Args stream, event
+	ClassStreamDestroy        // aclrtDestroyStream, aclrtDestroyStreamForce: Args stream
+	ClassReserve              // aclrtReserveMemAddress: Args[0] ptr, Args[1] size (address space, not memory)
+	ClassReserveRelease       // aclrtReleaseMemAddress: Args[0] ptr
 )
 
 // ClassOf classifies a runtime function name.
 func ClassOf(name string) Class {
 	switch name {
-	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached":
+	case "aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtMapMem":
 		return ClassDeviceAlloc
-	case "aclrtFree":
+	case "aclrtFree", "aclrtUnmapMem":
 		return ClassDeviceFree
+	case "aclrtReserveMemAddress":
+		return ClassReserve
+	case "aclrtReleaseMemAddress":
+		return ClassReserveRelease
 	case "aclrtMallocHost":
 		return ClassHostAlloc
 	case "aclrtFreeHost":
@@ -43,14 +49,14 @@ func ClassOf(name string) Class {
 		return ClassCopyAsync
 	case "aclrtMemsetAsync":
 		return ClassMemsetAsync
-	case "aclrtRecordEvent":
+	case "aclrtRecordEvent", "aclrtResetEvent":
 		return ClassEventRecord
 	case "aclrtStreamWaitEvent":
 		return ClassStreamWait
-	case "aclrtDestroyStream":
+	case "aclrtDestroyStream", "aclrtDestroyStreamForce":
 		return ClassStreamDestroy
 	}
-	if strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize") {
+	if IsLaunch(name) {
 		return ClassLaunch
 	}
 	return ClassOther
@@ -72,4 +78,9 @@ func (c Class) Stream(args [6]uint64) (uint64, bool) {
 		return args[0], true
 	}
 	return 0, false
+}
+
+// IsLaunch reports whether name is an aclnn op's four-argument launch (not its GetWorkspaceSize).
+func IsLaunch(name string) bool {
+	return strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize")
 }

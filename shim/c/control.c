@@ -197,7 +197,7 @@ typedef aclError (*sa_malloc_host_t)(void **, size_t);
 typedef aclError (*sa_record_t)(aclrtEvent, aclrtStream);
 typedef aclError (*sa_wait_t)(aclrtStream, aclrtEvent);
 typedef aclError (*sa_elapsed_t)(float *, aclrtEvent, aclrtEvent);
-typedef aclError (*sa_query_t)(aclrtEvent, int32_t *);
+typedef aclError (*sa_query_t)(aclrtEvent, aclrtEventRecordedStatus *);
 #define SA_REALCALL(id, type) \
   type f = (type)sa_real_fn(id);  \
   if (f == NULL) return SA_NORT
@@ -259,9 +259,9 @@ int sa_real_event_elapsed_ns(uintptr_t start, uintptr_t end, uint64_t *ns) {
 }
 int sa_real_event_done(uintptr_t event) {
   SA_REALCALL(SA_ID_aclrtQueryEventStatus, sa_query_t);
-  int32_t status = 0;
+  aclrtEventRecordedStatus status = ACL_EVENT_RECORDED_STATUS_NOT_READY;
   aclError r = f((aclrtEvent)event, &status);
-  return r != 0 ? -1 : status == 1; /* ACL_EVENT_RECORDED_STATUS_COMPLETE */
+  return r != 0 ? -1 : status == ACL_EVENT_RECORDED_STATUS_COMPLETE;
 }
 
 /* ---- Fatal signals. Go cannot run in a signal handler, but the drainer goroutine (its own locked

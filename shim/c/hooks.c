@@ -23,33 +23,12 @@ static inline int sa_skip(void) {
 #define SA_U(x) ((uint64_t)(uintptr_t)(x))
 #define SA_OUT(p) ((r) == 0 && (p) != NULL ? SA_U(*(p)) : 0)
 
-/* ---- Per-thread tensors since the previous launch. The array uses the default TLS model (it is large);
- * the count is initial-exec so the launch path reads it without a call. ---- */
-static __thread sa_tensor tls_tensors[SA_TENSORS];
-static SA_TLS uint32_t tls_ntensors;
-
-void sa_tensor_note(const aclTensor *t, const void *addr, uint64_t extent) {
-  uint32_t i = tls_ntensors++;
-  sa_tensor *s = &tls_tensors[i % SA_TENSORS];
-  s->handle = SA_U(t);
-  s->addr = SA_U(addr);
-  s->extent = extent;
-}
-
-int sa_thread_tensors(sa_tensor *out, int max) {
-  uint32_t n = tls_ntensors < SA_TENSORS ? tls_ntensors : SA_TENSORS;
-  int k = 0;
-  for (uint32_t i = tls_ntensors - n; i < tls_ntensors && k < max; i++) out[k++] = tls_tensors[i % SA_TENSORS];
-  return k;
-}
-
 /* The launch check: a tensor with bytes to read at address 0, or inside a watched range, is reported
- * before the kernel runs. Index is the tensor's position among those created for this launch. */
-static inline void sa_check_tensors(int fn, uint32_t ntens) {
-  uint32_t n = ntens < SA_TENSORS ? ntens : SA_TENSORS;
+ * before the kernel runs. Index is the tensor's position among the launch's tensors (tensors.c). */
+static inline void sa_check_tensors(int fn, const sa_tensor *ts, uint32_t n) {
   int watched = atomic_load_explicit(&sa_dead_n, memory_order_acquire) > 0;
-  for (uint32_t i = ntens - n; i < ntens; i++) {
-    const sa_tensor *t = &tls_tensors[i % SA_TENSORS];
+  for (uint32_t i = 0; i < n; i++) {
+    const sa_tensor *t = &ts[i];
     if (t->extent != 0 && (t->addr == 0 || (watched && sa_dead_hit(t->addr))))
       sa_launch_fault(fn, (int)i, t->addr, t->extent);
   }
@@ -107,9 +86,9 @@ static inline aclnnStatus sa_launch(int fn, void *realp, void *ws, uint64_t wsSi
   sa_launch_t real = (sa_launch_t)realp;
   if (__builtin_expect(real == NULL, 0)) return SA_NORT;
   if (sa_skip()) return real(ws, wsSize, ex, st);
-  uint32_t ntens = tls_ntensors;
-  sa_check_tensors(fn, ntens);
-  tls_ntensors = 0;
+  sa_tensor ts[SA_TENSORS];
+  uint32_t ntens = sa_launch_tensors(ex, ts);
+  sa_check_tensors(fn, ts, ntens);
   sa_depth++;
   aclnnStatus r = real(ws, wsSize, ex, st);
   sa_depth--;

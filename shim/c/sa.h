@@ -65,9 +65,15 @@ SA_HIDDEN void sa_record(int fn, int64_t ret, uint64_t a0, uint64_t a1, uint64_t
 SA_HIDDEN int64_t sa_now(void);
 SA_HIDDEN extern _Atomic uint64_t sa_lost;
 
-/* Per-thread tensors created since this thread's previous launch (issue 5 checks read them). */
+/* The tensors a launch reads and writes (tensors.c): its executor's, else those its thread created since
+ * its previous launch. At most SA_TENSORS per launch are checked. */
 #define SA_TENSORS 16
 SA_HIDDEN void sa_tensor_note(const aclTensor *t, const void *addr, uint64_t extent);
+SA_HIDDEN void sa_exec_bind(const aclOpExecutor *ex);
+SA_HIDDEN void sa_exec_repeatable(const aclOpExecutor *ex);
+SA_HIDDEN void sa_exec_set_addr(const aclOpExecutor *ex, const aclTensor *t, const void *addr);
+SA_HIDDEN void sa_exec_forget(const aclOpExecutor *ex);
+SA_HIDDEN uint32_t sa_launch_tensors(const aclOpExecutor *ex, sa_tensor *out);
 SA_HIDDEN uint64_t sa_extent(const int64_t *dims, uint64_t n, aclDataType dt);
 SA_HIDDEN uint64_t sa_elems(const int64_t *dims, uint64_t n);
 

@@ -83,7 +83,7 @@ func intercepted(t *testing.T) map[string]bool {
 
 // isLaunch reports whether name is an aclnn launch the dlsym hook traces generically.
 func isLaunch(name string) bool {
-	return strings.HasPrefix(name, "aclnn") && !strings.HasSuffix(name, "GetWorkspaceSize")
+	return trace.IsLaunch(name)
 }
 
 // traceFile returns the one trace in dir.
