@@ -1,6 +1,8 @@
 """swapagent.core owns what both framework companions share: the ctypes binding to the agent's C ABI v1,
 storage-pointer collection over nested arguments, the storage-ops registry the agent calls to release and
-restore storages, and the per-layer reporter that turns framework hooks into ABI calls.
+restore storages, the per-layer reporter that turns framework hooks into ABI calls, and the rule that
+finds each layer's backward enter and exit from gradient hooks on the tensors crossing it (no module or
+Cell backward hook: those add autograd nodes, see Layer).
 
 The companion decides nothing: it reports region boundaries (input and output storage pointers, plain
 integers only), every storage saved for backward, and backward boundaries; the agent decides what stays on
@@ -15,6 +17,7 @@ import logging
 import os
 import threading
 import warnings
+import weakref
 
 ABI_VERSION = 1
 
@@ -239,6 +242,22 @@ def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
     return out
 
 
+def tensors(obj, is_tensor):
+    """The distinct tensors found in obj (same traversal as collect), in order; for the caller to hook
+    right away (the list itself is not kept)."""
+    out, ids = [], set()
+
+    def keep(x):
+        if not is_tensor(x):
+            return None
+        if id(x) not in ids:
+            ids.add(id(x))
+            out.append(x)
+        return 0
+    collect(obj, keep)
+    return out
+
+
 # ---- storage ops registry -------------------------------------------------------------------------
 
 class Registry:
@@ -329,18 +348,21 @@ registry = Registry()
 # ---- the per-layer reporter -----------------------------------------------------------------------
 
 class Packed:
-    """What the saved-tensor pack hook returns: the agent's handle and the saved tensor itself (the
-    release resizes its storage in place, so holding it costs no device memory once released)."""
-    __slots__ = ("handle", "tensor")
+    """What the saved-tensor pack hook returns: the agent's handle, the saved tensor as an alias on its
+    storage without autograd history (Framework.alias; the release resizes that storage in place, so
+    holding it costs no device memory once released) and the forward (Pass) that saved it."""
+    __slots__ = ("handle", "tensor", "pass_")
 
-    def __init__(self, handle, tensor):
-        self.handle, self.tensor = handle, tensor
+    def __init__(self, handle, tensor, pass_=None):
+        self.handle, self.tensor, self.pass_ = handle, tensor, pass_
 
     def __del__(self):
         # Autograd frees saved tensors after their backward (or with a discarded graph): so does the
-        # registry, so no storage outlives the graph that saved it.
+        # registry, so no storage outlives the graph that saved it; a freed tensor is never unpacked.
         try:
             registry.discard(self.handle)
+            if self.pass_ is not None:
+                self.pass_.layer.freed(self.handle)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -367,10 +389,175 @@ class Framework:
     def param_ptrs(self, module):
         raise NotImplementedError
 
+    def alias(self, t):
+        """A tensor on t's storage without t's autograd history, for Packed to hold: holding t itself
+        makes a reference cycle (t -> its grad_fn -> the saved tensor -> Packed -> t) when an operation
+        saves its own output, which nothing breaks if that node never runs (a graph dropped without
+        backward, a backward that does not need it): the graph, its storages and the agent's handles
+        would stay forever. The unpacked tensor gets its autograd history back from the framework."""
+        return t
+
+    # Backward boundaries (see Layer): gradient hooks on tensors, never module/Cell backward hooks.
+    def takes_grad(self, x):
+        """True when x is a tensor of this framework whose gradient is computed (its hook can fire)."""
+        raise NotImplementedError
+
+    def grad_hook(self, t, fn):
+        """Registers fn(grad) (returns None: the gradient is unchanged) as a gradient hook of tensor t and
+        returns a function that removes it, or None when t takes no hook. Must add no autograd node."""
+        raise NotImplementedError
+
+    def at_backward_end(self, fn):
+        """Queues fn() to run once the backward pass running now is over; False when none is running (or
+        the framework cannot tell)."""
+        return False
+
+
+# ---- gradient hooks on the tensors crossing a region ----------------------------------------------
+
+INPUT, OUTPUT = 0, 1
+
+
+class _Call:
+    """One forward's callback on a boundary tensor's gradient: fires at most once."""
+    __slots__ = ("pass_", "kind", "fired")
+
+    def __init__(self, pass_, kind):
+        self.pass_, self.kind, self.fired = pass_, kind, False
+
+    def dead(self):
+        p = self.pass_
+        if self.fired or p.layer.removed or p.exited:
+            return True
+        # An output call only matters until its forward entered backward; an input call only while its
+        # forward is the group's latest (an older forward never reports its exit, see Layer).
+        return p.entered if self.kind == OUTPUT else p is not p.layer.latest
+
+    def fire(self):
+        if self.fired:
+            return
+        self.fired = True
+        layer = self.pass_.layer
+        if self.kind == INPUT:
+            layer.input_grad(self.pass_)
+        else:
+            layer.output_grad(self.pass_)
+
+
+class _Chain:
+    """The one gradient hook the companion puts on a tensor, whatever number of layers it crosses. A
+    tensor that leaves layer g-1 and enters layer g runs layer g's input calls (backward exit) before
+    layer g-1's output calls (backward enter): the order in which the two backwards really follow each
+    other, whatever order the calls were added in. Holds no tensor (only plain state of the forwards)."""
+    __slots__ = ("inputs", "outputs", "remove", "__weakref__")
+
+    def __init__(self):
+        self.inputs, self.outputs, self.remove = [], [], None
+
+    def __call__(self, _grad):
+        for calls in (self.inputs, self.outputs):
+            for c in list(calls):
+                try:
+                    c.fire()
+                except Exception:  # noqa: BLE001 - a hook must never break the training step
+                    log.exception("swapagent: gradient hook failed")
+        self.prune()
+        return None
+
+    def add(self, call):
+        self.prune()
+        (self.inputs if call.kind == INPUT else self.outputs).append(call)
+
+    def prune(self):
+        self.inputs[:] = [c for c in self.inputs if not c.dead()]
+        self.outputs[:] = [c for c in self.outputs if not c.dead()]
+
+    def empty(self):
+        return not self.inputs and not self.outputs
+
+
+_chains = {}  # id(tensor) -> (weak reference to the tensor, _Chain); the entry goes with the tensor
+_chains_lock = threading.RLock()
+
+
+def chain(fw, t):
+    """The _Chain hooked on tensor t (registered once per tensor), or None when t takes no hook."""
+    key = id(t)
+    with _chains_lock:
+        e = _chains.get(key)
+        if e is not None and e[0]() is t:
+            return e[1]
+
+    def gone(ref, key=key):
+        with _chains_lock:
+            e = _chains.get(key)
+            if e is not None and e[0] is ref:
+                del _chains[key]
+    try:
+        ref = weakref.ref(t, gone)
+    except TypeError:
+        return None
+    ch = _Chain()
+    try:
+        ch.remove = fw.grad_hook(t, ch)
+    except (RuntimeError, TypeError, ValueError):  # a tensor that takes no gradient
+        ch.remove = None
+    if ch.remove is None:
+        return None
+    with _chains_lock:
+        _chains[key] = (ref, ch)
+    return ch
+
+
+def unhook_removed():
+    """Drops the calls of removed layers from every live tensor, and the hooks left without calls."""
+    with _chains_lock:
+        entries = list(_chains.items())
+    for key, (ref, ch) in entries:
+        ch.prune()
+        if ch.empty():
+            try:
+                ch.remove()
+            except Exception:  # noqa: BLE001 - the tensor is going away
+                pass
+            with _chains_lock:
+                if _chains.get(key, (None,))[0] is ref:
+                    del _chains[key]
+
+
+class Pass:
+    """One forward of a layer, from its region enter until its backward exit. Plain state, no tensor."""
+    __slots__ = ("layer", "entered", "exited", "inputs_left", "ended", "__weakref__")
+
+    def __init__(self, layer):
+        self.layer = layer
+        self.entered = self.exited = self.ended = False
+        self.inputs_left = 0  # positional inputs whose gradient has not arrived yet
+
 
 class Layer:
-    """Reports one wrapped module (group) to the agent. The framework part registers the hooks and
-    forwards them here."""
+    """Reports one wrapped module (group) to the agent. The framework part registers the forward and
+    saved-tensor hooks and forwards them here.
+
+    Backward enter and exit come from gradient hooks on the tensors that cross the region (the
+    framework's Tensor.register_hook, which adds no autograd node), never from module backward hooks:
+    torch's full backward hooks wrap a module's inputs and outputs in extra autograd nodes
+    (BackwardHookFunction), which changes the order in which the gradients of a tensor used by several
+    consumers are summed, so the gradients change in their last bits; MindSpore's Cell backward hooks
+    make every save of a crossing tensor a copy. Per forward of the group:
+
+    - backward enter: at the first of (a) the gradient of any output tensor arrives (outputs found
+      however nested: tuples, lists, dicts, dataclasses), (b) the first unpack of a tensor it saved;
+    - backward exit: once it entered, as soon as no tensor the group saved is still waiting for its
+      unpack (each one was unpacked, or freed by the framework) and the gradient of every positional
+      input tensor that takes one has arrived. A layer none of whose positional inputs takes a gradient
+      exits at its last unpack. If an input's gradient never comes (the layer does not differentiate
+      through it, the backward asks for other gradients only), the exit comes at the end of the
+      backward pass (the framework's final callback, queued at enter) once nothing waits for an unpack;
+      at the latest the group's next forward ends it (the agent's implicit exit on region_enter).
+    An exit never precedes an unpack of the group: after it the agent forgets the group's handles.
+    Only the group's latest forward reports its exit: the agent tracks one forward per group.
+    """
 
     def __init__(self, agent, fw, module, group, include_cpu):
         self.agent, self.fw, self.module, self.group = agent, fw, module, group
@@ -381,6 +568,9 @@ class Layer:
         # inspection (keep reasons, states) and tests.
         self.saved = []
         self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
+        self.latest = None  # the Pass of the latest forward
+        self._waiting = set()  # handles saved (by any forward) neither unpacked nor freed yet
+        self._lock = threading.RLock()  # re-entrant: Packed.__del__ may run inside a locked section
 
     def _make_ptr_of(self):
         fw = self.fw
@@ -398,8 +588,19 @@ class Layer:
         return collect(obj, self._ptr_of)
 
     def forward_pre(self, args, kwargs):
+        self.maybe_exit()  # a previous forward that only waited for a freed tensor ends now
         self._params = frozenset(self.fw.param_ptrs(self.module))
         self.saved = []
+        p = Pass(self)
+        with self._lock:
+            self.latest = p
+        # Backward exit waits for the gradient of each positional input that takes one.
+        for t in tensors(args, self.fw.takes_grad):
+            ch = chain(self.fw, t)
+            if ch is not None:
+                with self._lock:
+                    p.inputs_left += 1
+                ch.add(_Call(p, INPUT))
         ptrs = collect(args, self._ptr_of)
         n_pos = len(ptrs)
         collect(kwargs or {}, self._ptr_of, ptrs)
@@ -408,6 +609,14 @@ class Layer:
     def forward_post(self, output):
         self.agent.region_exit(self.group, collect(output, self._ptr_of))
         self._params = frozenset()
+        p = self.latest
+        if p is None:
+            return
+        # Backward enter: the first gradient of an output (however nested) to arrive.
+        for t in tensors(output, self.fw.takes_grad):
+            ch = chain(self.fw, t)
+            if ch is not None:
+                ch.add(_Call(p, OUTPUT))
 
     def pack(self, t):
         fw = self.fw
@@ -424,28 +633,77 @@ class Layer:
             return t
         registry.add(self.group, h, s, fw.resize, fw.storage_ptr)
         self.saved.append((h, ptr, nbytes, flags))
-        return Packed(h, t)
+        with self._lock:
+            self._waiting.add(h)
+        return Packed(h, fw.alias(t), self.latest)
 
     def unpack(self, p):
         if not isinstance(p, Packed):
             return p
+        if p.pass_ is not None:
+            self.enter(p.pass_)  # the first unpack of a forward not yet entered enters it (and prefetches)
         base = self.agent.unpack(p.handle)
         if base == 0:
             self.agent.check("unpack(%d)" % p.handle, ERUNTIME)
+        with self._lock:
+            self._waiting.discard(p.handle)
+        self.maybe_exit()
         return p.tensor
 
-    def backward_enter(self):
-        if not self.removed:
-            self.agent.backward_enter(self.group)
+    def freed(self, handle):
+        """The framework freed a saved tensor (Packed.__del__): it will never be unpacked. No agent call
+        from here (it may run inside one, from the garbage collector): the next hook reports the exit."""
+        with self._lock:
+            self._waiting.discard(handle)
 
-    def backward_exit(self):
-        if not self.removed:
-            self.agent.backward_exit(self.group)
-            registry.forget_group(self.group)
+    # gradient hook calls (_Call.fire) and the framework's end-of-backward callback
+    def output_grad(self, p):
+        self.enter(p)
+
+    def input_grad(self, p):
+        with self._lock:
+            p.inputs_left -= 1
+        self.maybe_exit()
+
+    def backward_end(self, p):
+        with self._lock:
+            p.ended = True
+        self.maybe_exit()
+
+    def enter(self, p):
+        with self._lock:
+            if p.entered or p.exited or self.removed:
+                return
+            p.entered = True
+        self.agent.backward_enter(self.group)
+
+        def end():
+            try:
+                self.backward_end(p)
+            except Exception:  # noqa: BLE001 - never break the framework's backward
+                log.exception("swapagent: end-of-backward callback failed")
+        try:
+            self.fw.at_backward_end(end)
+        except Exception:  # noqa: BLE001 - not in a backward pass (an unpack outside one)
+            pass
+        self.maybe_exit()
+
+    def maybe_exit(self):
+        """Reports the backward exit of the latest forward once the rule in the class comment holds."""
+        with self._lock:
+            p = self.latest
+            if p is None or self.removed or not p.entered or p.exited or self._waiting:
+                return
+            if p.inputs_left > 0 and not p.ended:
+                return
+            p.exited = True
+        self.agent.backward_exit(self.group)
+        registry.forget_group(self.group)
 
 
 class Handle:
-    """What layer_swap returns: remove() takes every hook off again."""
+    """What layer_swap returns: remove() takes every hook off again (also the gradient hooks still on
+    live tensors)."""
 
     def __init__(self, layers, removers):
         self.layers = layers
@@ -460,6 +718,7 @@ class Handle:
             l.removed = True
         while self._removers:
             self._removers.pop()()
+        unhook_removed()
 
 
 def select(layers, swap):

@@ -1,16 +1,15 @@
 """swapagent.mindspore: the MindSpore (>= 2.8, PyNative) companion. Per wrapped Cell it registers a forward
 pre-hook with kwargs (region enter with positional and keyword input pointers), the Cell's saved-tensor
-hooks (each saved storage reported with swapagent_save), a forward hook (region exit with output
-pointers), and gradient hooks on the tensors crossing the Cell for backward enter (first output gradient)
-and exit (all positional input gradients); the agent releases and restores saved storages through
-Tensor.untyped_storage().resize_().
+hooks (each saved storage reported with swapagent_save) and a forward hook (region exit with output
+pointers). Backward enter and exit come from gradient hooks on the tensors crossing the Cell and from the
+unpacks of what it saved (the rule is core.Layer's, shared with torch); the agent releases and restores
+saved storages through Tensor.untyped_storage().resize_().
 
     import swapagent.mindspore as sa
     h = sa.layer_swap(model.layers, swap=range(11))
 """
 
 import inspect
-import weakref
 
 import mindspore as _ms
 
@@ -68,6 +67,44 @@ class MindSpore(core.Framework):
                 ptrs.add(s.data_ptr())
         return ptrs
 
+    def alias(self, t):
+        # MindSpore 2.10 has no Tensor.detach; stop_gradient returns a tensor on the same storage (a
+        # release or restore through one is seen by the other) and without autograd history.
+        return _ms.ops.stop_gradient(t)
+
+    def takes_grad(self, x):
+        if not isinstance(x, _ms.Tensor):
+            return False
+        # Parameter.requires_grad; a computed tensor carries _requires_grad (False for one that depends on
+        # nothing differentiable: MindSpore accepts a hook on it, which then never fires).
+        rg = getattr(x, "requires_grad", None)
+        if not isinstance(rg, bool):
+            rg = getattr(x, "_requires_grad", True)
+        return bool(rg)
+
+    def grad_hook(self, t, fn):
+        return t.register_hook(fn).remove
+
+    def at_backward_end(self, fn):
+        # MindSpore 2.10 has it on the PyNative executor (private); without it the exit rule's other
+        # triggers apply (core.Layer).
+        queue = getattr(_executor(), "queue_backward_final_callback", None)
+        if queue is None:
+            return False
+        try:
+            queue(fn)
+        except (RuntimeError, TypeError, ValueError):  # "can only be installed during backward pass"
+            return False
+        return True
+
+
+def _executor():
+    try:
+        from mindspore.common.api import _pynative_executor  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return None
+    return _pynative_executor
+
 
 def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     """Reports the given Cells (swap: the indices to wrap, all when None) to the agent as groups layer.<i>;
@@ -91,68 +128,6 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     return core.Handle(wrapped, removers)
 
 
-def _tensors(obj, out):
-    if isinstance(obj, _ms.Tensor):
-        out.append(obj)
-    elif isinstance(obj, (tuple, list)):
-        for v in obj:
-            _tensors(v, out)
-    return out
-
-
-class _Chain:
-    """The one gradient hook this companion puts on a tensor, running callbacks in order. A tensor that
-    leaves layer g-1 and enters layer g carries layer g's backward exit first, then layer g-1's backward
-    enter: the order torch's module hooks give, whatever order the hooks were registered in."""
-    __slots__ = ("calls", "__weakref__")
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, _grad):
-        for c in list(self.calls):
-            c()
-
-
-_chains = {}  # id(tensor) -> (weakref to the tensor, _Chain); the entry goes when the tensor does
-
-
-def _chain(t):
-    key = id(t)
-    e = _chains.get(key)
-    if e is not None and e[0]() is t:
-        return e[1]
-    ch = _Chain()
-    try:
-        ref = weakref.ref(t, lambda _r, key=key: _chains.pop(key, None))
-        t.register_hook(ch)
-    except (RuntimeError, TypeError, ValueError):  # a tensor that takes no gradient
-        return None
-    _chains[key] = (ref, ch)
-    return ch
-
-
-def _on_grads(tensors, fn, all_of):
-    """Calls fn once: when the gradient of every tensor (all_of; the call goes first on each tensor) or
-    of the first one has arrived. Nothing here holds a tensor."""
-    pending = [0 if all_of else 1]
-
-    def call():
-        if pending[0] > 0:
-            pending[0] -= 1
-            if pending[0] == 0:
-                fn()
-    for t in tensors:
-        ch = _chain(t)
-        if ch is None:
-            continue
-        if all_of:
-            pending[0] += 1
-            ch.calls.insert(0, call)
-        else:
-            ch.calls.append(call)
-
-
 def _install(cell, layer):
     if cell._saved_tensors_pack_hook is not None:  # pylint: disable=protected-access
         raise ValueError("swapagent.mindspore.layer_swap: %s already has saved-tensor hooks"
@@ -160,19 +135,16 @@ def _install(cell, layer):
 
     def pre(_cell, args, kwargs):
         layer.forward_pre(args, kwargs)
-        # Backward exit: once the gradients of all positional tensor inputs are done.
-        _on_grads(_tensors(args, []), layer.backward_exit, all_of=True)
         return None
 
     def post(_cell, _args, output):
         layer.forward_post(output)
-        # Backward enter: when the first gradient of an output arrives, before the Cell's backward.
-        _on_grads(_tensors(output, []), layer.backward_enter, all_of=False)
         return None
 
-    # Tensor gradient hooks, not Cell.register_backward_pre_hook/register_backward_hook: in MindSpore 2.10
-    # a Cell backward hook wraps the tensors crossing the Cell, and every save of such a tensor becomes a
-    # copy, so inputs would no longer be recognised as inputs (and each would be stored again).
+    # Backward enter and exit come from gradient hooks on the tensors crossing the Cell (core.Layer), not
+    # from Cell.register_backward_pre_hook/register_backward_hook: in MindSpore 2.10 a Cell backward hook
+    # wraps the tensors crossing the Cell, and every save of such a tensor becomes a copy, so inputs would
+    # no longer be recognised as inputs (and each would be stored again).
     handles = [
         cell.register_forward_pre_hook(pre, with_kwargs=True),
         cell.register_forward_hook(post),

@@ -1,7 +1,11 @@
 """swapagent.torch: the torch (>= 2.0) companion. It registers, per wrapped module, a forward pre-hook with
-kwargs (region enter with positional and keyword input pointers, saved-tensor hooks pushed), a forward hook
-(region exit with output pointers, hooks popped), and full backward pre/post hooks (backward enter/exit);
-the agent releases and restores saved storages through untyped_storage().resize_().
+kwargs (region enter with positional and keyword input pointers, saved-tensor hooks pushed) and a forward
+hook (region exit with output pointers, hooks popped). Backward enter and exit come from gradient hooks on
+the tensors crossing the module (Tensor.register_hook on its outputs and positional inputs) and from the
+first and last unpack of what it saved (core.Layer), never from module backward hooks: those wrap the
+module's inputs and outputs in extra autograd nodes and change the gradients of a tensor that feeds more
+than one consumer in their last bits. The agent releases and restores saved storages through
+untyped_storage().resize_().
 
     import swapagent.torch as sa
     h = sa.layer_swap(model.layers, swap=range(11))
@@ -24,9 +28,9 @@ MIN_VERSION = (2, 0)
 def _check_version():
     sig = inspect.signature(_torch.nn.Module.register_forward_pre_hook).parameters
     if core.version_tuple(_torch.__version__) < MIN_VERSION or "with_kwargs" not in sig or \
-            not hasattr(_torch.nn.Module, "register_full_backward_pre_hook"):
+            not hasattr(_torch.autograd.graph, "saved_tensors_hooks"):
         raise RuntimeError("swapagent.torch needs torch >= 2.0 (register_forward_pre_hook(with_kwargs=True), "
-                           "register_full_backward_pre_hook); found torch %s" % _torch.__version__)
+                           "torch.autograd.graph.saved_tensors_hooks); found torch %s" % _torch.__version__)
 
 
 class Torch(core.Framework):
@@ -54,6 +58,25 @@ class Torch(core.Framework):
             if s is not None and s.nbytes() > 0:
                 ptrs.add(s.data_ptr())
         return ptrs
+
+    def alias(self, t):
+        return t.detach()  # same storage and version counter, no grad_fn
+
+    # Tensor.register_hook puts the hook on the tensor's grad_fn (or, for a leaf, its gradient
+    # accumulator) as a pre-hook that sees the fully summed gradient: no node is added, so the order in
+    # which autograd sums gradients is the one of the unhooked model.
+    def takes_grad(self, x):
+        return isinstance(x, _torch.Tensor) and x.requires_grad
+
+    def grad_hook(self, t, fn):
+        return t.register_hook(fn).remove
+
+    def at_backward_end(self, fn):
+        try:
+            _torch.autograd.Variable._execution_engine.queue_callback(fn)  # pylint: disable=protected-access
+        except RuntimeError:  # "Final callbacks can only be installed during backward pass"
+            return False
+        return True
 
 
 def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
@@ -97,19 +120,10 @@ def _install(module, layer, always):
             layer.forward_post(output)
         return None
 
-    def bwd_pre(_mod, _grad_output):
-        layer.backward_enter()
-        return None
-
-    def bwd_post(_mod, _grad_input, _grad_output):
-        layer.backward_exit()
-        return None
-
+    # No register_full_backward_pre_hook / register_full_backward_hook: see core.Layer.
     kw = {"always_call": True} if always else {}
     handles = [
         module.register_forward_pre_hook(pre, with_kwargs=True),
         module.register_forward_hook(post, **kw),
-        module.register_full_backward_pre_hook(bwd_pre),
-        module.register_full_backward_hook(bwd_post),
     ]
     return [h.remove for h in handles]

@@ -2,12 +2,20 @@
 RoPE, SiLU-gated MLP), written once for torch and once for MindSpore with the same weights. RoPE cos/sin and
 the causal mask are computed once per step and passed to every layer as keyword arguments, as MindFormers
 passes rotary_cos_sin. Each layer returns (hidden, v): v is saved inside the layer and also leaves it (a
-key/value-cache style output), so the output rule is exercised."""
+key/value-cache style output), so the output rule is exercised.
+
+The fan-out variant (fanout=True, same weights) is a model on which torch's module backward hooks change
+the gradients: layer i >= FAN_SKIP also takes layer i-FAN_SKIP's hidden output as the keyword input `skip`
+(so that output feeds two later layers, positionally and as a keyword), every odd layer has an ordinary
+skip connection around it (h = layer(h) + h) and returns a nested dict {"hidden": h, "extra": (v,)}
+(even layers the (hidden, v) tuple), and the stack's input is a constant, so layer 0's positional input
+takes no gradient."""
 
 import numpy as np
 
 LAYERS = 12
 SWAP = list(range(11))  # layers 0-10, as in hyper-parallel issue 294
+FAN_SKIP = 3  # fan-out variant: layer i also gets layer i-3's hidden output as keyword input
 BATCH, SEQ, DIM, FFN = 2, 32, 64, 128
 EPS = 1e-6
 
@@ -38,13 +46,14 @@ def mask_np():
     return np.triu(np.full((SEQ, SEQ), -1e9, np.float32), k=1)
 
 
-def torch_model(seed=0):
+def torch_model(seed=0, fanout=False):
     import torch
     from torch import nn
 
     class Layer(nn.Module):
-        def __init__(self, w):
+        def __init__(self, w, nested=False):
             super().__init__()
+            self.nested = nested
             for n, a in w.items():
                 setattr(self, n, nn.Parameter(torch.tensor(a)))
 
@@ -56,7 +65,9 @@ def torch_model(seed=0):
             x1, x2 = x[..., :half], x[..., half:]
             return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
-        def forward(self, h, *, cos, sin, mask):
+        def forward(self, h, *, cos, sin, mask, skip=None):
+            if skip is not None:
+                h = h + skip * 0.25
             x = self.norm(h, self.n1)
             q = self.rot(x @ self.wq, cos, sin)
             k = self.rot(x @ self.wk, cos, sin)
@@ -67,20 +78,34 @@ def torch_model(seed=0):
             x = self.norm(h, self.n2)
             g = x @ self.wg
             m = (g * torch.sigmoid(g)) * (x @ self.wu)
+            if self.nested:
+                return {"hidden": h + m @ self.wd, "extra": (v,)}
             return h + m @ self.wd, v
 
     class Model(nn.Module):
         def __init__(self):
             super().__init__()
             ws, emb, target = weights(seed)
-            self.layers = nn.ModuleList([Layer(w) for w in ws])
-            self.emb = nn.Parameter(torch.tensor(emb))
+            self.layers = nn.ModuleList([Layer(w, fanout and i % 2 == 1) for i, w in enumerate(ws)])
+            if fanout:
+                self.register_buffer("inp", torch.tensor(emb))
+            else:
+                self.emb = nn.Parameter(torch.tensor(emb))
             self.register_buffer("target", torch.tensor(target))
 
         def forward(self):
             cos, sin = (torch.tensor(a) for a in rope_np())
             # computed once per step (not from numpy memory): storages the framework allocated itself
             cos, sin, mask = cos * 1.0, sin * 1.0, torch.tensor(mask_np()) * 1.0
+            if fanout:
+                h, outs = self.inp * 1.0, []
+                for i, layer in enumerate(self.layers):
+                    kw = {"skip": outs[i - FAN_SKIP]} if i >= FAN_SKIP else {}
+                    out = layer(h, cos=cos, sin=sin, mask=mask, **kw)
+                    y = out["hidden"] if isinstance(out, dict) else out[0]
+                    outs.append(y)
+                    h = (y + h) * 0.5 if i % 2 else y
+                return ((h - self.target) ** 2).mean()
             h = self.emb * 1.0
             for layer in self.layers:
                 h, _ = layer(h, cos=cos, sin=sin, mask=mask)
@@ -89,13 +114,14 @@ def torch_model(seed=0):
     return Model()
 
 
-def ms_model(seed=0):
+def ms_model(seed=0, fanout=False):
     import mindspore as ms
     from mindspore import nn, ops
 
     class Layer(nn.Cell):
-        def __init__(self, w):
+        def __init__(self, w, nested=False):
             super().__init__()
+            self.nested = nested
             for n, a in w.items():
                 setattr(self, n, ms.Parameter(ms.Tensor(a), name=n))
 
@@ -107,7 +133,9 @@ def ms_model(seed=0):
             x1, x2 = x[..., :half], x[..., half:]
             return x * cos + ops.cat([-x2, x1], axis=-1) * sin
 
-        def construct(self, h, *, cos, sin, mask):
+        def construct(self, h, *, cos, sin, mask, skip=None):
+            if skip is not None:
+                h = h + skip * 0.25
             x = self.norm(h, self.n1)
             q = self.rot(ops.matmul(x, self.wq), cos, sin)
             k = self.rot(ops.matmul(x, self.wk), cos, sin)
@@ -118,19 +146,33 @@ def ms_model(seed=0):
             x = self.norm(h, self.n2)
             g = ops.matmul(x, self.wg)
             m = (g * ops.sigmoid(g)) * ops.matmul(x, self.wu)
+            if self.nested:
+                return {"hidden": h + ops.matmul(m, self.wd), "extra": (v,)}
             return h + ops.matmul(m, self.wd), v
 
     class Model(nn.Cell):
         def __init__(self):
             super().__init__()
             ws, emb, target = weights(seed)
-            self.layers = nn.CellList([Layer(w) for w in ws])
-            self.emb = ms.Parameter(ms.Tensor(emb), name="emb")
+            self.layers = nn.CellList([Layer(w, fanout and i % 2 == 1) for i, w in enumerate(ws)])
+            if fanout:
+                self.inp = ms.Tensor(emb)
+            else:
+                self.emb = ms.Parameter(ms.Tensor(emb), name="emb")
             self.target = ms.Tensor(target)
 
         def construct(self):
             cos, sin = (ms.Tensor(a) for a in rope_np())
             cos, sin, mask = cos * 1.0, sin * 1.0, ms.Tensor(mask_np()) * 1.0
+            if fanout:
+                h, outs = self.inp * 1.0, []
+                for i, layer in enumerate(self.layers):
+                    kw = {"skip": outs[i - FAN_SKIP]} if i >= FAN_SKIP else {}
+                    out = layer(h, cos=cos, sin=sin, mask=mask, **kw)
+                    y = out["hidden"] if isinstance(out, dict) else out[0]
+                    outs.append(y)
+                    h = (y + h) * 0.5 if i % 2 else y
+                return ((h - self.target) ** 2).mean()
             h = self.emb * 1.0
             for layer in self.layers:
                 h, _ = layer(h, cos=cos, sin=sin, mask=mask)

@@ -2,9 +2,15 @@
 policy gets its own agent (the agent reads SWAPAGENT_POLICY at load). It writes a JSON result: per-step
 loss and gradient digests (gradients also as .npy files for bitwise comparison), what each swapped group
 saved with the agent's keep reason and state, which input tensors were still alive after the forward
-pass, the hooks left after handle.remove(), and the agent's stats.
+pass, the companion's backward ABI calls in order (enter, unpack, exit) with the handles each group saved,
+the warnings raised, the hooks left after handle.remove(), and the agent's stats.
 
-    python run_case.py --framework torch|mindspore --mode noswap|swap --steps N --out DIR
+    python run_case.py --framework torch|mindspore --mode MODE --model decoder|fanout --steps N --out DIR
+
+MODE: noswap (no companion), swap (the companion on models.SWAP), and without companion nor agent:
+fullhooks (empty register_full_backward_pre_hook/register_full_backward_hook on the SWAP layers: what the
+torch companion used to register) or tensorhooks (empty Tensor.register_hook on every gradient-taking
+input and output of the SWAP layers: what it registers now).
 """
 
 import argparse
@@ -13,6 +19,7 @@ import hashlib
 import json
 import os
 import sys
+import warnings
 import weakref
 
 import numpy as np
@@ -54,36 +61,71 @@ class Probe:
 
     def post(self, i):
         def hook(_m, _args, out):
+            if isinstance(out, dict):  # the fan-out model's nested outputs
+                out = (out["hidden"], out["extra"][0])
             self.outputs[i] = {"h": self.ptr(out[0]), "v": self.ptr(out[1])}
         return hook
+
+
+class Recorder:
+    """Records the companion's backward calls to the agent, in order: ("enter", group), ("exit", group),
+    ("unpack", handle). Wraps the methods on the agent object the companion's layers call."""
+
+    def __init__(self, agent):
+        self.events = []
+        for kind in ("backward_enter", "backward_exit", "unpack"):
+            setattr(agent, kind, self._wrap(kind, getattr(agent, kind)))
+
+    def _wrap(self, kind, fn):
+        short = {"backward_enter": "enter", "backward_exit": "exit", "unpack": "unpack"}[kind]
+
+        def call(arg):
+            self.events.append([short, arg])
+            return fn(arg)
+        return call
+
+    def take(self):
+        ev, self.events = self.events, []
+        return ev
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--framework", required=True, choices=["torch", "mindspore"])
-    ap.add_argument("--mode", required=True, choices=["noswap", "swap"])
+    ap.add_argument("--mode", required=True, choices=["noswap", "swap", "fullhooks", "tensorhooks"])
+    ap.add_argument("--model", default="decoder", choices=["decoder", "fanout"])
+    ap.add_argument("--grad-from", type=int, default=0,
+                    help="ask the backward for the gradients of layers >= N only (0: every parameter)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", required=True)
     ap.add_argument("--no-remove", action="store_true", help="skip the handle.remove() step")
     opt = ap.parse_args()
     os.makedirs(opt.out, exist_ok=True)
     fw = Torch() if opt.framework == "torch" else MindSpore()
+    fw.grad_from = opt.grad_from
 
-    model = fw.model()
+    warnings.simplefilter("always")
+    caught = warnings.catch_warnings(record=True)
+    warned = caught.__enter__()
+    model = fw.model(fanout=opt.model == "fanout")
     layers = list(model.layers)
-    res = {"framework": opt.framework, "mode": opt.mode, "steps": [], "groups": {}}
+    res = {"framework": opt.framework, "mode": opt.mode, "model": opt.model, "steps": [], "groups": {}}
     probe = Probe(fw.ptr)
     probe_handles = []
     for i, layer in enumerate(layers):
         probe_handles += fw.probe(layer, probe.pre(i), probe.post(i))
 
-    handle, sa = None, None
+    handle, sa, rec = None, None, None
     if opt.mode == "swap":
         sa = fw.companion()
         handle = sa.layer_swap(layers, swap=models.SWAP, prefetch=1, include_cpu=True)
         res["groups_wrapped"] = handle.groups
         agent = sa.core.load()
         res["agent"] = {"preloaded": agent.preloaded, "path": agent.path}
+        rec = Recorder(agent)
+        res["backward_module_hooks"] = fw.backward_hooks(layers)
+    elif opt.mode in ("fullhooks", "tensorhooks"):
+        probe_handles += fw.empty_hooks(opt.mode, [layers[i] for i in models.SWAP])
 
     def inspect_groups():
         # After the whole forward pass, before backward: what the agent decided for every save.
@@ -128,6 +170,10 @@ def main():
         res["steps"].append({"loss": float(loss), "loss_hex": np.float32(loss).tobytes().hex(),
                              "grad_digest": digest(grads), "grad_norm": float(np.sqrt(sum(
                                  float((g.astype(np.float64) ** 2).sum()) for g in grads)))})
+        if rec is not None:
+            # this step's backward calls, and the handles each group saved in this step's forward
+            res["steps"][-1]["abi"] = rec.take()
+            res["steps"][-1]["handles"] = {li.group: [e[0] for e in li.saved] for li in handle.layers}
         print("step %d/%d: loss %.9g, grad_norm %.9g" % (step + 1, opt.steps, loss,
                                                           res["steps"][-1]["grad_norm"]), flush=True)
         fw.sgd(model, grads)
@@ -148,6 +194,8 @@ def main():
     res["after_remove"] = {"loss_hex": np.float32(loss).tobytes().hex(), "grad_digest": digest(grads)}
     if sa is not None:
         res["after_remove"]["agent_saves_delta"] = sa.stats().get("saves", 0) - (saves_before or 0)
+    caught.__exit__(None, None, None)
+    res["warnings"] = sorted({"%s: %s" % (w.category.__name__, w.message) for w in warned})
     with open(os.path.join(opt.out, "result.json"), "w") as f:
         json.dump(res, f, indent=1)
     print("done", flush=True)
@@ -156,6 +204,13 @@ def main():
 class Harness:
     """What the cases need from a framework beyond its model and training step: the same for both."""
     companion_module = None
+    grad_from = 0
+
+    def params(self, model):
+        """The parameters whose gradients the step asks for: all, or those of layers >= grad_from."""
+        if not self.grad_from:
+            return self.all_params(model)
+        return [p for i, l in enumerate(model.layers) if i >= self.grad_from for p in self.all_params(l)]
 
     def companion(self):
         import importlib
@@ -180,14 +235,17 @@ class Torch(Harness):
         torch.use_deterministic_algorithms(True)
         torch.set_num_threads(1)
 
-    def model(self):
-        return models.torch_model()
+    def model(self, fanout=False):
+        return models.torch_model(fanout=fanout)
 
     companion_module = "swapagent.torch"
 
+    def all_params(self, module):
+        return list(module.parameters())
+
     def step(self, model, inspect, probe):
-        params = list(model.parameters())
-        for p in params:
+        params = self.params(model)
+        for p in model.parameters():
             p.grad = None
         loss = model()
         alive = None
@@ -196,13 +254,17 @@ class Torch(Harness):
             alive = sorted(k for k, w in probe.weak.items() if w() is not None)
         if inspect is not None:
             inspect()
-        loss.backward()
-        grads = [p.grad.detach().numpy().copy() for p in params]
+        if self.grad_from:
+            # a backward that needs no gradient of layer grad_from's input: its hook never fires
+            grads = [g.detach().numpy().copy() for g in self.torch.autograd.grad(loss, params)]
+        else:
+            loss.backward()
+            grads = [p.grad.detach().numpy().copy() for p in params]
         return loss.item(), grads, alive
 
     def sgd(self, model, grads):
         with self.torch.no_grad():
-            for p, g in zip(model.parameters(), grads):
+            for p, g in zip(self.params(model), grads):
                 p -= LR * self.torch.tensor(g)
 
     def hooks_left(self, layers):
@@ -214,6 +276,48 @@ class Torch(Harness):
                 n += len(getattr(m, attr, {}) or {})
         return n
 
+    def backward_hooks(self, layers):
+        """Module backward hooks (full or not) on the layers: the companion registers none."""
+        n = 0
+        for m in layers:
+            n += len(m._backward_pre_hooks) + len(m._backward_hooks)  # pylint: disable=protected-access
+            n += int(m._is_full_backward_hook is not None)  # pylint: disable=protected-access
+        return n
+
+    def empty_hooks(self, kind, layers):
+        """Hooks that do nothing, registered without the companion: what the torch companion used to
+        register (module full backward hooks) or what it registers now (tensor gradient hooks)."""
+        torch = self.torch
+        if kind == "fullhooks":
+            hs = []
+            for m in layers:
+                hs.append(m.register_full_backward_pre_hook(lambda _m, _g: None))
+                hs.append(m.register_full_backward_hook(lambda _m, _gi, _go: None))
+            return hs
+
+        def hook_all(obj):
+            if isinstance(obj, torch.Tensor):
+                if obj.requires_grad:
+                    obj.register_hook(lambda _g: None)
+            elif isinstance(obj, (tuple, list)):
+                for v in obj:
+                    hook_all(v)
+            elif isinstance(obj, dict):
+                for v in obj.values():
+                    hook_all(v)
+
+        def pre(_m, args, kwargs):
+            hook_all(args)
+            hook_all(kwargs)
+
+        def post(_m, _args, out):
+            hook_all(out)
+        hs = []
+        for m in layers:
+            hs.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+            hs.append(m.register_forward_hook(post))
+        return hs
+
 
 class MindSpore(Harness):
     def __init__(self):
@@ -223,14 +327,17 @@ class MindSpore(Harness):
         ms.set_context(mode=ms.PYNATIVE_MODE)
         ms.set_seed(0)
 
-    def model(self):
-        return models.ms_model()
+    def model(self, fanout=False):
+        return models.ms_model(fanout=fanout)
 
     companion_module = "swapagent.mindspore"
 
+    def all_params(self, cell):
+        return cell.trainable_params()
+
     def step(self, model, inspect, probe):
         ms = self.ms
-        params = model.trainable_params()
+        params = self.params(model)
         state = {}
 
         def fwd():
@@ -246,7 +353,7 @@ class MindSpore(Harness):
         return float(loss.asnumpy()), [g.asnumpy().copy() for g in grads], state.get("alive")
 
     def sgd(self, model, grads):
-        for p, g in zip(model.trainable_params(), grads):
+        for p, g in zip(self.params(model), grads):
             p.set_data(self.ms.Tensor(p.asnumpy() - LR * g))
 
     def hooks_left(self, layers):
@@ -257,6 +364,13 @@ class MindSpore(Harness):
                 n += len(getattr(c, attr, {}) or {})
             n += c._saved_tensors_pack_hook is not None  # pylint: disable=protected-access
         return n
+
+    def backward_hooks(self, layers):
+        """Cell backward hooks on the layers: the companion registers none."""
+        return sum(len(getattr(c, a, {}) or {}) for c in layers for a in ("_backward_pre_hook", "_backward_hook"))
+
+    def empty_hooks(self, kind, layers):
+        raise SystemExit("--mode %s: torch only" % kind)
 
 
 if __name__ == "__main__":

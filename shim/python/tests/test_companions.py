@@ -34,7 +34,7 @@ def need(path):
     assert os.path.exists(path), "%s is missing: run `make build` first" % path
 
 
-def run(framework, mode, policy, out, steps=STEPS, preload=True):
+def run(framework, mode, policy, out, steps=STEPS, preload=True, model="decoder", grad_from=0):
     need(LIB)
     env = dict(os.environ)
     env.update({"PYTHONPATH": PKG, "SWAPAGENT_OUT": os.path.join(out, "trace"), "SWAPAGENT_MIN_BYTES": "1024",
@@ -46,7 +46,7 @@ def run(framework, mode, policy, out, steps=STEPS, preload=True):
     else:
         env.pop("LD_PRELOAD", None)
     cmd = [sys.executable, os.path.join(HERE, "run_case.py"), "--framework", framework, "--mode", mode,
-           "--steps", str(steps), "--out", out]
+           "--steps", str(steps), "--out", out, "--model", model, "--grad-from", str(grad_from)]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT, cwd=out)
     res = None
     rp = os.path.join(out, "result.json")
@@ -61,12 +61,16 @@ _runs = {}
 
 @pytest.fixture(scope="session")
 def case(tmp_path_factory):
-    """case(framework, mode, policy) -> (process, result); each distinct run happens once per session."""
-    def get(framework, mode, policy="safe"):
-        key = (framework, mode, policy)
+    """case(framework, mode, policy, model, grad_from) -> (process, result, out dir); each distinct run
+    happens once per session. Only mode "swap" runs under the preloaded agent."""
+    def get(framework, mode, policy="safe", model="decoder", grad_from=0):
+        if mode != "swap":
+            policy = "-"
+        key = (framework, mode, policy, model, grad_from)
         if key not in _runs:
-            out = str(tmp_path_factory.mktemp("%s-%s-%s" % key))
-            _runs[key] = run(framework, mode, policy, out, preload=(mode == "swap"))
+            out = str(tmp_path_factory.mktemp("%s-%s-%s-%s-%d" % key))
+            _runs[key] = run(framework, mode, policy, out, preload=(mode == "swap"), model=model,
+                             grad_from=grad_from)
             _runs[key] = _runs[key] + (out,)
         p, res, out = _runs[key]
         return p, res, out
@@ -235,6 +239,180 @@ def test_dry_run_without_preload(case, tmp_path, fw):
     assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)"}
 
 
+# ---- backward enter/exit without module backward hooks (models.py's fan-out model) ---------------
+
+FAN = "fanout"
+GRAD_FROM = 5  # test_exit_when_an_input_gradient_never_comes: the backward asks for layers >= 5 only
+BANNED = {"register_full_backward_hook", "register_full_backward_pre_hook", "register_backward_hook",
+          "register_backward_pre_hook"}
+
+
+def grad_arrays(out, step):
+    arrays, i = [], 0
+    while os.path.exists(os.path.join(out, "grad.%d.%d.npy" % (step, i))):
+        arrays.append(np.load(os.path.join(out, "grad.%d.%d.npy" % (step, i))))
+        i += 1
+    return arrays
+
+
+def equal(fw, a, b):
+    """Bit-identical: same dtype and shape, same bytes (torch.equal / numpy array_equal on top)."""
+    if a.dtype != b.dtype or a.shape != b.shape or a.tobytes() != b.tobytes():
+        return False
+    if fw == "torch":
+        import torch
+        return torch.equal(torch.from_numpy(a), torch.from_numpy(b))
+    return np.array_equal(a, b)
+
+
+def differing(fw, base_out, out, step):
+    """Indexes of the gradient arrays of step that are not bit-identical between two runs."""
+    a, b = grad_arrays(base_out, step), grad_arrays(out, step)
+    assert a and len(a) == len(b), (len(a), len(b))
+    return [i for i, (x, y) in enumerate(zip(a, b)) if not equal(fw, x, y)]
+
+
+def assert_same_numerics(fw, base, base_out, res, out):
+    assert len(res["steps"]) == len(base["steps"]) == STEPS
+    for n, (a, b) in enumerate(zip(base["steps"], res["steps"])):
+        assert a["loss_hex"] == b["loss_hex"], "step %d: loss %r vs %r" % (n, a["loss"], b["loss"])
+        d = differing(fw, base_out, out, n)
+        assert d == [], "step %d: %d of %d gradients differ (first: %d)" % (
+            n, len(d), len(grad_arrays(base_out, n)), d[0])
+
+
+def calls_by_group(step):
+    """group -> {"enter": [i], "exit": [i], "unpack": [i]}: positions of the step's backward ABI calls;
+    every unpacked handle must be one the step's forward saved."""
+    owner = {h: g for g, hs in step["handles"].items() for h in hs}
+    by = collections.defaultdict(lambda: {"enter": [], "exit": [], "unpack": []})
+    for i, (kind, arg) in enumerate(step["abi"]):
+        if kind == "unpack":
+            assert arg in owner, "unpack of handle %d, not saved in this step" % arg
+            arg = owner[arg]
+        by[arg][kind].append(i)
+    return by
+
+
+def assert_brackets(step, group, exit_here=True):
+    """group entered once, exited once (in this step unless exit_here is False), and every handle it
+    saved was unpacked between the two: backward_exit (the agent forgets the handles) never precedes an
+    unpack."""
+    c = calls_by_group(step)[group]
+    assert len(c["enter"]) == 1, (group, c)
+    unpacked = {step["abi"][i][1] for i in c["unpack"]}
+    assert unpacked == set(step["handles"][group]), "%s: handles saved but not unpacked" % group
+    assert all(c["enter"][0] < i for i in c["unpack"]), (group, c)
+    if exit_here:
+        assert len(c["exit"]) == 1, (group, c)
+        assert all(i < c["exit"][0] for i in c["unpack"]), (group, c)
+    else:
+        assert c["exit"] == [], (group, c)
+
+
+@pytest.mark.parametrize("policy", ["safe", "off"])
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_fanout_gradients_bit_identical(case, fw, policy):
+    """A layer output used by two later layers (one of them as a keyword input), skip connections,
+    nested outputs: with the companion every gradient and loss is bit-identical to the run without it."""
+    base_p, base, base_out = case(fw, "noswap", model=FAN)
+    base = ok(base_p, base)
+    p, res, out = case(fw, "swap", policy, model=FAN)
+    res = ok(p, res)
+    assert_same_numerics(fw, base, base_out, res, out)
+    assert res["backward_module_hooks"] == 0
+    assert [w for w in res["warnings"] if "swapagent" in w] == []
+    assert res["registry_errors"] == [] and res["registry_left"] == 0
+    st = res["stats"]
+    assert st["faults"] == [] and st["released_external"] == 0, st
+    if policy == "safe":
+        assert st["offloaded_bytes"] > 0 and st["restored_bytes"] == st["offloaded_bytes"], st
+    else:
+        assert st["offloaded_bytes"] == 0, st
+    assert res["alive_after_step"] == [], res["alive_after_step"]
+    assert res["hooks_left"] == 0
+    assert res["after_remove"]["loss_hex"] == base["after_remove"]["loss_hex"]
+    assert res["after_remove"]["grad_digest"] == base["after_remove"]["grad_digest"]
+
+
+@pytest.mark.parametrize("model", ["decoder", FAN])
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_backward_enter_exit_from_gradient_hooks(case, fw, model):
+    """Every swapped group enters and exits backward once per step, around all its unpacks, one group
+    at a time in backward order (layer g's exit before layer g-1's enter). In the fan-out model layer 0's
+    positional input takes no gradient: it exits at its last unpack."""
+    res = ok(*case(fw, "swap", "safe", model=model)[:2])
+    groups = ["layer.%d" % i for i in models.SWAP]
+    for n, step in enumerate(res["steps"]):
+        for g in groups:
+            assert_brackets(step, g)
+        order = [(k, a) for k, a in step["abi"] if k != "unpack"]
+        want = [(k, g) for g in reversed(groups) for k in ("enter", "exit")]
+        assert order == want, "step %d: %s" % (n, order)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_exit_when_an_input_gradient_never_comes(case, fw):
+    """The backward asks for the gradients of layers >= GRAD_FROM only: the gradient of layer
+    GRAD_FROM's positional input never comes, and the nodes of its backward that only lead there never
+    run. It still exits, without an unpack after it: at its next forward, once the framework freed the
+    saved tensors it did not need (nothing keeps them: no reference cycle through the saved tensor).
+    Layers below never enter backward."""
+    base_p, base, base_out = case(fw, "noswap", model=FAN, grad_from=GRAD_FROM)
+    base = ok(base_p, base)
+    p, res, out = case(fw, "swap", "safe", model=FAN, grad_from=GRAD_FROM)
+    res = ok(p, res)
+    assert_same_numerics(fw, base, base_out, res, out)
+    assert [w for w in res["warnings"] if "swapagent" in w] == []
+    assert res["registry_errors"] == [] and res["registry_left"] == 0, "saved tensors kept alive"
+    first = "layer.%d" % GRAD_FROM
+    for n, step in enumerate(res["steps"]):
+        by = calls_by_group(step)
+        for i in models.SWAP:
+            g = "layer.%d" % i
+            if i > GRAD_FROM:
+                assert_brackets(step, g)
+            elif i < GRAD_FROM:
+                assert g not in by, (n, g, by.get(g))
+        c = by[first]
+        assert len(c["enter"]) == 1 and c["unpack"] and all(c["enter"][0] < i for i in c["unpack"]), c
+        if n > 0:  # the previous step's exit, reported at this step's forward, before any backward call
+            assert step["abi"][0] == ["exit", first], step["abi"][:3]
+        assert c["exit"] == ([0] if n > 0 else []), (n, c)
+
+
+def test_module_backward_hooks_change_gradients(case):
+    """Why the torch companion registers no module backward hook: on the fan-out model, empty
+    register_full_backward_pre_hook/register_full_backward_hook on the swapped layers (what it used to
+    register; no companion, no agent) change gradients (the forward, hence the loss, stays the same)."""
+    base_p, base, base_out = case("torch", "noswap", model=FAN)
+    base = ok(base_p, base)
+    p, res, out = case("torch", "fullhooks", model=FAN)
+    res = ok(p, res)
+    assert res["steps"][0]["loss_hex"] == base["steps"][0]["loss_hex"]
+    d = differing("torch", base_out, out, 0)
+    assert d, "the fan-out model no longer shows the effect of module backward hooks: strengthen it"
+    print("module backward hooks: %d of %d gradients differ" % (len(d), len(grad_arrays(base_out, 0))))
+
+
+def test_tensor_gradient_hooks_keep_gradients(case):
+    """What the companion relies on: empty Tensor.register_hook on every gradient-taking input and output
+    of the swapped layers (no companion, no agent) leaves every gradient bit-identical."""
+    base_p, base, base_out = case("torch", "noswap", model=FAN)
+    p, res, out = case("torch", "tensorhooks", model=FAN)
+    assert_same_numerics("torch", ok(base_p, base), base_out, ok(p, res), out)
+
+
+def test_companions_register_no_module_backward_hook():
+    import ast
+    for name in ("core.py", "torch.py", "mindspore.py"):
+        path = os.path.join(PKG, "swapagent", name)
+        with open(path) as f:
+            tree = ast.parse(f.read(), path)
+        used = {n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        assert not used & BANNED, (name, used & BANNED)
+
+
 # ---- the shared core, in process (no agent calls) -----------------------------------------------
 
 @dataclasses.dataclass
@@ -289,3 +467,97 @@ def test_select_checks_indices():
     with pytest.raises(ValueError, match="out of range"):
         core.select("abc", [3])
     assert core.group_name(7) == "layer.7"
+
+
+class FakeAgent:
+    """Records the ABI calls a companion's layers make (in process, no agent library)."""
+
+    def __init__(self):
+        self.calls, self._h = [], 0
+
+    def region_enter(self, group, _ptrs, _n_pos):
+        self.calls.append(("region_enter", group))
+
+    def region_exit(self, group, _ptrs):
+        self.calls.append(("region_exit", group))
+
+    def save(self, _group, _ptr, _nbytes, _flags):
+        self._h += 1
+        return self._h
+
+    def unpack(self, handle):
+        self.calls.append(("unpack", handle))
+        return 1
+
+    def backward_enter(self, group):
+        self.calls.append(("enter", group))
+
+    def backward_exit(self, group):
+        self.calls.append(("exit", group))
+
+    def check(self, call, rc):
+        raise AssertionError("%s: %d" % (call, rc))
+
+
+def test_torch_boundaries_in_process():
+    """A leaf tensor that takes a gradient is the first layer's input every step: its one gradient hook
+    does not pile up calls over the steps, enter/exit bracket every unpack each step, the gradients
+    equal those of the unhooked modules bit for bit, and remove() takes the hook off the live tensor."""
+    import torch
+    from swapagent import core
+    import swapagent.torch as sat
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(16, 16)
+
+        def forward(self, x, *, extra=None):
+            y = torch.tanh(self.lin(x))
+            if extra is not None:
+                y = y + extra * 0.5
+            return {"h": y, "aux": [y * 2]}
+
+    torch.manual_seed(0)
+    blocks = [Block() for _ in range(3)]
+    x = torch.randn(4, 16, requires_grad=True)
+
+    def step():
+        for m in blocks:
+            m.zero_grad(set_to_none=True)
+        x.grad = None
+        h0 = blocks[0](x)["h"]
+        h1 = blocks[1](h0)["h"]
+        out = blocks[2](h1, extra=h0)  # h0 feeds two blocks, one as a keyword input
+        (out["h"].sum() + out["aux"][0].mean()).backward()
+        return [p.grad.clone() for m in blocks for p in m.parameters()] + [x.grad.clone()]
+
+    want = step()
+    agent = FakeAgent()
+    fw = sat.Torch(include_cpu=True)
+    layers, removers = [], []
+    for i, m in enumerate(blocks):
+        layers.append(core.Layer(agent, fw, m, "layer.%d" % i, True))
+        removers += sat._install(m, layers[-1], True)  # pylint: disable=protected-access
+    handle = core.Handle(layers, removers)
+    for _ in range(3):
+        agent.calls = []
+        got = step()
+        assert all(torch.equal(a, b) for a, b in zip(want, got))
+        bw = [c for c in agent.calls if c[0] in ("enter", "exit")]
+        assert bw == [(k, "layer.%d" % i) for i in (2, 1, 0) for k in ("enter", "exit")], agent.calls
+        for i in range(3):
+            g = "layer.%d" % i
+            e, x_ = agent.calls.index(("enter", g)), agent.calls.index(("exit", g))
+            mine = {h for h, *_ in layers[i].saved}
+            assert mine and {c[1] for c in agent.calls[e:x_] if c[0] == "unpack"} >= mine
+            assert not [c for c in agent.calls if c[0] == "unpack" and c[1] in mine and
+                        not e < agent.calls.index(c) < x_]
+        ch = core._chains[id(x)][1]  # pylint: disable=protected-access
+        assert len(ch.inputs) <= 1 and not ch.outputs, (ch.inputs, ch.outputs)
+    assert len(x._backward_hooks) == 1  # pylint: disable=protected-access
+    handle.remove()
+    assert not x._backward_hooks and id(x) not in core._chains  # pylint: disable=protected-access
+    agent.calls = []
+    assert all(torch.equal(a, b) for a, b in zip(want, step()))
+    assert agent.calls == []
