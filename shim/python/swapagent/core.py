@@ -91,6 +91,10 @@ class Agent:
         if self._enter_kw is not None:
             self._enter_kw.restype = c.c_int
             self._enter_kw.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t, c.c_size_t]
+        self._group_streams = getattr(lib, "swapagent_group_streams", None)  # additive, like the above
+        if self._group_streams is not None:
+            self._group_streams.restype = c.c_int
+            self._group_streams.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]
         self._warned = set()
         self._warn_lock = threading.Lock()
 
@@ -136,6 +140,15 @@ class Agent:
 
     def protect(self, group, ptrs):
         return self.check("protect", self.lib.swapagent_protect(group.encode(), self._array(ptrs), len(ptrs)))
+
+    def group_streams(self, group, streams):
+        """Names the runtime streams (aclrtStream handles as integers) the group's kernels run on, for a
+        framework that launches through paths the agent does not intercept. The agent orders its copies
+        after them (docs/design.md, "Stream ordering"). A library without the call: a warning, no effect."""
+        if self._group_streams is None:
+            return self.check("group_streams(%s)" % group, EINVAL)
+        return self.check("group_streams(%s)" % group,
+                          self._group_streams(group.encode(), self._array(list(streams)), len(streams)))
 
     def backward_enter(self, group):
         return self.check("backward_enter(%s)" % group, self.lib.swapagent_backward_enter(group.encode()))

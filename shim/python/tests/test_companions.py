@@ -561,3 +561,13 @@ def test_torch_boundaries_in_process():
     agent.calls = []
     assert all(torch.equal(a, b) for a, b in zip(want, step()))
     assert agent.calls == []
+
+
+def test_group_streams_reaches_the_agent(monkeypatch, tmp_path):
+    """swapagent_group_streams through the companions' core: accepted for a group, EINVAL without one."""
+    monkeypatch.setenv("SWAPAGENT_OUT", str(tmp_path))
+    from swapagent import core
+    agent = core.load()
+    assert agent.group_streams("layer.0", [0x1000, 0x2000]) == 0
+    with pytest.warns(RuntimeWarning, match="EINVAL"):
+        assert agent.group_streams("", [0x1000]) == core.EINVAL
