@@ -39,7 +39,10 @@ void sa_set_dead(const uint64_t *ranges, int n) {
 int sa_dead_hit(uint64_t addr) {
   for (;;) {
     uint64_t s1 = atomic_load_explicit(&dead_seq, memory_order_acquire);
-    if (s1 & 1) continue;
+    if (s1 & 1) {
+      sa_cpu_relax();
+      continue;
+    }
     int n = atomic_load_explicit(&sa_dead_n, memory_order_relaxed), hit = 0;
     for (int i = 0; i < n && !hit; i++)
       hit = addr >= atomic_load_explicit(&dead[2 * i], memory_order_relaxed) &&

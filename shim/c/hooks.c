@@ -196,7 +196,7 @@ static const sa_launch_t tramps[SA_TRAMP_SLOTS] = {SA_T64(0) SA_T64(1) SA_T64(2)
 
 void *sa_tramp_for(const char *name, void *real) {
   void *out = real;
-  while (atomic_flag_test_and_set_explicit(&slot_lock, memory_order_acquire)) __builtin_ia32_pause();
+  while (atomic_flag_test_and_set_explicit(&slot_lock, memory_order_acquire)) sa_cpu_relax();
   int n = atomic_load_explicit(&nslots, memory_order_relaxed);
   for (int i = 0; i < n; i++) {
     if (atomic_load_explicit(&slots[i].real, memory_order_relaxed) == real) {

@@ -85,7 +85,7 @@ static int sa_wait_room(void) {
   for (unsigned i = 0;; i++) {
     if (atomic_load_explicit(&sa_mode, memory_order_relaxed) == SA_INERT) return 0;
     if (i < 64) {
-      __builtin_ia32_pause();
+      sa_cpu_relax();
     } else if (i < 256) {
       sched_yield();
     } else {

@@ -49,6 +49,15 @@ SA_HIDDEN extern const char *const sa_names[SA_NFN];
 SA_HIDDEN void *sa_resolve(int id);
 SA_HIDDEN int sa_lookup_name(const char *name);
 
+/* A spin-wait hint: pause on x86-64, yield on AArch64 (a no-op elsewhere). */
+static inline void sa_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
 static inline void *sa_real_fn(int id) {
   void *p = atomic_load_explicit(&sa_real[id], memory_order_acquire);
   return p ? p : sa_resolve(id);

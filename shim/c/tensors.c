@@ -166,7 +166,10 @@ static int read_entry(uint64_t ex, sa_tensor *out, int *repeatable, sa_exec_entr
     if (atomic_load_explicit(&e->key, memory_order_relaxed) != ex) continue;
     for (;;) {
       uint64_t s1 = atomic_load_explicit(&e->seq, memory_order_acquire);
-      if (s1 & 1) continue;
+      if (s1 & 1) {
+        sa_cpu_relax();
+        continue;
+      }
       uint32_t n = atomic_load_explicit(&e->n, memory_order_relaxed);
       if (n > SA_TENSORS) n = SA_TENSORS;
       for (uint32_t i = 0; i < n; i++) {
