@@ -19,34 +19,39 @@ import (
 	"swapagent/trace"
 )
 
-// FindRuntime says which libascendcl.so --exec uses: a bare dlopen (LD_LIBRARY_PATH and the system
-// paths), then $ASCEND_HOME_PATH/lib64, then the emulator installed beside this binary
-// (<exe dir>/../ascend/latest/lib64). note is non-empty when the fallback was taken.
+// FindRuntime says which runtime --exec uses: libascendcl.so from a bare dlopen (LD_LIBRARY_PATH and the
+// system paths), then $ASCEND_HOME_PATH/lib64, then the emulator installed beside this binary
+// (<exe dir>/../ascend/latest/lib64); libnnopbase.so and libopapi.so come from the same directory. note is
+// non-empty when the fallback was taken or a companion library is missing.
 func FindRuntime() (path, note string, err error) {
-	var tried []string
-	if err := aclrt.Open("libascendcl.so"); err == nil {
-		return "libascendcl.so (LD_LIBRARY_PATH or system paths)", "", nil
-	} else {
-		tried = append(tried, err.Error())
-	}
+	type candidate struct{ path, shown, note string }
+	cands := []candidate{{"libascendcl.so", "libascendcl.so (LD_LIBRARY_PATH or system paths)", ""}}
 	if home := os.Getenv("ASCEND_HOME_PATH"); home != "" {
 		p := filepath.Join(home, "lib64", "libascendcl.so")
-		if err := aclrt.Open(p); err == nil {
-			return p, "", nil
-		} else {
-			tried = append(tried, err.Error())
-		}
+		cands = append(cands, candidate{p, p, ""})
 	}
 	if exe, err := os.Executable(); err == nil {
 		p := filepath.Join(filepath.Dir(exe), "..", "ascend", "latest", "lib64", "libascendcl.so")
 		if abs, err := filepath.Abs(p); err == nil {
 			p = abs
 		}
-		if err := aclrt.Open(p); err == nil {
-			return p, "no runtime on LD_LIBRARY_PATH or $ASCEND_HOME_PATH: using the emulator beside swapagent (" + p + ")", nil
-		} else {
+		cands = append(cands, candidate{p, p,
+			"no runtime on LD_LIBRARY_PATH or $ASCEND_HOME_PATH: using the emulator beside swapagent (" + p + ")"})
+	}
+	var tried []string
+	for _, c := range cands {
+		missing, err := aclrt.Open(c.path)
+		if err != nil {
 			tried = append(tried, err.Error())
+			continue
 		}
+		var notes []string
+		for _, n := range []string{c.note, missing} {
+			if n != "" {
+				notes = append(notes, n)
+			}
+		}
+		return c.shown, strings.Join(notes, "; "), nil
 	}
 	return "", "", errors.New("no AscendCL runtime found (set LD_LIBRARY_PATH or ASCEND_HOME_PATH): " +
 		strings.Join(tried, "; "))

@@ -38,11 +38,14 @@ func Path(t testing.TB, rel string) string {
 	return p
 }
 
-// Well-known build outputs.
+// Well-known build outputs. The emulated runtime is laid out as CANN 8 is: aclrt* in ACLLib, tensors and
+// executors in NNOpBaseLib, aclnn ops in OpAPILib.
 const (
-	ACLLib     = "build/ascend/latest/lib64/libascendcl.so"
-	ACLRoot    = "build/ascend/latest"
-	DecoderSim = "build/bin/decoder-sim"
-	AgentLib   = "build/lib/libswapagent.so"
-	CLI        = "build/bin/swapagent"
+	ACLLib      = "build/ascend/latest/lib64/libascendcl.so"
+	NNOpBaseLib = "build/ascend/latest/lib64/libnnopbase.so"
+	OpAPILib    = "build/ascend/latest/lib64/libopapi.so"
+	ACLRoot     = "build/ascend/latest"
+	DecoderSim  = "build/bin/decoder-sim"
+	AgentLib    = "build/lib/libswapagent.so"
+	CLI         = "build/bin/swapagent"
 )

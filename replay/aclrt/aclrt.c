@@ -1,11 +1,16 @@
 /* aclrt.c: dlopen'd AscendCL entry points for `swapagent replay --exec`. The function table is built
  * from the declarations in sim/acl/include (the project's AscendCL contract) with __typeof__, so a
- * signature drift is a compile error, yet nothing links against libascendcl. */
+ * signature drift is a compile error, yet nothing links against the runtime. As in CANN 8, the runtime is
+ * three libraries in one lib64: libascendcl.so (aclInit, aclrt*), libnnopbase.so (tensors, scalars) and
+ * libopapi.so (aclnn ops); each function is looked up in its own library. */
+#define _GNU_SOURCE
 #include "aclrt.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "acl/acl.h"
 #include "aclnnop/aclnn_ops.h"
@@ -15,33 +20,59 @@
   X(aclrtMallocCached) X(aclrtFree) X(aclrtMallocHost) X(aclrtFreeHost) X(aclrtMemcpy) X(aclrtMemcpyAsync)  \
   X(aclrtMemset) X(aclrtMemsetAsync) X(aclrtSynchronizeStream) X(aclrtSynchronizeStreamWithTimeout)          \
   X(aclrtSynchronizeEvent) X(aclrtCreateStream) X(aclrtDestroyStream) X(aclrtCreateEvent)                   \
-  X(aclrtDestroyEvent) X(aclrtRecordEvent) X(aclrtStreamWaitEvent) X(aclCreateTensor) X(aclDestroyTensor)   \
-  X(aclCreateScalar) X(aclDestroyScalar) X(aclGetRecentErrMsg) X(aclnnMulGetWorkspaceSize) X(aclnnMul)       \
-  X(aclnnAddGetWorkspaceSize) X(aclnnAdd) X(aclnnInplaceCopyGetWorkspaceSize) X(aclnnInplaceCopy)
+  X(aclrtDestroyEvent) X(aclrtRecordEvent) X(aclrtStreamWaitEvent) X(aclGetRecentErrMsg)
+#define SA_NNOPBASE_FUNCS(X) X(aclCreateTensor) X(aclDestroyTensor) X(aclCreateScalar) X(aclDestroyScalar)
+#define SA_OPAPI_FUNCS(X)                                                                                  \
+  X(aclnnMulGetWorkspaceSize) X(aclnnMul) X(aclnnAddGetWorkspaceSize) X(aclnnAdd)                          \
+  X(aclnnInplaceCopyGetWorkspaceSize) X(aclnnInplaceCopy)
 
 #define SA_DECL(name) static __typeof__(&name) p_##name;
 SA_RT_FUNCS(SA_DECL)
+SA_NNOPBASE_FUNCS(SA_DECL)
+SA_OPAPI_FUNCS(SA_DECL)
 #undef SA_DECL
 
-/* The library stays open for the life of the process (never dlclose: its workers may outlive a call). */
+/* Symbols are optional one by one: a helper whose symbol is missing returns SA_RT_MISSING. */
+#define SA_SYM(name) p_##name = h ? (__typeof__(&name))dlsym(h, #name) : NULL;
 
-int sa_rt_open(const char *path, char *err, size_t errcap) {
+/* open_beside opens lib from the directory of the runtime handle rt; on failure it adds why to note. */
+static void *open_beside(void *rt, const char *lib, char *note, size_t notecap) {
+  char dir[PATH_MAX], path[PATH_MAX + 64];
+  void *h = NULL;
+  if (dlinfo(rt, RTLD_DI_ORIGIN, dir) == 0) {
+    snprintf(path, sizeof path, "%s/%s", dir, lib);
+    h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  }
+  if (!h) {
+    size_t n = strlen(note);
+    snprintf(note + n, notecap - n, "%s%s: %s (its calls are missing)", n ? "; " : "", lib, dlerror());
+  }
+  return h;
+}
+
+/* The libraries stay open for the life of the process (never dlclose: the runtime's workers may outlive a
+ * call). */
+
+int sa_rt_open(const char *path, char *err, size_t errcap, char *note, size_t notecap) {
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     snprintf(err, errcap, "%s", dlerror());
     return -1;
   }
-
-  /* Symbols are optional one by one: a helper whose symbol is missing returns SA_RT_MISSING. */
-#define SA_SYM(name) p_##name = (__typeof__(&name))dlsym(h, #name);
   SA_RT_FUNCS(SA_SYM)
-#undef SA_SYM
   if (!p_aclInit || !p_aclrtMalloc || !p_aclrtFree) {
     snprintf(err, errcap, "%s: not an AscendCL runtime (aclInit/aclrtMalloc/aclrtFree missing)", path);
     return -1;
   }
+  void *rt = h;
+  note[0] = 0;
+  h = open_beside(rt, "libnnopbase.so", note, notecap);
+  SA_NNOPBASE_FUNCS(SA_SYM)
+  h = open_beside(rt, "libopapi.so", note, notecap);
+  SA_OPAPI_FUNCS(SA_SYM)
   return 0;
 }
+#undef SA_SYM
 
 #define NEED(name)   \
   if (!p_##name) \

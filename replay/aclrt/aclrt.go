@@ -1,7 +1,8 @@
-// Package aclrt owns swapagent's dlopen binding to an AscendCL runtime (libascendcl.so), used by
-// `swapagent replay --exec`: the C helpers in aclrt.c call through dlsym'd pointers, so nothing links
-// against the runtime and the binary replays against whichever library it finds. Pointers cross as
-// integers; no Go memory is ever handed to the runtime.
+// Package aclrt owns swapagent's dlopen binding to an AscendCL runtime, used by `swapagent replay --exec`:
+// libascendcl.so, and libnnopbase.so (tensors) and libopapi.so (aclnn ops) from the same lib64, as CANN 8
+// lays them out. The C helpers in aclrt.c call through dlsym'd pointers, so nothing links against the
+// runtime and the binary replays against whichever library it finds. Pointers cross as integers; no Go
+// memory is ever handed to the runtime.
 package aclrt
 
 /*
@@ -27,25 +28,27 @@ var (
 	opened string
 )
 
-// Open loads the runtime at path (a path, or a bare soname searched like LD_LIBRARY_PATH). A process
-// keeps the first runtime it opened: opening another path is an error.
-func Open(path string) error {
+// Open loads the runtime at path (libascendcl.so: a path, or a bare soname searched like
+// LD_LIBRARY_PATH) and libnnopbase.so and libopapi.so from its directory. A missing companion is not an
+// error: note says which, and its calls return Missing. A process keeps the first runtime it opened:
+// opening another path is an error.
+func Open(path string) (note string, err error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if opened != "" {
 		if opened == path {
-			return nil
+			return "", nil
 		}
-		return errors.New("aclrt: " + opened + " is already loaded; cannot load " + path + " too")
+		return "", errors.New("aclrt: " + opened + " is already loaded; cannot load " + path + " too")
 	}
 	cpath := C.CString(path)
 	defer C.free(unsafe.Pointer(cpath))
-	var buf [512]C.char
-	if C.sa_rt_open(cpath, &buf[0], C.size_t(len(buf))) != 0 {
-		return errors.New(C.GoString(&buf[0]))
+	var buf, nbuf [1024]C.char
+	if C.sa_rt_open(cpath, &buf[0], C.size_t(len(buf)), &nbuf[0], C.size_t(len(nbuf))) != 0 {
+		return "", errors.New(C.GoString(&buf[0]))
 	}
 	opened = path
-	return nil
+	return C.GoString(&nbuf[0]), nil
 }
 
 // RecentErrMsg returns aclGetRecentErrMsg's lines (nil when none).

@@ -1,6 +1,6 @@
 /* aclrt.h: the C side of package aclrt: AscendCL reached through dlopen/dlsym (never linked), so one
  * swapagent binary can replay against whichever runtime it finds. Every helper returns the runtime's
- * code, or SA_RT_MISSING when the library lacks the symbol. Pointers cross as uintptr_t. */
+ * code, or SA_RT_MISSING when the runtime lacks the symbol. Pointers cross as uintptr_t. */
 #ifndef SWAPAGENT_REPLAY_ACLRT_H
 #define SWAPAGENT_REPLAY_ACLRT_H
 #include <stddef.h>
@@ -8,8 +8,10 @@
 
 #define SA_RT_MISSING (-1)
 
-/* Opens path and resolves every symbol; 0 on success, else -1 with a message in err. */
-int sa_rt_open(const char *path, char *err, size_t errcap);
+/* Opens the runtime at path (libascendcl.so), then libnnopbase.so and libopapi.so from the same directory,
+ * and resolves every symbol; 0 on success, else -1 with a message in err. A companion library that cannot
+ * be opened is not an error: its calls are missing, and note says why. */
+int sa_rt_open(const char *path, char *err, size_t errcap, char *note, size_t notecap);
 const char *sa_rt_recent_err(void);
 
 int sa_rt_init(void);

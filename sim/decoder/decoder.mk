@@ -8,9 +8,9 @@ DECODER_BIN := $(BUILD)/bin/decoder-sim
 BUILD_TARGETS += $(DECODER_BIN)
 BENCHES += bench-decoder
 
-$(DECODER_BIN): $(DECODER_SRCS) $(DECODER_HDRS) shim/c/swapagent.h $(ASCEND)/lib64/libascendcl.so
+$(DECODER_BIN): $(DECODER_SRCS) $(DECODER_HDRS) shim/c/swapagent.h $(ASCEND)/lib64/libopapi.so
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -I$(ACL_INC) -Ishim/c -o $@ $(DECODER_SRCS) -L$(ASCEND)/lib64 -lascendcl \
+	$(CC) $(CFLAGS) -I$(ACL_INC) -Ishim/c -o $@ $(DECODER_SRCS) -L$(ASCEND)/lib64 -lopapi -lnnopbase -lascendcl \
 		-Wl,-rpath,'$$ORIGIN/../ascend/latest/lib64' -Wl,--enable-new-dtags -ldl -lm -lpthread
 
 # bench-decoder: wall and CPU ms per training step of the default 12-layer stack (5 steps, no agent), with

@@ -1,5 +1,5 @@
-/* core.c: aclInit/aclFinalize, devices, the recent-error message, the fault/poison state machine, the
- * exception callback and its getters, env parsing, and the handle set used by the other sources. */
+/* core.c: aclInit/aclFinalize, devices, the recent-error message and the thread's last error, the
+ * fault/poison state machine, the exception callback and its getters, and env parsing. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,7 +47,16 @@ static void set_msg(const char *text, bool keep_fault) {
   pthread_mutex_unlock(&msg_mu);
 }
 
-aclError sim_fail(aclError code, const char *fmt, ...) {
+/* The calling thread's last error, for aclrtGetLastError: every failure the emulator returns passes
+ * through note_error. */
+static __thread aclError last_error;
+
+static aclError note_error(aclError code) {
+  if (code) last_error = code;
+  return code;
+}
+
+ACLSIM_INTERNAL aclError aclsim_internal_fail(aclError code, const char *fmt, ...) {
   char buf[512];
   va_list ap;
   va_start(ap, fmt);
@@ -55,7 +64,15 @@ aclError sim_fail(aclError code, const char *fmt, ...) {
   vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
   va_end(ap);
   set_msg(buf, true);
-  return code;
+  return note_error(code);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtGetLastError(aclrtLastErrLevel level) {
+  if (level != ACL_RT_THREAD_LEVEL)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetLastError: invalid level %d", (int)level);
+  aclError rc = last_error;
+  last_error = ACL_SUCCESS;
+  return rc;
 }
 
 ACL_FUNC_VISIBILITY const char *aclGetRecentErrMsg(void) {
@@ -138,7 +155,7 @@ aclError sim_wait_result(uint32_t stream_id) {
   }
   atomic_store(&host_aware, true);
   pthread_mutex_unlock(&fault_mu);
-  return rc;
+  return note_error(rc);
 }
 
 void sim_fault_reset(void) {
@@ -155,9 +172,9 @@ void sim_fault_reset(void) {
 
 bool sim_initialized(void) { return atomic_load(&inited); }
 
-aclError sim_check(void) {
+ACLSIM_INTERNAL aclError aclsim_internal_check(void) {
   if (!atomic_load(&inited)) return sim_fail(ACL_ERROR_UNINITIALIZE, "acl is not initialized, call aclInit first");
-  if (atomic_load(&host_aware)) return ACL_ERROR_RT_DRV_INTERNAL_ERROR;
+  if (atomic_load(&host_aware)) return note_error(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
   return ACL_SUCCESS;
 }
 
@@ -295,6 +312,7 @@ ACL_FUNC_VISIBILITY aclError aclFinalize(void) {
     fflush(stderr);
   }
   sim_hz_reset();
+  sim_vmm_fini();
   sim_mem_fini();
   atomic_store(&exc_cb, NULL);
   atomic_store(&cur_device, -1);
@@ -319,7 +337,7 @@ ACL_FUNC_VISIBILITY aclError aclrtResetDevice(int32_t deviceId) {
   if (rc) return rc;
   if (deviceId < 0 || (uint32_t)deviceId >= sim_cfg.device_count)
     return sim_fail(ACL_ERROR_RT_INVALID_DEVICEID, "aclrtResetDevice: invalid device id %d", deviceId);
-  return sim_sync_all();
+  return sim_sync_all(SIM_FOREVER);
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtGetDevice(int32_t *deviceId) {
@@ -338,94 +356,4 @@ ACL_FUNC_VISIBILITY aclError aclrtGetDeviceCount(uint32_t *count) {
   if (!count) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is NULL");
   *count = sim_cfg.device_count;
   return ACL_SUCCESS;
-}
-
-/* ---- handle sets ---- */
-#define TOMB ((uintptr_t)1)
-
-static void ptrset_grow(struct sim_ptrset *s) {
-  size_t ncap = s->cap ? (s->live * 4 > s->cap ? s->cap * 2 : s->cap) : 64;
-  uintptr_t *old = s->slots;
-  size_t ocap = s->cap;
-  uintptr_t *slots = calloc(ncap, sizeof *slots);
-  if (!slots) return; /* keep probing the old table; add reports failure when it is full */
-  s->slots = slots;
-  s->cap = ncap;
-  s->used = s->live;
-  for (size_t i = 0; i < ocap; i++) {
-    uintptr_t v = old[i];
-    if (v <= TOMB) continue;
-    size_t h = (size_t)((v >> 4) * 0x9E3779B97F4A7C15ull) & (ncap - 1);
-    while (slots[h]) h = (h + 1) & (ncap - 1);
-    slots[h] = v;
-  }
-  free(old);
-}
-
-static size_t ptrset_find(const struct sim_ptrset *s, uintptr_t v, bool *found) {
-  size_t h = (size_t)((v >> 4) * 0x9E3779B97F4A7C15ull) & (s->cap - 1), tomb = SIZE_MAX;
-  for (size_t n = 0; n < s->cap; n++, h = (h + 1) & (s->cap - 1)) {
-    if (s->slots[h] == v) {
-      *found = true;
-      return h;
-    }
-    if (s->slots[h] == 0) break;
-    if (s->slots[h] == TOMB && tomb == SIZE_MAX) tomb = h;
-  }
-  *found = false;
-  return tomb != SIZE_MAX ? tomb : h;
-}
-
-bool sim_ptrset_add(struct sim_ptrset *s, const void *p) {
-  uintptr_t v = (uintptr_t)p;
-  if (v <= TOMB) return false;
-  pthread_mutex_lock(&s->mu);
-  if ((s->used + 1) * 2 > s->cap) ptrset_grow(s);
-  bool ok = false;
-  if (s->cap && s->used < s->cap) {
-    bool found;
-    size_t i = ptrset_find(s, v, &found);
-    if (!found) {
-      if (s->slots[i] == 0) s->used++;
-      s->slots[i] = v;
-      s->live++;
-    }
-    ok = true;
-  }
-  pthread_mutex_unlock(&s->mu);
-  return ok;
-}
-
-bool sim_ptrset_del(struct sim_ptrset *s, const void *p) {
-  uintptr_t v = (uintptr_t)p;
-  if (v <= TOMB) return false;
-  pthread_mutex_lock(&s->mu);
-  bool found = false;
-  if (s->cap) {
-    size_t i = ptrset_find(s, v, &found);
-    if (found) {
-      s->slots[i] = TOMB;
-      s->live--;
-    }
-  }
-  pthread_mutex_unlock(&s->mu);
-  return found;
-}
-
-bool sim_ptrset_has(struct sim_ptrset *s, const void *p) {
-  uintptr_t v = (uintptr_t)p;
-  if (v <= TOMB) return false;
-  pthread_mutex_lock(&s->mu);
-  bool found = false;
-  if (s->cap) ptrset_find(s, v, &found);
-  pthread_mutex_unlock(&s->mu);
-  return found;
-}
-
-void sim_ptrset_clear(struct sim_ptrset *s) {
-  pthread_mutex_lock(&s->mu);
-  free(s->slots);
-  s->slots = NULL;
-  s->cap = s->used = s->live = 0;
-  pthread_mutex_unlock(&s->mu);
 }

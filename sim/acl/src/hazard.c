@@ -340,6 +340,13 @@ void sim_hz_wait(uint32_t stream, const struct sim_vc *event_clock) {
   pthread_mutex_unlock(&hz_mu);
 }
 
+void sim_hz_unrecord(struct sim_vc *event_clock) {
+  if (!sim_cfg.check_hazards) return;
+  pthread_mutex_lock(&hz_mu);
+  if (event_clock->n) memset(event_clock->v, 0, event_clock->n * sizeof *event_clock->v);
+  pthread_mutex_unlock(&hz_mu);
+}
+
 void sim_hz_snap_stream(uint32_t stream, struct sim_vc *out) {
   if (!sim_cfg.check_hazards) return;
   pthread_mutex_lock(&hz_mu);

@@ -3,7 +3,9 @@
  * an allocation makes its pages read-write, a free drops the pages and makes them PROT_NONE again and
  * parks the range in a FIFO quarantine, so a later access through a stale pointer is caught by the
  * kernel range check (and by the MMU if anything touched it directly) instead of silently reading a new
- * owner's data. Capacity is counted in the documented rounded sizes; address space is page-granular. */
+ * owner's data. Capacity is counted in the documented rounded sizes; address space is page-granular.
+ * VMM reservations (vmm.c) take their ranges from the same address space, and physical VMM memory counts
+ * against the same capacity. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,66 +25,17 @@ struct alloc {
   size_t span; /* page-rounded address space it occupies */
 };
 
-struct vec {
-  void *p;
-  size_t n, cap;
-};
-
 static struct {
   pthread_rwlock_t map;
   pthread_mutex_t mu;
   bool ready;
   uintptr_t lo, hi;
   size_t page, capacity, used, qlimit, qbytes;
-  struct vec live;   /* struct alloc, sorted by base */
-  struct vec freel;  /* struct span, sorted by base, coalesced */
-  struct vec quar;   /* struct span, FIFO (oldest first) */
-  struct vec pinned; /* struct alloc, sorted by base */
+  struct sim_vec live;   /* struct alloc, sorted by base */
+  struct sim_vec freel;  /* struct span, sorted by base, coalesced */
+  struct sim_vec quar;   /* struct span, FIFO (oldest first) */
+  struct sim_vec pinned; /* struct alloc, sorted by base */
 } M = {.map = PTHREAD_RWLOCK_INITIALIZER, .mu = PTHREAD_MUTEX_INITIALIZER};
-
-static bool vec_reserve(struct vec *v, size_t elem, size_t n) {
-  if (v->cap >= n) return true;
-  size_t ncap = v->cap ? v->cap * 2 : 64;
-  while (ncap < n) ncap *= 2;
-  void *p = realloc(v->p, ncap * elem);
-  if (!p) return false;
-  v->p = p;
-  v->cap = ncap;
-  return true;
-}
-
-static bool vec_insert(struct vec *v, size_t elem, size_t at, const void *item) {
-  if (!vec_reserve(v, elem, v->n + 1)) return false;
-  char *b = v->p;
-  memmove(b + (at + 1) * elem, b + at * elem, (v->n - at) * elem);
-  memcpy(b + at * elem, item, elem);
-  v->n++;
-  return true;
-}
-
-static void vec_remove(struct vec *v, size_t elem, size_t at) {
-  char *b = v->p;
-  memmove(b + at * elem, b + (at + 1) * elem, (v->n - at - 1) * elem);
-  v->n--;
-}
-
-static void vec_free(struct vec *v) {
-  free(v->p);
-  v->p = NULL;
-  v->n = v->cap = 0;
-}
-
-/* upper: index of the first element whose base is > addr (elements start with a uintptr_t base). */
-static size_t upper(const struct vec *v, size_t elem, uintptr_t addr) {
-  size_t lo = 0, hi = v->n;
-  const char *b = v->p;
-  while (lo < hi) {
-    size_t mid = (lo + hi) / 2;
-    if (*(const uintptr_t *)(b + mid * elem) <= addr) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
 
 int sim_mem_init(size_t capacity, size_t quarantine) {
   M.page = (size_t)sysconf(_SC_PAGESIZE);
@@ -104,7 +57,7 @@ int sim_mem_init(size_t capacity, size_t quarantine) {
   M.qbytes = 0;
   M.live.n = M.freel.n = M.quar.n = M.pinned.n = 0;
   struct span all = {M.lo, want};
-  vec_insert(&M.freel, sizeof all, 0, &all);
+  sim_vec_insert(&M.freel, sizeof all, 0, &all);
   M.ready = true;
   pthread_mutex_unlock(&M.mu);
   return 0;
@@ -116,10 +69,10 @@ void sim_mem_fini(void) {
   if (M.ready) munmap((void *)M.lo, M.hi - M.lo);
   struct alloc *pa = M.pinned.p;
   for (size_t i = 0; i < M.pinned.n; i++) munmap((void *)pa[i].base, pa[i].span);
-  vec_free(&M.live);
-  vec_free(&M.freel);
-  vec_free(&M.quar);
-  vec_free(&M.pinned);
+  sim_vec_free(&M.live);
+  sim_vec_free(&M.freel);
+  sim_vec_free(&M.quar);
+  sim_vec_free(&M.pinned);
   M.ready = false;
   M.lo = M.hi = 0;
   M.used = M.qbytes = 0;
@@ -128,6 +81,7 @@ void sim_mem_fini(void) {
 }
 
 void sim_mem_rdlock(void) { pthread_rwlock_rdlock(&M.map); }
+void sim_mem_wrlock(void) { pthread_rwlock_wrlock(&M.map); }
 void sim_mem_unlock(void) { pthread_rwlock_unlock(&M.map); }
 
 bool sim_in_arena(const void *p) {
@@ -138,12 +92,12 @@ bool sim_in_arena(const void *p) {
 /* free_insert returns a span to the free list, merging with its neighbours. Caller holds M.mu. */
 static void free_insert(struct span s) {
   struct span *f = M.freel.p;
-  size_t i = upper(&M.freel, sizeof s, s.base);
+  size_t i = sim_vec_upper(&M.freel, sizeof s, s.base);
   if (i > 0 && f[i - 1].base + f[i - 1].len == s.base) {
     f[i - 1].len += s.len;
     if (i < M.freel.n && s.base + s.len == f[i].base) {
       f[i - 1].len += f[i].len;
-      vec_remove(&M.freel, sizeof s, i);
+      sim_vec_remove(&M.freel, sizeof s, i);
     }
     return;
   }
@@ -152,7 +106,7 @@ static void free_insert(struct span s) {
     f[i].len += s.len;
     return;
   }
-  if (!vec_insert(&M.freel, sizeof s, i, &s)) {
+  if (!sim_vec_insert(&M.freel, sizeof s, i, &s)) {
     /* Out of host memory for bookkeeping: the span is lost to reuse, which is safe. */
   }
 }
@@ -173,17 +127,38 @@ static void quarantine_release(size_t keep) {
   }
 }
 
-static bool take_span(size_t len, uintptr_t *out) {
+/* take_span takes len bytes of address space aligned to align (a power of two, at least a page), at
+ * exactly `at` when it is not 0; the rest of the free span it comes from stays free. Caller holds M.mu. */
+static bool take_span(size_t len, size_t align, uintptr_t at, uintptr_t *out) {
   struct span *f = M.freel.p;
   for (size_t i = 0; i < M.freel.n; i++) {
-    if (f[i].len < len) continue;
-    *out = f[i].base;
-    f[i].base += len;
-    f[i].len -= len;
-    if (f[i].len == 0) vec_remove(&M.freel, sizeof *f, i);
+    uintptr_t base = at ? at : (f[i].base + align - 1) & ~(uintptr_t)(align - 1);
+    uintptr_t end = f[i].base + f[i].len;
+    if (base < f[i].base || base > end || end - base < len) continue;
+    struct span tail = {base + len, end - (base + len)};
+    f[i].len = base - f[i].base;
+    if (f[i].len == 0) sim_vec_remove(&M.freel, sizeof *f, i);
+    if (tail.len) free_insert(tail);
+    *out = base;
     return true;
   }
   return false;
+}
+
+/* charge counts n more bytes of device memory in use, unless that would exceed the capacity. Caller holds
+ * M.mu. */
+static bool charge(size_t n) {
+  if (!M.ready || n > M.capacity - M.used) return false;
+  M.used += n;
+  return true;
+}
+
+/* va_take is take_span, reusing quarantined ranges early when address space ran out before capacity
+ * did. Caller holds M.mu. */
+static bool va_take(size_t len, size_t align, uintptr_t at, uintptr_t *out) {
+  if (take_span(len, align, at, out)) return true;
+  quarantine_release(0);
+  return take_span(len, align, at, out);
 }
 
 aclError sim_dev_malloc(void **p, size_t size, bool align32_only) {
@@ -192,31 +167,39 @@ aclError sim_dev_malloc(void **p, size_t size, bool align32_only) {
   if (!align32_only) rounded += 32;
   size_t span = (rounded + M.page - 1) & ~(M.page - 1);
   pthread_mutex_lock(&M.mu);
-  if (!M.ready || M.used + rounded > M.capacity) {
+  uintptr_t base;
+  if (!charge(rounded)) {
     pthread_mutex_unlock(&M.mu);
     return ACL_ERROR_RT_MEMORY_ALLOCATION;
   }
-  uintptr_t base;
-  if (!take_span(span, &base)) {
-    /* Address space ran out before capacity did: reuse quarantined ranges early. */
-    quarantine_release(0);
-    if (!take_span(span, &base)) {
-      pthread_mutex_unlock(&M.mu);
-      return ACL_ERROR_RT_MEMORY_ALLOCATION;
-    }
+  if (!va_take(span, M.page, 0, &base)) {
+    M.used -= rounded;
+    pthread_mutex_unlock(&M.mu);
+    return ACL_ERROR_RT_MEMORY_ALLOCATION;
   }
   struct alloc a = {base, rounded, span};
   if (mprotect((void *)base, span, PROT_READ | PROT_WRITE) != 0 ||
-      !vec_insert(&M.live, sizeof a, upper(&M.live, sizeof a, base), &a)) {
+      !sim_vec_insert(&M.live, sizeof a, sim_vec_upper(&M.live, sizeof a, base), &a)) {
     mprotect((void *)base, span, PROT_NONE);
     free_insert((struct span){base, span});
+    M.used -= rounded;
     pthread_mutex_unlock(&M.mu);
     return ACL_ERROR_RT_MEMORY_ALLOCATION;
   }
-  M.used += rounded;
   pthread_mutex_unlock(&M.mu);
   *p = (void *)base;
   return ACL_SUCCESS;
+}
+
+/* park puts a span that is PROT_NONE again in the quarantine (or back in the free list when there is
+ * none). Caller holds M.mu. */
+static void park(struct span s) {
+  if (M.qlimit > 0 && sim_vec_insert(&M.quar, sizeof s, M.quar.n, &s)) {
+    M.qbytes += s.len;
+    quarantine_release(M.qlimit);
+  } else {
+    free_insert(s);
+  }
 }
 
 aclError sim_dev_free(void *p) {
@@ -225,7 +208,7 @@ aclError sim_dev_free(void *p) {
   pthread_rwlock_wrlock(&M.map);
   pthread_mutex_lock(&M.mu);
   struct alloc *l = M.live.p;
-  size_t i = upper(&M.live, sizeof *l, a);
+  size_t i = sim_vec_upper(&M.live, sizeof *l, a);
   if (i == 0 || l[i - 1].base != a) {
     pthread_mutex_unlock(&M.mu);
     pthread_rwlock_unlock(&M.map);
@@ -233,36 +216,23 @@ aclError sim_dev_free(void *p) {
   }
   struct alloc gone = l[i - 1];
   sim_hz_free("aclrtFree", gone.base, gone.size);
-  vec_remove(&M.live, sizeof gone, i - 1);
+  sim_vec_remove(&M.live, sizeof gone, i - 1);
   M.used -= gone.size;
   madvise((void *)gone.base, gone.span, MADV_DONTNEED);
   mprotect((void *)gone.base, gone.span, PROT_NONE);
-  struct span s = {gone.base, gone.span};
-  if (M.qlimit > 0 && vec_insert(&M.quar, sizeof s, M.quar.n, &s)) {
-    M.qbytes += s.len;
-    quarantine_release(M.qlimit);
-  } else {
-    free_insert(s);
-  }
+  park((struct span){gone.base, gone.span});
   pthread_mutex_unlock(&M.mu);
   pthread_rwlock_unlock(&M.map);
   return ACL_SUCCESS;
 }
 
 /* holder: the allocation in v (sorted by base) that holds [addr, addr+len), or NULL. Caller holds M.mu. */
-static const struct alloc *holder(const struct vec *v, uintptr_t addr, size_t len) {
+static const struct alloc *holder(const struct sim_vec *v, uintptr_t addr, size_t len) {
   const struct alloc *l = v->p;
-  size_t i = upper(v, sizeof *l, addr);
+  size_t i = sim_vec_upper(v, sizeof *l, addr);
   if (i == 0) return NULL;
   const struct alloc *a = &l[i - 1];
   return addr >= a->base && len <= a->size && addr - a->base <= a->size - len ? a : NULL;
-}
-
-bool sim_dev_range_ok(uintptr_t addr, size_t len) {
-  pthread_mutex_lock(&M.mu);
-  bool ok = holder(&M.live, addr, len) != NULL;
-  pthread_mutex_unlock(&M.mu);
-  return ok;
 }
 
 uintptr_t sim_alloc_base(uintptr_t addr, size_t len, bool pinned) {
@@ -270,7 +240,36 @@ uintptr_t sim_alloc_base(uintptr_t addr, size_t len, bool pinned) {
   const struct alloc *a = holder(pinned ? &M.pinned : &M.live, addr, len);
   uintptr_t base = a ? a->base : 0;
   pthread_mutex_unlock(&M.mu);
-  return base;
+  /* not under M.mu: the VMM code takes its lock first, then M.mu */
+  return base || pinned ? base : sim_vmm_base(addr, len);
+}
+
+bool sim_dev_range_ok(uintptr_t addr, size_t len) { return sim_alloc_base(addr, len, false) != 0; }
+
+bool sim_va_reserve(size_t len, size_t align, uintptr_t at, uintptr_t *out) {
+  pthread_mutex_lock(&M.mu);
+  bool ok = M.ready && va_take(len, align, at, out);
+  pthread_mutex_unlock(&M.mu);
+  return ok;
+}
+
+void sim_va_release(uintptr_t base, size_t len) {
+  pthread_mutex_lock(&M.mu);
+  park((struct span){base, len});
+  pthread_mutex_unlock(&M.mu);
+}
+
+bool sim_mem_charge(size_t n) {
+  pthread_mutex_lock(&M.mu);
+  bool ok = charge(n);
+  pthread_mutex_unlock(&M.mu);
+  return ok;
+}
+
+void sim_mem_uncharge(size_t n) {
+  pthread_mutex_lock(&M.mu);
+  M.used -= n;
+  pthread_mutex_unlock(&M.mu);
 }
 
 void sim_mem_info(size_t *free_bytes, size_t *total) {
@@ -286,7 +285,7 @@ aclError sim_host_malloc(void **p, size_t size) {
   if (m == MAP_FAILED) return ACL_ERROR_RT_MEMORY_ALLOCATION;
   struct alloc a = {(uintptr_t)m, size, span};
   pthread_mutex_lock(&M.mu);
-  bool ok = vec_insert(&M.pinned, sizeof a, upper(&M.pinned, sizeof a, a.base), &a);
+  bool ok = sim_vec_insert(&M.pinned, sizeof a, sim_vec_upper(&M.pinned, sizeof a, a.base), &a);
   pthread_mutex_unlock(&M.mu);
   if (!ok) {
     munmap(m, span);
@@ -301,12 +300,12 @@ aclError sim_host_free(void *p) {
   pthread_rwlock_wrlock(&M.map);
   pthread_mutex_lock(&M.mu);
   struct alloc *l = M.pinned.p;
-  size_t i = upper(&M.pinned, sizeof *l, a);
+  size_t i = sim_vec_upper(&M.pinned, sizeof *l, a);
   aclError rc = ACL_ERROR_RT_MEMORY_FREE;
   if (i > 0 && l[i - 1].base == a) {
     sim_hz_free("aclrtFreeHost", a, l[i - 1].size);
     munmap((void *)a, l[i - 1].span);
-    vec_remove(&M.pinned, sizeof *l, i - 1);
+    sim_vec_remove(&M.pinned, sizeof *l, i - 1);
     rc = ACL_SUCCESS;
   }
   pthread_mutex_unlock(&M.mu);
@@ -319,7 +318,7 @@ int sim_pinned_check(const void *p, size_t len) {
   pthread_mutex_lock(&M.mu);
   int r = 0;
   const struct alloc *l = M.pinned.p;
-  size_t i = upper(&M.pinned, sizeof *l, a);
+  size_t i = sim_vec_upper(&M.pinned, sizeof *l, a);
   if (i > 0 && a < l[i - 1].base + l[i - 1].span)
     r = (len <= l[i - 1].size && a - l[i - 1].base <= l[i - 1].size - len) ? 1 : -1;
   pthread_mutex_unlock(&M.mu);

@@ -1,6 +1,7 @@
 /* stream.c: streams (one worker thread each, running its queue in order), events, the copy engine with
- * its optional host-link throttle, and the copy/memset API. Synchronous copies and memsets run as tasks
- * on the default stream and wait for it, so they are ordered after earlier default-stream work. */
+ * its optional host-link throttle, the copy/memset API, and the kernel launch libnnopbase.so's executors
+ * go through. Synchronous copies and memsets run as tasks on the default stream and wait for it, so they
+ * are ordered after earlier default-stream work. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,12 +10,13 @@
 
 #include "aclsim.h"
 
-enum task_kind { TK_COPY, TK_MEMSET, TK_KERNEL, TK_RECORD, TK_WAIT };
+enum task_kind { TK_COPY, TK_MEMSET, TK_KERNEL, TK_RECORD, TK_WAIT, TK_RESET };
 
 struct sim_event {
   uint32_t flags;
   int refs;           /* the handle plus each queued task naming it; guarded by ev_mu */
-  uint64_t recorded;  /* sequence of the latest record enqueued */
+  uint64_t seqs;      /* records enqueued so far: each takes the next sequence */
+  uint64_t recorded;  /* sequence of the latest record enqueued; 0 when none, or reset since */
   uint64_t *pend;     /* sequences of the records enqueued and not run yet (on any streams, in any order) */
   size_t npend, cappend;
   uint64_t ts_seq;    /* the highest record run so far, and when it ran */
@@ -78,13 +80,14 @@ static void init_cond(pthread_cond_t *cv) {
 
 static void ev_init_once(void) { init_cond(&ev_cv); }
 
-static struct timespec abs_after_ns(uint64_t ns) {
-  uint64_t t = sim_now_ns() + ns;
-  return (struct timespec){.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+static struct timespec ts_of(uint64_t ns) {
+  return (struct timespec){.tv_sec = (time_t)(ns / 1000000000ull), .tv_nsec = (long)(ns % 1000000000ull)};
 }
 
+static struct timespec abs_after_ns(uint64_t ns) { return ts_of(sim_now_ns() + ns); }
+
 static void sleep_until(uint64_t t) {
-  struct timespec ts = {.tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull)};
+  struct timespec ts = ts_of(t);
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
   }
 }
@@ -202,7 +205,7 @@ static void run_task(struct sim_stream *s, struct sim_task *t) {
       break;
     case TK_KERNEL:
       if (!dead) sim_exec_run(t->exec, s->id, t->id, t->tid);
-      sim_exec_free(t->exec);
+      free(t->exec);
       break;
     case TK_RECORD:
       pthread_mutex_lock(&ev_mu);
@@ -228,6 +231,9 @@ static void run_task(struct sim_stream *s, struct sim_task *t) {
       pthread_mutex_unlock(&ev_mu);
       event_unref(t->ev);
       break;
+    case TK_RESET: /* the event stopped counting as recorded when the reset was enqueued */
+      event_unref(t->ev);
+      break;
   }
 }
 
@@ -239,7 +245,7 @@ static void jitter(struct sim_stream *s) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   uint64_t ns = z % ((uint64_t)sim_cfg.jitter_us + 1) * 1000;
-  struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000ull), .tv_nsec = (long)(ns % 1000000000ull)};
+  struct timespec ts = ts_of(ns);
   nanosleep(&ts, NULL);
 }
 
@@ -384,15 +390,19 @@ static void enqueue(struct sim_stream *s, struct sim_task *t) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* stream_wait waits for everything enqueued on s before the call; timeout_ms < 0 waits forever. */
-static aclError stream_wait(struct sim_stream *s, int32_t timeout_ms, uint32_t report_as) {
+uint64_t sim_deadline(int32_t timeout_ms) {
+  return timeout_ms < 0 ? SIM_FOREVER : sim_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+/* stream_wait waits for everything enqueued on s before the call, until deadline. */
+static aclError stream_wait(struct sim_stream *s, uint64_t deadline, uint32_t report_as) {
   struct sim_vc seen = {NULL, 0}; /* the stream's clock at the call: what the host has seen once drained */
   pthread_mutex_lock(&s->mu);
   uint64_t target = s->enq;
   sim_hz_snap_stream(s->id, &seen);
-  struct timespec dl = abs_after_ns(timeout_ms > 0 ? (uint64_t)timeout_ms * 1000000ull : 0);
+  struct timespec dl = ts_of(deadline);
   while (s->done < target) {
-    if (timeout_ms < 0) {
+    if (deadline == SIM_FOREVER) {
       pthread_cond_wait(&s->cv, &s->mu);
     } else if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) == ETIMEDOUT && s->done < target) {
       pthread_mutex_unlock(&s->mu);
@@ -405,24 +415,29 @@ static aclError stream_wait(struct sim_stream *s, int32_t timeout_ms, uint32_t r
   return sim_wait_result(report_as);
 }
 
-aclError sim_sync_all(void) {
+aclError sim_sync_all(uint64_t deadline) {
   pthread_mutex_lock(&streams_mu);
   size_t n = nstreams;
   struct sim_stream **all = malloc((n ? n : 1) * sizeof *all);
   if (all) memcpy(all, streams, n * sizeof *all);
   pthread_mutex_unlock(&streams_mu);
-  if (!all) return ACL_ERROR_BAD_ALLOC;
+  if (!all) return sim_fail(ACL_ERROR_BAD_ALLOC, "device sync: out of host memory");
   /* Streams are only freed by aclrtDestroyStream/aclFinalize; racing those with a device sync is a misuse. */
-  for (size_t i = 0; i < n; i++) stream_wait(all[i], -1, UINT32_MAX);
+  aclError rc = ACL_SUCCESS;
+  for (size_t i = 0; i < n && rc != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT; i++)
+    rc = stream_wait(all[i], deadline, UINT32_MAX);
   free(all);
-  return sim_wait_result(STREAM_ANY);
+  return rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT ? rc : sim_wait_result(STREAM_ANY);
 }
 
-aclError sim_launch_kernel(struct sim_exec *e, aclrtStream stream) {
+ACLSIM_INTERNAL aclError aclsim_internal_launch(const char *fn, struct sim_exec *e, aclrtStream stream) {
   struct sim_stream *s = resolve(stream);
-  if (!s) return ACL_ERROR_RT_PARAM_INVALID;
-  struct sim_task *t = calloc(1, sizeof *t);
-  if (!t) return ACL_ERROR_BAD_ALLOC;
+  struct sim_task *t = s ? calloc(1, sizeof *t) : NULL;
+  if (!t) {
+    free(e);
+    return s ? sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn)
+             : sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a stream", fn, stream);
+  }
   t->kind = TK_KERNEL;
   t->exec = e;
   enqueue(s, t);
@@ -430,15 +445,27 @@ aclError sim_launch_kernel(struct sim_exec *e, aclrtStream stream) {
 }
 
 /* ---- streams API ---- */
-ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream) {
+static aclError stream_create(const char *fn, aclrtStream *stream) {
   aclError rc = sim_check();
   if (rc) return rc;
-  if (!stream) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream is NULL");
+  if (!stream) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", fn);
   struct sim_stream *s = stream_new();
-  if (!s) return sim_fail(ACL_ERROR_INTERNAL_ERROR, "aclrtCreateStream: cannot start a stream worker");
+  if (!s) return sim_fail(ACL_ERROR_INTERNAL_ERROR, "%s: cannot start a stream worker", fn);
   sim_ptrset_add(&stream_set, s);
   *stream = s;
   return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtCreateStream(aclrtStream *stream) {
+  return stream_create("aclrtCreateStream", stream);
+}
+
+/* As on CANN, a priority out of [0, 7] is clamped and flags other than the documented ones give a plain
+ * stream, so nothing here is rejected; neither changes how the emulated stream runs. */
+ACL_FUNC_VISIBILITY aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag) {
+  (void)priority;
+  (void)flag;
+  return stream_create("aclrtCreateStreamWithConfig", stream);
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtDestroyStream(aclrtStream stream) {
@@ -464,7 +491,7 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStream(aclrtStream stream) {
   if (!sim_initialized()) return sim_check();
   struct sim_stream *s = resolve(stream);
   if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeStream: %p is not a stream", stream);
-  return stream_wait(s, -1, s->id);
+  return stream_wait(s, SIM_FOREVER, s->id);
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
@@ -473,7 +500,7 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream strea
     return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeStreamWithTimeout: invalid timeout %d", timeout);
   struct sim_stream *s = resolve(stream);
   if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSynchronizeStreamWithTimeout: %p is not a stream", stream);
-  aclError rc = stream_wait(s, timeout, s->id);
+  aclError rc = stream_wait(s, sim_deadline(timeout), s->id);
   if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
     return sim_fail(rc, "aclrtSynchronizeStreamWithTimeout: stream %u not done after %d ms", s->id, timeout);
   return rc;
@@ -481,7 +508,34 @@ ACL_FUNC_VISIBILITY aclError aclrtSynchronizeStreamWithTimeout(aclrtStream strea
 
 ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDevice(void) {
   if (!sim_initialized()) return sim_check();
-  return sim_sync_all();
+  return sim_sync_all(SIM_FOREVER);
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtSynchronizeDeviceWithTimeout(int32_t timeout) {
+  if (!sim_initialized()) return sim_check();
+  if (timeout < -1)
+    return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtSynchronizeDeviceWithTimeout: invalid timeout %d", timeout);
+  aclError rc = sim_sync_all(sim_deadline(timeout));
+  if (rc == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)
+    return sim_fail(rc, "aclrtSynchronizeDeviceWithTimeout: the device is not done after %d ms", timeout);
+  return rc;
+}
+
+/* A query that answers COMPLETE is a host wait that saw the stream drained (for the hazard checker). */
+ACL_FUNC_VISIBILITY aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) {
+  aclError rc = sim_check();
+  if (rc) return rc;
+  if (!status) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtStreamQuery: status is NULL");
+  struct sim_stream *s = resolve(stream);
+  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamQuery: %p is not a stream", stream);
+  struct sim_vc seen = {NULL, 0};
+  pthread_mutex_lock(&s->mu);
+  bool done = s->done == s->enq;
+  if (done) sim_hz_snap_stream(s->id, &seen);
+  pthread_mutex_unlock(&s->mu);
+  sim_hz_host_join(&seen);
+  *status = done ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+  return ACL_SUCCESS;
 }
 
 /* ---- events API ---- */
@@ -504,6 +558,10 @@ ACL_FUNC_VISIBILITY aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_
   return event_create("aclrtCreateEventWithFlag", event, flag);
 }
 
+ACL_FUNC_VISIBILITY aclError aclrtCreateEventExWithFlag(aclrtEvent *event, uint32_t flag) {
+  return event_create("aclrtCreateEventExWithFlag", event, flag);
+}
+
 ACL_FUNC_VISIBILITY aclError aclrtCreateEvent(aclrtEvent *event) {
   return event_create("aclrtCreateEvent", event, ACL_EVENT_SYNC | ACL_EVENT_TIME_LINE);
 }
@@ -521,17 +579,31 @@ ACL_FUNC_VISIBILITY aclError aclrtDestroyEvent(aclrtEvent event) {
   return ACL_SUCCESS;
 }
 
-ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+/* event_task checks an event call's handles and makes its task on the stream, the event referenced. */
+static aclError event_task(const char *fn, aclrtEvent event, aclrtStream stream, enum task_kind kind,
+                           struct sim_stream **s, struct sim_task **t) {
   aclError rc = sim_check();
   if (rc) return rc;
   struct sim_event *e = event_of(event);
-  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not an event", event);
-  struct sim_stream *s = resolve(stream);
-  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not a stream", stream);
-  struct sim_task *t = calloc(1, sizeof *t);
-  if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "aclrtRecordEvent: out of host memory");
-  t->kind = TK_RECORD;
-  t->ev = e;
+  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not an event", fn, event);
+  *s = resolve(stream);
+  if (!*s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a stream", fn, stream);
+  *t = calloc(1, sizeof **t);
+  if (!*t) return sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn);
+  (*t)->kind = kind;
+  (*t)->ev = e;
+  pthread_mutex_lock(&ev_mu);
+  e->refs++;
+  pthread_mutex_unlock(&ev_mu);
+  return ACL_SUCCESS;
+}
+
+ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+  struct sim_stream *s;
+  struct sim_task *t;
+  aclError rc = event_task("aclrtRecordEvent", event, stream, TK_RECORD, &s, &t);
+  if (rc) return rc;
+  struct sim_event *e = t->ev;
   pthread_mutex_lock(&ev_mu);
   if (e->npend == e->cappend) {
     size_t cap = e->cappend ? 2 * e->cappend : 4;
@@ -539,13 +611,13 @@ ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stre
     if (!p) {
       pthread_mutex_unlock(&ev_mu);
       free(t);
+      event_unref(e);
       return sim_fail(ACL_ERROR_BAD_ALLOC, "aclrtRecordEvent: out of host memory");
     }
     e->pend = p;
     e->cappend = cap;
   }
-  e->refs++;
-  t->seq = ++e->recorded;
+  t->seq = e->recorded = ++e->seqs;
   e->pend[e->npend++] = t->seq;
   pthread_mutex_unlock(&ev_mu);
   enqueue(s, t);
@@ -553,19 +625,28 @@ ACL_FUNC_VISIBILITY aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stre
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
-  aclError rc = sim_check();
+  struct sim_stream *s;
+  struct sim_task *t;
+  aclError rc = event_task("aclrtStreamWaitEvent", event, stream, TK_WAIT, &s, &t);
   if (rc) return rc;
-  struct sim_event *e = event_of(event);
-  if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not an event", event);
-  struct sim_stream *s = resolve(stream);
-  if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a stream", stream);
-  struct sim_task *t = calloc(1, sizeof *t);
-  if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "aclrtStreamWaitEvent: out of host memory");
-  t->kind = TK_WAIT;
-  t->ev = e;
   pthread_mutex_lock(&ev_mu);
-  e->refs++;
-  t->seq = e->recorded; /* waits for the record enqueued before this call; none recorded = no wait */
+  t->seq = t->ev->recorded; /* waits for the record enqueued before this call; none (or reset) = no wait */
+  pthread_mutex_unlock(&ev_mu);
+  enqueue(s, t);
+  return ACL_SUCCESS;
+}
+
+/* aclrtResetEvent is a task on the stream, like a record; from the call on the event counts as never
+ * recorded, so a wait, sync or query issued afterwards does not wait for an earlier record (as on CANN,
+ * a wait on a reset event does not block). Records already enqueued still run. */
+ACL_FUNC_VISIBILITY aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
+  struct sim_stream *s;
+  struct sim_task *t;
+  aclError rc = event_task("aclrtResetEvent", event, stream, TK_RESET, &s, &t);
+  if (rc) return rc;
+  pthread_mutex_lock(&ev_mu);
+  t->ev->recorded = 0;
+  sim_hz_unrecord(&t->ev->hz);
   pthread_mutex_unlock(&ev_mu);
   enqueue(s, t);
   return ACL_SUCCESS;
@@ -607,9 +688,12 @@ ACL_FUNC_VISIBILITY aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventR
   if (!status) return sim_fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is NULL");
   struct sim_event *e = event_of(event);
   if (!e) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEventStatus: %p is not an event", event);
+  struct sim_vc seen = {NULL, 0}; /* like aclrtStreamQuery: COMPLETE is a host wait that saw the record run */
   pthread_mutex_lock(&ev_mu);
   bool done = rec_done(e, e->recorded);
+  if (done) sim_hz_snap_event(&e->hz, &seen);
   pthread_mutex_unlock(&ev_mu);
+  sim_hz_host_join(&seen);
   *status = done ? ACL_EVENT_RECORDED_STATUS_COMPLETE : ACL_EVENT_RECORDED_STATUS_NOT_READY;
   return ACL_SUCCESS;
 }
@@ -643,13 +727,13 @@ static aclError copy_api(const char *fn, void *dst, size_t destMax, const void *
                     dp < 0 ? "dst" : "src");
   struct sim_stream *s = async ? resolve(stream) : default_stream;
   if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a stream", fn, stream);
-  if (count == 0) return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+  if (count == 0) return async ? ACL_SUCCESS : stream_wait(s, SIM_FOREVER, s->id);
   struct sim_task *t = calloc(1, sizeof *t);
   if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn);
   *t = (struct sim_task){.kind = TK_COPY, .sync = !async, .dst = dst, .src = src, .n = count, .dir = kind,
                          .dst_dev = ddev, .src_dev = sdev, .dst_pinned = dp == 1, .src_pinned = sp == 1};
   enqueue(s, t);
-  return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+  return async ? ACL_SUCCESS : stream_wait(s, SIM_FOREVER, s->id);
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
@@ -674,14 +758,14 @@ static aclError memset_api(const char *fn, void *devPtr, size_t maxCount, int32_
   if (pinned < 0) return sim_fail(ACL_ERROR_INVALID_PARAM, "%s: %zu bytes overrun the pinned allocation", fn, count);
   struct sim_stream *s = async ? resolve(stream) : default_stream;
   if (!s) return sim_fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a stream", fn, stream);
-  if (count == 0) return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+  if (count == 0) return async ? ACL_SUCCESS : stream_wait(s, SIM_FOREVER, s->id);
   struct sim_task *t = calloc(1, sizeof *t);
   if (!t) return sim_fail(ACL_ERROR_BAD_ALLOC, "%s: out of host memory", fn);
   *t = (struct sim_task){.kind = TK_MEMSET, .sync = !async, .dst = devPtr, .src = devPtr, .n = count,
                          .dir = ACL_MEMCPY_DEVICE_TO_DEVICE, .dst_dev = dev, .src_dev = dev,
                          .dst_pinned = pinned == 1, .src_pinned = pinned == 1, .value = value & 0xff};
   enqueue(s, t);
-  return async ? ACL_SUCCESS : stream_wait(s, -1, s->id);
+  return async ? ACL_SUCCESS : stream_wait(s, SIM_FOREVER, s->id);
 }
 
 ACL_FUNC_VISIBILITY aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {

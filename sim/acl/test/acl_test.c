@@ -540,6 +540,340 @@ static void test_matmul_workload_size(void) {
   fini();
 }
 
+/* ---- VMM ---- */
+#define GRAN (2 * MIB)
+
+static aclrtPhysicalMemProp dev_prop(void) {
+  aclrtPhysicalMemProp p;
+  memset(&p, 0, sizeof p);
+  p.handleType = ACL_MEM_HANDLE_TYPE_NONE;
+  p.allocationType = ACL_MEM_ALLOCATION_TYPE_PINNED;
+  p.memAttr = ACL_HBM_MEM_HUGE;
+  p.location.type = ACL_MEM_LOCATION_TYPE_DEVICE;
+  return p;
+}
+
+static char *reserve(size_t n) {
+  void *va = NULL;
+  CHECK_RC(aclrtReserveMemAddress(&va, n, 0, NULL, 0), ACL_SUCCESS);
+  return va;
+}
+
+static aclrtDrvMemHandle phys(size_t n) {
+  aclrtPhysicalMemProp p = dev_prop();
+  aclrtDrvMemHandle h = NULL;
+  CHECK_RC(aclrtMallocPhysical(&h, n, &p, 0), ACL_SUCCESS);
+  return h;
+}
+
+static int bad_products(const float *got, const float *a, const float *b, int n) {
+  int bad = 0;
+  for (int i = 0; i < n; i++) bad += got[i] != a[i] * b[i];
+  return bad;
+}
+
+/* MindSpore's pattern: one reservation, 2 MiB physical chunks mapped into it, a tensor across two chunks,
+ * and a chunk unmapped and mapped again elsewhere with its bytes. */
+static void test_vmm(void) {
+  init();
+  aclrtPhysicalMemProp prop = dev_prop();
+  size_t g = 0, g2 = 0;
+  CHECK_RC(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &g), ACL_SUCCESS);
+  CHECK_RC(aclrtMemGetAllocationGranularity(&prop, ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED, &g2), ACL_SUCCESS);
+  CHECK(g == GRAN && g2 == GRAN);
+  size_t f0 = free_bytes();
+  char *va = reserve(4 * GRAN);
+  CHECK(va && (uintptr_t)va % GRAN == 0);
+  CHECK(free_bytes() == f0); /* address space only */
+  aclrtDrvMemHandle h[3];
+  for (int i = 0; i < 3; i++) h[i] = phys(GRAN);
+  CHECK(free_bytes() == f0 - 3 * GRAN); /* physical memory counts like aclrtMalloc's */
+  for (int i = 0; i < 3; i++) CHECK_RC(aclrtMapMem(va + i * GRAN, GRAN, 0, h[i], 0), ACL_SUCCESS);
+  enum { R = 512, C = 512, N = R * C }; /* 1 MiB of floats */
+  float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *o = malloc(N * sizeof *o);
+  for (int i = 0; i < N; i++) a[i] = (float)(i % 1000) * 0.25f, b[i] = (float)(i % 7) - 3.0f;
+  char *da = va, *db = va + 3 * MIB / 2, *dout = va + 2 * GRAN; /* b spans chunks 0 and 1 */
+  upload(da, a, N), upload(db, b, N);
+  CHECK_RC(aclrtMemset(dout, GRAN, 0, GRAN), ACL_SUCCESS);
+  aclTensor *ta = tensor2(da, R, C), *tb = tensor2(db, R, C), *to = tensor2(dout, R, C);
+  CHECK_RC(run_mul(ta, tb, to, NULL), ACL_SUCCESS);
+  d2h(o, dout, N * sizeof *o);
+  CHECK(bad_products(o, a, b, N) == 0);
+  /* the result's chunk, unmapped and mapped at the end of the reservation, still holds it */
+  CHECK_RC(aclrtUnmapMem(dout), ACL_SUCCESS);
+  CHECK_RC(aclrtMapMem(va + 3 * GRAN, GRAN, 0, h[2], 0), ACL_SUCCESS);
+  memset(o, 0, N * sizeof *o);
+  d2h(o, va + 3 * GRAN, N * sizeof *o);
+  CHECK(bad_products(o, a, b, N) == 0);
+  CHECK(free_bytes() == f0 - 3 * GRAN);
+  CHECK_RC(aclrtUnmapMem(va), ACL_SUCCESS);
+  CHECK_RC(aclrtUnmapMem(va + GRAN), ACL_SUCCESS);
+  CHECK_RC(aclrtUnmapMem(va + 3 * GRAN), ACL_SUCCESS);
+  for (int i = 0; i < 3; i++) CHECK_RC(aclrtFreePhysical(h[i]), ACL_SUCCESS);
+  CHECK_RC(aclrtReleaseMemAddress(va), ACL_SUCCESS);
+  CHECK(free_bytes() == f0);
+  aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(to);
+  free(a), free(b), free(o);
+  fini();
+}
+
+/* Every misuse: bad arguments 100000; map/unmap against the state 107000; frees of what is not live or
+ * still in use 207002; out of capacity or address space 207001. */
+static void test_vmm_misuse(void) {
+  setenv("ACLSIM_DEVICE_MEM", "64M", 1);
+  init();
+  aclrtPhysicalMemProp prop = dev_prop(), host = dev_prop();
+  host.location.type = ACL_MEM_LOCATION_TYPE_HOST;
+  size_t g;
+  void *got = NULL;
+  aclrtDrvMemHandle h = NULL, bogus = (aclrtDrvMemHandle)(uintptr_t)0x1000;
+  const aclrtMemGranularityOptions min = ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM;
+  CHECK_RC(aclrtMemGetAllocationGranularity(NULL, min, &g), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMemGetAllocationGranularity(&prop, min, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMemGetAllocationGranularity(&prop, (aclrtMemGranularityOptions)2, &g), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtReserveMemAddress(NULL, GRAN, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtReserveMemAddress(&got, 0, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtReserveMemAddress(&got, GRAN + 4096, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtReserveMemAddress(&got, GRAN, GRAN, NULL, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtReserveMemAddress(&got, GRAN, 0, NULL, 2), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(NULL, GRAN, &prop, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(&h, GRAN, NULL, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(&h, GRAN, &host, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(&h, 0, &prop, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(&h, MIB, &prop, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(&h, GRAN, &prop, 1), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMallocPhysical(&h, 33 * GRAN, &prop, 0), ACL_ERROR_RT_MEMORY_ALLOCATION); /* 64 MiB hold 32 */
+  char *va = reserve(4 * GRAN);
+  aclrtDrvMemHandle h1 = phys(GRAN), h2 = phys(GRAN), h4 = phys(2 * GRAN);
+  CHECK_RC(aclrtMapMem(NULL, GRAN, 0, h1, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, NULL, 0), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtMapMem(va, GRAN, 1, h1, 0), ACL_ERROR_INVALID_PARAM);        /* offset */
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, h1, 1), ACL_ERROR_INVALID_PARAM);        /* flags */
+  CHECK_RC(aclrtMapMem(va + 4096, GRAN, 0, h1, 0), ACL_ERROR_INVALID_PARAM); /* not granularity-aligned */
+  CHECK_RC(aclrtMapMem(va, 2 * GRAN, 0, h1, 0), ACL_ERROR_INVALID_PARAM);    /* not the physical size */
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, bogus, 0), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_RC(aclrtMapMem(va + 3 * GRAN, 2 * GRAN, 0, h4, 0), ACL_ERROR_RT_PARAM_INVALID); /* past the end */
+  CHECK_RC(aclrtMapMem(va + 4 * GRAN, GRAN, 0, h1, 0), ACL_ERROR_RT_PARAM_INVALID);     /* not reserved */
+  CHECK_RC(aclrtMapMem(va, 2 * GRAN, 0, h4, 0), ACL_SUCCESS);
+  CHECK_RC(aclrtMapMem(va + GRAN, GRAN, 0, h1, 0), ACL_ERROR_RT_PARAM_INVALID);         /* overlaps */
+  CHECK_RC(aclrtMapMem(va + 2 * GRAN, 2 * GRAN, 0, h4, 0), ACL_ERROR_RT_PARAM_INVALID); /* already mapped */
+  CHECK_RC(aclrtMapMem(va + 2 * GRAN, GRAN, 0, h1, 0), ACL_SUCCESS);
+  CHECK_RC(aclrtMapMem(va + 2 * GRAN, GRAN, 0, h2, 0), ACL_ERROR_RT_PARAM_INVALID); /* mapping twice */
+  CHECK_RC(aclrtUnmapMem(NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtUnmapMem(va + GRAN), ACL_ERROR_RT_PARAM_INVALID);     /* inside a mapping, not its start */
+  CHECK_RC(aclrtUnmapMem(va + 3 * GRAN), ACL_ERROR_RT_PARAM_INVALID); /* not mapped */
+  CHECK_RC(aclrtFreePhysical(h4), ACL_ERROR_RT_MEMORY_FREE);          /* mapped */
+  CHECK_RC(aclrtReleaseMemAddress(va), ACL_ERROR_RT_MEMORY_FREE);     /* has mappings */
+  const char *m = aclGetRecentErrMsg();
+  CHECK(m && strstr(m, "aclrtReleaseMemAddress") && strstr(m, "unmap them first"));
+  CHECK_RC(aclrtReleaseMemAddress(va + GRAN), ACL_ERROR_RT_MEMORY_FREE); /* not a reservation */
+  CHECK_RC(aclrtFree(va), ACL_ERROR_RT_MEMORY_FREE);                     /* nor an allocation */
+  CHECK_RC(aclrtReleaseMemAddress(NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtFreePhysical(NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtFreePhysical(bogus), ACL_ERROR_RT_MEMORY_FREE);
+  CHECK_RC(aclrtUnmapMem(va), ACL_SUCCESS);
+  CHECK_RC(aclrtUnmapMem(va), ACL_ERROR_RT_PARAM_INVALID); /* twice */
+  CHECK_RC(aclrtUnmapMem(va + 2 * GRAN), ACL_SUCCESS);
+  aclrtDrvMemHandle all[3] = {h1, h2, h4};
+  for (int i = 0; i < 3; i++) CHECK_RC(aclrtFreePhysical(all[i]), ACL_SUCCESS);
+  CHECK_RC(aclrtFreePhysical(h1), ACL_ERROR_RT_MEMORY_FREE);
+  CHECK_RC(aclrtReleaseMemAddress(va), ACL_SUCCESS);
+  CHECK_RC(aclrtReleaseMemAddress(va), ACL_ERROR_RT_MEMORY_FREE);
+  /* expectPtr: aligned and free gives that address; misaligned 107000; taken 207001 */
+  char *a = reserve(GRAN);
+  CHECK_RC(aclrtReserveMemAddress(&got, GRAN, 0, a + 4096, 0), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_RC(aclrtReserveMemAddress(&got, GRAN, 0, a, 0), ACL_ERROR_RT_MEMORY_ALLOCATION);
+  CHECK_RC(aclrtReserveMemAddress(&got, GRAN, 0, a + 8 * GRAN, 0), ACL_SUCCESS);
+  CHECK(got == a + 8 * GRAN);
+  CHECK_RC(aclrtReleaseMemAddress(got), ACL_SUCCESS);
+  CHECK_RC(aclrtReleaseMemAddress(a), ACL_SUCCESS);
+  CHECK(free_bytes() == 64 * MIB);
+  fini();
+  unsetenv("ACLSIM_DEVICE_MEM");
+}
+
+/* ---- executors ---- */
+struct relaunch {
+  aclOpExecutor *ex;
+  aclrtStream s;
+};
+
+static void *launch_on_thread(void *arg) {
+  struct relaunch *r = arg;
+  return (void *)(intptr_t)aclnnMul(NULL, 0, r->ex, r->s);
+}
+
+/* A repeatable executor relaunched with new addresses (any stream, any thread); a launch takes the addresses
+ * as they are at the launch; the destroy rules. */
+static void test_executors(void) {
+  setenv("ACLSIM_COPY_GBPS", "0.01", 1); /* 1 MiB takes about 0.1 s */
+  init();
+  enum { N = 1024 };
+  float a[N], a2[N], b[N], o[N];
+  for (int i = 0; i < N; i++) a[i] = (float)i, a2[i] = (float)(2 * i + 1), b[i] = (float)(i % 5) - 2.0f;
+  void *da = dev_alloc(sizeof a), *da2 = dev_alloc(sizeof a), *db = dev_alloc(sizeof b), *dc = dev_alloc(sizeof o),
+       *dc2 = dev_alloc(sizeof o), *slow = dev_alloc(MIB);
+  upload(da, a, N), upload(da2, a2, N), upload(db, b, N);
+  aclTensor *ta = tensor2(da, 32, 32), *tb = tensor2(db, 32, 32), *tc = tensor2(dc, 32, 32);
+  aclrtStream s, s2;
+  CHECK_RC(aclrtCreateStream(&s), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateStream(&s2), ACL_SUCCESS);
+  uint64_t ws;
+  aclOpExecutor *ex;
+  CHECK_RC(aclnnMulGetWorkspaceSize(ta, tb, tc, &ws, &ex), ACL_SUCCESS);
+  CHECK_RC(aclSetAclOpExecutorRepeatable(ex), ACL_SUCCESS);
+  char *big = calloc(1, MIB);
+  CHECK_RC(aclrtMemcpyAsync(slow, MIB, big, MIB, ACL_MEMCPY_HOST_TO_DEVICE, s), ACL_SUCCESS);
+  CHECK_RC(aclnnMul(NULL, ws, ex, s), ACL_SUCCESS); /* queued behind the slow copy */
+  CHECK_RC(aclSetTensorAddr(ex, 0, ta, da2), ACL_SUCCESS);
+  CHECK_RC(aclSetTensorAddr(ex, 2, tc, dc2), ACL_SUCCESS);
+  CHECK_RC(aclnnMul(NULL, ws, ex, s2), ACL_SUCCESS); /* runs first, on the new addresses */
+  CHECK_RC(aclrtSynchronizeDevice(), ACL_SUCCESS);
+  d2h(o, dc, sizeof o);
+  CHECK(bad_products(o, a, b, N) == 0); /* the first launch kept its own addresses */
+  d2h(o, dc2, sizeof o);
+  CHECK(bad_products(o, a2, b, N) == 0);
+  CHECK_RC(aclSetTensorAddr(ex, 2, tc, dc), ACL_SUCCESS);
+  CHECK_RC(aclrtMemset(dc, sizeof o, 0, sizeof o), ACL_SUCCESS);
+  struct relaunch r = {ex, s};
+  pthread_t th;
+  void *thread_rc = (void *)1;
+  pthread_create(&th, NULL, launch_on_thread, &r);
+  pthread_join(th, &thread_rc);
+  CHECK(thread_rc == NULL);
+  CHECK_RC(aclrtSynchronizeStream(s), ACL_SUCCESS);
+  d2h(o, dc, sizeof o);
+  CHECK(bad_products(o, a2, b, N) == 0);
+  CHECK_RC(aclSetTensorAddr(ex, 0, tb, da), ACL_ERROR_INVALID_PARAM); /* not the executor's tensor 0 */
+  CHECK_RC(aclSetTensorAddr(ex, 3, ta, da), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclSetTensorAddr(NULL, 0, ta, da), ACL_ERROR_INVALID_PARAM);
+  aclTensor *tl = tensor2(da, 32, 32);
+  const aclTensor *members[1] = {tl};
+  aclTensorList *list = aclCreateTensorList(members, 1);
+  CHECK(list != NULL);
+  CHECK_RC(aclSetDynamicTensorAddr(ex, 0, 0, list, da), ACL_ERROR_INVALID_PARAM); /* Mul takes no list */
+  CHECK_RC(aclSetDynamicTensorAddr(ex, 0, 1, list, da), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclSetDynamicTensorAddr(ex, 0, 0, (aclTensorList *)ta, da), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclDestroyAclOpExecutor(ex), ACL_SUCCESS);
+  CHECK_RC(aclnnMul(NULL, ws, ex, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclDestroyAclOpExecutor(ex), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclSetAclOpExecutorRepeatable(ex), ACL_ERROR_INVALID_PARAM);
+  /* not repeatable: one launch consumes it; one never launched may be destroyed */
+  CHECK_RC(aclnnMulGetWorkspaceSize(ta, tb, tc, &ws, &ex), ACL_SUCCESS);
+  CHECK_RC(aclnnMul(NULL, ws, ex, NULL), ACL_SUCCESS);
+  CHECK_RC(aclnnMul(NULL, ws, ex, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclDestroyAclOpExecutor(ex), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclnnMulGetWorkspaceSize(ta, tb, tc, &ws, &ex), ACL_SUCCESS);
+  CHECK_RC(aclDestroyAclOpExecutor(ex), ACL_SUCCESS);
+  CHECK_RC(aclnnMul(NULL, ws, ex, NULL), ACL_ERROR_INVALID_PARAM);
+  /* a tensor list owns its tensors */
+  CHECK_RC(aclDestroyTensorList(list), ACL_SUCCESS);
+  CHECK_RC(aclDestroyTensor(tl), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclDestroyTensorList(list), ACL_ERROR_INVALID_PARAM);
+  CHECK(aclCreateTensorList(NULL, 1) == NULL);
+  CHECK(aclCreateTensorList(members, 1) == NULL); /* tl is gone */
+  aclTensorList *empty = aclCreateTensorList(NULL, 0);
+  CHECK(empty != NULL);
+  CHECK_RC(aclDestroyTensorList(empty), ACL_SUCCESS);
+  aclDestroyTensor(ta), aclDestroyTensor(tb), aclDestroyTensor(tc);
+  void *ptrs[] = {da, da2, db, dc, dc2, slow};
+  for (size_t i = 0; i < 6; i++) CHECK_RC(aclrtFree(ptrs[i]), ACL_SUCCESS);
+  CHECK_RC(aclrtDestroyStream(s), ACL_SUCCESS);
+  CHECK_RC(aclrtDestroyStream(s2), ACL_SUCCESS);
+  free(big);
+  fini();
+  unsetenv("ACLSIM_COPY_GBPS");
+}
+
+/* ---- the other CANN 8 calls ---- */
+static void test_stream_event_calls(void) {
+  setenv("ACLSIM_COPY_GBPS", "0.01", 1); /* 1 MiB takes about 0.1 s */
+  init();
+  const size_t n = MIB;
+  aclrtStream slow, fast;
+  CHECK_RC(aclrtCreateStreamWithConfig(&slow, 0, 0x1 /* ACL_STREAM_FAST_LAUNCH */), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateStreamWithConfig(&fast, 99, 0x80), ACL_SUCCESS); /* clamped, and a plain stream */
+  CHECK_RC(aclrtCreateStreamWithConfig(NULL, 0, 0), ACL_ERROR_INVALID_PARAM);
+  aclrtStreamStatus st = ACL_STREAM_STATUS_RESERVED;
+  CHECK_RC(aclrtStreamQuery(slow, &st), ACL_SUCCESS);
+  CHECK(st == ACL_STREAM_STATUS_COMPLETE);
+  CHECK_RC(aclrtStreamQuery(NULL, &st), ACL_SUCCESS);
+  CHECK_RC(aclrtStreamQuery(slow, NULL), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtStreamQuery((aclrtStream)&st, &st), ACL_ERROR_RT_PARAM_INVALID);
+  aclrtEvent e, bad;
+  CHECK_RC(aclrtCreateEventExWithFlag(&e, ACL_EVENT_SYNC), ACL_SUCCESS);
+  CHECK_RC(aclrtCreateEventExWithFlag(NULL, ACL_EVENT_SYNC), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtCreateEventExWithFlag(&bad, 0x100), ACL_ERROR_INVALID_PARAM);
+  void *h = NULL, *d = dev_alloc(n), *d2 = dev_alloc(64);
+  CHECK_RC(aclrtMallocHost(&h, n), ACL_SUCCESS);
+  CHECK_RC(aclrtMemcpyAsync(d, n, h, n, ACL_MEMCPY_HOST_TO_DEVICE, slow), ACL_SUCCESS);
+  CHECK_RC(aclrtRecordEvent(e, slow), ACL_SUCCESS);
+  CHECK_RC(aclrtStreamQuery(slow, &st), ACL_SUCCESS);
+  CHECK(st == ACL_STREAM_STATUS_NOT_READY);
+  CHECK_RC(aclrtSynchronizeDeviceWithTimeout(0), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+  CHECK_RC(aclrtSynchronizeDeviceWithTimeout(5), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+  const char *m = aclGetRecentErrMsg();
+  CHECK(m && strstr(m, "aclrtSynchronizeDeviceWithTimeout"));
+  CHECK_RC(aclrtSynchronizeDeviceWithTimeout(-2), ACL_ERROR_INVALID_PARAM);
+  /* a reset event counts as never recorded: what waits on it afterwards does not block */
+  CHECK_RC(aclrtResetEvent(e, slow), ACL_SUCCESS);
+  aclrtEventRecordedStatus es = ACL_EVENT_RECORDED_STATUS_NOT_READY;
+  CHECK_RC(aclrtQueryEventStatus(e, &es), ACL_SUCCESS);
+  CHECK(es == ACL_EVENT_RECORDED_STATUS_COMPLETE);
+  CHECK_RC(aclrtStreamWaitEvent(fast, e), ACL_SUCCESS);
+  CHECK_RC(aclrtMemsetAsync(d2, 64, 1, 64, fast), ACL_SUCCESS);
+  CHECK_RC(aclrtSynchronizeStream(fast), ACL_SUCCESS);
+  CHECK_RC(aclrtSynchronizeEvent(e), ACL_SUCCESS);
+  CHECK_RC(aclrtStreamQuery(slow, &st), ACL_SUCCESS);
+  CHECK(st == ACL_STREAM_STATUS_NOT_READY); /* neither waited for the slow copy */
+  float ms = -1;
+  CHECK_RC(aclrtEventElapsedTime(&ms, e, e), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_RC(aclrtResetEvent((aclrtEvent)h, slow), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_RC(aclrtResetEvent(e, (aclrtStream)h), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK_RC(aclrtSynchronizeDeviceWithTimeout(5000), ACL_SUCCESS);
+  CHECK_RC(aclrtStreamQuery(slow, &st), ACL_SUCCESS);
+  CHECK(st == ACL_STREAM_STATUS_COMPLETE);
+  /* recorded again after the reset, the event works as before */
+  CHECK_RC(aclrtRecordEvent(e, slow), ACL_SUCCESS);
+  CHECK_RC(aclrtSynchronizeEvent(e), ACL_SUCCESS);
+  CHECK_RC(aclrtEventElapsedTime(&ms, e, e), ACL_SUCCESS);
+  CHECK(ms == 0);
+  CHECK_RC(aclrtDestroyEvent(e), ACL_SUCCESS);
+  CHECK_RC(aclrtDestroyStream(slow), ACL_SUCCESS);
+  CHECK_RC(aclrtDestroyStream(fast), ACL_SUCCESS);
+  CHECK_RC(aclrtFree(d), ACL_SUCCESS);
+  CHECK_RC(aclrtFree(d2), ACL_SUCCESS);
+  CHECK_RC(aclrtFreeHost(h), ACL_SUCCESS);
+  fini();
+  unsetenv("ACLSIM_COPY_GBPS");
+}
+
+static void *fail_on_thread(void *arg) {
+  (void)arg;
+  void *p;
+  aclrtMalloc(&p, 0, ACL_MEM_MALLOC_HUGE_FIRST);
+  return (void *)(intptr_t)aclrtGetLastError(ACL_RT_THREAD_LEVEL);
+}
+
+static void test_last_error(void) {
+  init();
+  aclrtGetLastError(ACL_RT_THREAD_LEVEL); /* what earlier tests left */
+  CHECK_RC(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_SUCCESS);
+  void *p;
+  CHECK_RC(aclrtMalloc(&p, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtFree(&p), ACL_ERROR_RT_MEMORY_FREE);
+  CHECK_RC(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_MEMORY_FREE); /* the latest */
+  CHECK_RC(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_SUCCESS);              /* and cleared */
+  pthread_t th;
+  void *theirs = NULL;
+  pthread_create(&th, NULL, fail_on_thread, NULL);
+  pthread_join(th, &theirs);
+  CHECK((intptr_t)theirs == ACL_ERROR_INVALID_PARAM);
+  CHECK_RC(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_SUCCESS); /* per thread */
+  CHECK_RC(aclrtGetLastError((aclrtLastErrLevel)1), ACL_ERROR_INVALID_PARAM);
+  fini();
+}
+
 /* ---- exception info ---- */
 static void test_exception_getters(void) {
   CHECK(aclrtGetTaskIdFromExceptionInfo(NULL) == 0xFFFFFFFFu);
@@ -774,6 +1108,63 @@ static void test_fault_extent(void) { in_child(fault_extent); }
 static void test_fault_copy(void) { in_child(fault_copy); }
 static void test_segv_after_free(void) {
   int st = run_child(segv_after_free);
+  CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+}
+
+/* fault_unmapped: a kernel writing a reserved but unmapped range faults like one on a freed range. */
+static void fault_unmapped(void) {
+  int fd = capture_stderr();
+  init();
+  char *va = reserve(2 * GRAN);
+  aclrtDrvMemHandle h = phys(GRAN);
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, h, 0), ACL_SUCCESS);
+  aclTensor *tin = tensor2(va, 64, 64), *tout = tensor2(va + GRAN, 64, 64); /* the second chunk is not mapped */
+  CHECK_RC(run_mul(tin, tin, tout, NULL), ACL_SUCCESS);
+  CHECK_RC(aclrtSynchronizeStream(NULL), ACL_ERROR_RT_AICORE_EXCEPTION);
+  CHECK_RC(aclrtGetLastError(ACL_RT_THREAD_LEVEL), ACL_ERROR_RT_AICORE_EXCEPTION);
+  CHECK_RC(aclrtUnmapMem(va), ACL_ERROR_RT_DRV_INTERNAL_ERROR);
+  const char *m = aclGetRecentErrMsg();
+  char want[80];
+  snprintf(want, sizeof want, "tensor index:2\naddr:%#lx\nsize:16384 bytes", (unsigned long)(va + GRAN));
+  CHECK(m && strstr(m, "fault kernel_name=Mul_") && strstr(m, want));
+  fflush(stderr);
+  CHECK(count(read_capture(fd), "[ERROR] RUNTIME(") == 7);
+  fini();
+}
+
+/* fault_mapped_overrun: a copy running past the end of the last mapping faults with 507053. */
+static void fault_mapped_overrun(void) {
+  capture_stderr();
+  init();
+  char *va = reserve(2 * GRAN);
+  aclrtDrvMemHandle h = phys(GRAN);
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, h, 0), ACL_SUCCESS);
+  static char host[8192];
+  CHECK_RC(aclrtMemcpyAsync(host, sizeof host, va + GRAN - 4096, sizeof host, ACL_MEMCPY_DEVICE_TO_HOST, NULL),
+           ACL_SUCCESS);
+  CHECK_RC(aclrtSynchronizeStream(NULL), ACL_ERROR_RT_DEVICE_MEM_ERROR);
+  const char *m = aclGetRecentErrMsg();
+  CHECK(m && strstr(m, "fault kernel_name=MemcpyAsync_D2H") && strstr(m, "tensor index:1"));
+  fini();
+}
+
+/* segv_after_unmap: an unmapped range is PROT_NONE again, so even a direct host access is caught. */
+static void segv_after_unmap(void) {
+  init();
+  char *va = reserve(GRAN);
+  aclrtDrvMemHandle h = phys(GRAN);
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, h, 0), ACL_SUCCESS);
+  va[0] = 1; /* mapped emulated device memory is host-mapped */
+  CHECK_RC(aclrtUnmapMem(va), ACL_SUCCESS);
+  if (failures) _exit(1);
+  *(volatile char *)va = 2; /* must not return */
+  _exit(3);
+}
+
+static void test_fault_unmapped(void) { in_child(fault_unmapped); }
+static void test_fault_mapped_overrun(void) { in_child(fault_mapped_overrun); }
+static void test_segv_after_unmap(void) {
+  int st = run_child(segv_after_unmap);
   CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
 }
 
@@ -1083,6 +1474,52 @@ static void test_hazard_pinned(void) {
 static void test_hazard_line_cap(void) { hz_expect(hz_many, 0, 150, NULL); }
 static void test_hazard_bad_env(void) { in_child(hz_bad_env); }
 
+/* Mapped memory is tracked like allocations. A kernel on a writes a mapped range; 0: b copies it out
+ * unordered; 1: ordered by an event; 2: the host unmaps it while the kernel waits behind a slow copy (the
+ * kernel then faults); 3: the same after a sync. */
+static void hz_vmm(int mode) {
+  hz_setup();
+  char *va = reserve(GRAN);
+  aclrtDrvMemHandle h = phys(GRAN);
+  CHECK_RC(aclrtMapMem(va, GRAN, 0, h, 0), ACL_SUCCESS);
+  aclTensor *tv = tensor2(va, HZ_R, HZ_C);
+  void *slow = dev_alloc(MIB);
+  char *big = calloc(1, MIB);
+  if (mode >= 2) CHECK_RC(aclrtMemcpyAsync(slow, MIB, big, MIB, ACL_MEMCPY_HOST_TO_DEVICE, hz.a), ACL_SUCCESS);
+  CHECK_RC(run_mul(hz.tx, hz.ty, tv, hz.a), ACL_SUCCESS);
+  if (mode == 1) {
+    CHECK_RC(aclrtRecordEvent(hz.e, hz.a), ACL_SUCCESS);
+    CHECK_RC(aclrtStreamWaitEvent(hz.b, hz.e), ACL_SUCCESS);
+  }
+  if (mode < 2)
+    CHECK_RC(aclrtMemcpyAsync(hz.host, HZ_BYTES, va, HZ_BYTES, ACL_MEMCPY_DEVICE_TO_HOST, hz.b), ACL_SUCCESS);
+  if (mode == 0)
+    hz_expect_line("read-after-write", "MemcpyAsync_D2H (stream 2, task 0)", "reads", va, HZ_BYTES,
+                   "aclnnMul (stream 1, task 0)", "writes");
+  if (mode == 3) CHECK_RC(aclrtSynchronizeStream(hz.a), ACL_SUCCESS);
+  if (mode >= 2) CHECK_RC(aclrtUnmapMem(va), ACL_SUCCESS);
+  if (mode == 2) {
+    CHECK_RC(aclrtSynchronizeStream(hz.a), ACL_ERROR_RT_AICORE_EXCEPTION);
+    hz_expect_line("free racing a queued task", "aclrtUnmapMem (host)", "frees", va, HZ_BYTES,
+                   "aclnnMul (stream 1, task 1)", "writes");
+  }
+  aclrtSynchronizeDevice();
+  if (mode < 2) aclrtUnmapMem(va);
+  aclrtFreePhysical(h);
+  aclrtReleaseMemAddress(va);
+  aclDestroyTensor(tv);
+  aclrtFree(slow);
+  free(big);
+  hz_teardown();
+}
+
+static void test_hazard_vmm(void) {
+  hz_expect(hz_vmm, 0, 1, NULL);
+  hz_expect(hz_vmm, 1, 0, NULL);
+  hz_expect(hz_vmm, 2, 1, "ACLSIM_COPY_GBPS=0.01");
+  hz_expect(hz_vmm, 3, 0, "ACLSIM_COPY_GBPS=0.01");
+}
+
 /* Jitter reorders how streams interleave, never what each orders: the ordered tests still hold. */
 static void test_jitter_keeps_order(void) {
   const char *seeds[] = {"1", "7"};
@@ -1123,6 +1560,14 @@ int main(void) {
       {"fault_extent_beyond_allocation", test_fault_extent},
       {"fault_async_copy_507053", test_fault_copy},
       {"freed_range_is_prot_none", test_segv_after_free},
+      {"vmm_map_kernel_copy_remap", test_vmm},
+      {"vmm_misuse_codes", test_vmm_misuse},
+      {"fault_vmm_unmapped_507015", test_fault_unmapped},
+      {"fault_vmm_copy_overrun_507053", test_fault_mapped_overrun},
+      {"unmapped_range_is_prot_none", test_segv_after_unmap},
+      {"executors_repeatable_and_lists", test_executors},
+      {"stream_event_calls", test_stream_event_calls},
+      {"last_error", test_last_error},
       {"hazard_kernel_then_copy", test_hazard_kernel_then_copy},
       {"hazard_copy_then_kernel", test_hazard_copy_then_kernel},
       {"hazard_free_racing_kernel", test_hazard_free_racing_kernel},
@@ -1132,6 +1577,7 @@ int main(void) {
       {"hazard_sync_memcpy", test_hazard_sync_memcpy},
       {"hazard_pinned_memory", test_hazard_pinned},
       {"hazard_line_cap", test_hazard_line_cap},
+      {"hazard_vmm", test_hazard_vmm},
       {"hazard_bad_env", test_hazard_bad_env},
       {"jitter_keeps_order", test_jitter_keeps_order},
   };
