@@ -23,9 +23,15 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// probeRun starts argv paused, probes funcs of lib in it, lets it run to the end and returns its
-// stdout and the measured stats by symbol name.
-func probeRun(t *testing.T, lib string, funcs []Symbol, argv ...string) (string, map[string]Stats) {
+// target is a library and the functions of it to probe.
+type target struct {
+	lib   string
+	funcs []Symbol
+}
+
+// probeRun starts argv paused, probes each target in it, lets it run to the end and returns its stdout
+// and the measured stats by symbol name.
+func probeRun(t *testing.T, targets []target, argv ...string) (string, map[string]Stats) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -36,26 +42,34 @@ func probeRun(t *testing.T, lib string, funcs []Symbol, argv ...string) (string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := Attach(Options{Path: lib, Funcs: funcs, PID: cmd.Process.Pid})
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatal(err)
+	var probes []*Probe
+	for _, tg := range targets {
+		p, err := Attach(Options{Path: tg.lib, Funcs: tg.funcs, PID: cmd.Process.Pid})
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatal(err)
+		}
+		defer p.Close()
+		probes = append(probes, p)
 	}
-	defer p.Close()
 	if err := resume(); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("%v: %v\n%s", argv, err, out.String())
 	}
-	stats, err := p.Stats()
-	if err != nil {
-		t.Fatal(err)
-	}
+	var stats []Stats
 	byName := map[string]Stats{}
-	for _, s := range stats {
-		byName[s.Func.Name] = s
+	for _, p := range probes {
+		st, err := p.Stats()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range st {
+			byName[s.Func.Name] = s
+		}
+		stats = append(stats, st...)
 	}
 	var report strings.Builder
 	Write(&report, stats)
@@ -65,13 +79,20 @@ func probeRun(t *testing.T, lib string, funcs []Symbol, argv ...string) (string,
 
 func TestProbeDecoderSim(t *testing.T) {
 	needRoot(t)
-	lib := testenv.Path(t, testenv.ACLLib)
 	sim := testenv.Path(t, testenv.DecoderSim)
-	funcs, err := Resolve(lib, RuntimeFuncs, nil)
-	if err != nil {
-		t.Fatal(err)
+	// The runtime functions live where CANN 8 puts them: aclrt* in libascendcl, aclnn ops in libopapi.
+	var targets []target
+	for _, lib := range []string{testenv.ACLLib, testenv.OpAPILib} {
+		lib = testenv.Path(t, lib)
+		funcs, err := Resolve(lib, RuntimeFuncs, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(funcs) > 0 {
+			targets = append(targets, target{lib, funcs})
+		}
 	}
-	out, stats := probeRun(t, lib, funcs, sim, "--steps", "1")
+	out, stats := probeRun(t, targets, sim, "--steps", "1")
 
 	// decoder-sim prints how often it called each runtime function: the probes must agree.
 	printed := map[string]uint64{}
@@ -107,7 +128,7 @@ func TestProbeCxxByDemangledName(t *testing.T) {
 	if len(funcs) != 2 {
 		t.Fatalf("matched %d methods, want AllocTensorMem and FreeTensorMem", len(funcs))
 	}
-	_, stats := probeRun(t, lib, funcs, user, "37")
+	_, stats := probeRun(t, []target{{lib, funcs}}, user, "37")
 	for _, f := range funcs {
 		if s := stats[f.Name]; s.Calls != 37 || s.Total <= 0 {
 			t.Errorf("%s: %d calls in %v, want 37 calls taking time", f.Demangled, s.Calls, s.Total)
