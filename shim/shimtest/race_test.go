@@ -1,6 +1,7 @@
 package shimtest
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -23,5 +24,38 @@ func TestRaceReportedWhenTheJobDefeatsTheOrdering(t *testing.T) {
 		if block != (mode == "race") {
 			t.Errorf("sa-race %s: fault block printed %v\nstderr:\n%s", mode, block, r.stderr)
 		}
+	}
+}
+
+// The launch check follows executors: a cached executor re-pointed at address 0 and launched again with
+// no new tensor, and tensors made on one thread but launched on another, are both reported before the
+// kernel runs (shim/c/test/sa_exec.c).
+func TestLaunchCheckFollowsExecutors(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-exec")
+	r := run(t, time.Minute, agentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=safe"), prog)
+	if r.err != nil {
+		t.Fatalf("sa-exec: %v\nstderr:\n%s", r.err, r.stderr)
+	}
+	var st struct {
+		Faults []struct {
+			Detected string `json:"detected"`
+			Size     uint64 `json:"size"`
+			Kernel   string `json:"kernel"`
+		} `json:"faults"`
+	}
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &st); err != nil {
+		t.Fatalf("stats JSON: %v\n%s", err, r.stdout)
+	}
+	seen := map[uint64]bool{}
+	for _, f := range st.Faults {
+		if f.Detected == "launch" && f.Kernel == "aclnnMul" {
+			seen[f.Size] = true
+		}
+	}
+	if !seen[1<<20] {
+		t.Errorf("the cached executor re-pointed at address 0 was not reported: %+v", st.Faults)
+	}
+	if !seen[2<<20] {
+		t.Errorf("the launch on another thread than its tensors' was not reported: %+v", st.Faults)
 	}
 }
