@@ -234,6 +234,16 @@ func TestBadFlags(t *testing.T) {
 		{"--hidden=0"},
 		{"--lr", "nan"},
 		{"positional"},
+		{"--alloc", "mmap"},
+		{"--alloc"},
+		{"--launch", "async"},
+		{"--executor-cache", "yes"},
+		{"--executor-cache-size", "0"},
+		{"--executor-cache-size", "8"}, // without --executor-cache on
+		{"--executor-cache", "on", "--executor-cache-size", "x"},
+		{"--vmm-reserve", "64M"}, // without --alloc vmm
+		{"--alloc", "vmm", "--vmm-reserve", "1X"},
+		{"--alloc", "vmm", "--vmm-reserve", "0"},
 	}
 	for _, args := range cases {
 		r := run(t, args...)
@@ -246,7 +256,8 @@ func TestBadFlags(t *testing.T) {
 
 func TestHelp(t *testing.T) {
 	r := mustRun(t, "--help")
-	for _, f := range []string{"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden", "--link", "--sync", "--streams", "--seed"} {
+	for _, f := range []string{"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden", "--link", "--sync",
+		"--streams", "--seed", "--alloc", "--vmm-reserve", "--launch", "--executor-cache", "--executor-cache-size"} {
 		if !strings.Contains(r.stdout, f) {
 			t.Errorf("--help does not mention %s", f)
 		}
@@ -390,5 +401,254 @@ func TestSyncModeWaits(t *testing.T) {
 	cs := calls(t, mustRun(t, append(args, "--link", "dlsym")...).stdout)
 	if cd["aclrtRecordEvent"] == 0 || fmt.Sprint(cd) != fmt.Sprint(cs) {
 		t.Errorf("--streams 2 calls: direct %v, dlsym %v", cd, cs)
+	}
+}
+
+// runtimeFlags are the 8 combinations of the MindSpore-like runtime modes: --alloc x --launch x
+// --executor-cache.
+func runtimeFlags() [][]string {
+	var out [][]string
+	for _, alloc := range []string{"malloc", "vmm"} {
+		for _, launch := range []string{"inline", "thread"} {
+			for _, cache := range []string{"off", "on"} {
+				out = append(out, []string{"--alloc", alloc, "--launch", launch, "--executor-cache", cache})
+			}
+		}
+	}
+	return out
+}
+
+var (
+	cacheLineRE  = regexp.MustCompile(`(?m)^decoder-sim: executor cache: (\d+) hits, (\d+) misses, (\d+) evictions, capacity (\d+)$`)
+	mappedPeakRE = regexp.MustCompile(`; mapped peak (\d+) bytes \(`)
+	poolPeakRE   = regexp.MustCompile(`pool peak ([0-9.]+) MiB of [0-9.]+ MiB reserved`)
+)
+
+type cacheStats struct{ hits, misses, evictions, capacity int }
+
+func executorCache(t *testing.T, stderr string) cacheStats {
+	t.Helper()
+	m := cacheLineRE.FindStringSubmatch(stderr)
+	if m == nil {
+		t.Fatalf("no executor cache line on stderr:\n%s", stderr)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(m[i]); return v }
+	return cacheStats{n(1), n(2), n(3), n(4)}
+}
+
+var kernels = []string{"aclnnMul", "aclnnAdd", "aclnnMatmul", "aclnnInplaceCopy"}
+
+// checkCacheCounts checks the calls of an --executor-cache on run c against the same run with the cache
+// off (base): the same launches; a tensor is created only on a miss and re-pointed on every hit, so created
+// plus re-pointed tensors equal the tensors of base; GetWorkspaceSize and the executors made repeatable
+// are the misses; every executor, tensor and scalar is destroyed by the exit.
+func checkCacheCounts(t *testing.T, c, base map[string]int, cs cacheStats) {
+	t.Helper()
+	launches, ws := 0, 0
+	for _, k := range kernels {
+		if c[k] != base[k] {
+			t.Errorf("cache on: calls %s %d, want %d as with the cache off", k, c[k], base[k])
+		}
+		launches += c[k]
+		ws += c[k+"GetWorkspaceSize"]
+	}
+	if cs.hits+cs.misses != launches || cs.misses == 0 || cs.hits <= cs.misses {
+		t.Errorf("cache on: %d hits + %d misses, want a few misses and hits+misses = %d launches", cs.hits, cs.misses, launches)
+	}
+	if ws != cs.misses || c["aclSetAclOpExecutorRepeatable"] != cs.misses || c["aclDestroyAclOpExecutor"] != cs.misses {
+		t.Errorf("cache on: GetWorkspaceSize %d, aclSetAclOpExecutorRepeatable %d, aclDestroyAclOpExecutor %d, want the %d misses",
+			ws, c["aclSetAclOpExecutorRepeatable"], c["aclDestroyAclOpExecutor"], cs.misses)
+	}
+	if c["aclSetTensorAddr"] == 0 || c["aclCreateTensor"]+c["aclSetTensorAddr"] != base["aclCreateTensor"] ||
+		c["aclCreateTensor"] >= base["aclCreateTensor"]/4 {
+		t.Errorf("cache on: aclCreateTensor %d + aclSetTensorAddr %d, want a few creations and the sum %d (cache off)",
+			c["aclCreateTensor"], c["aclSetTensorAddr"], base["aclCreateTensor"])
+	}
+	if c["aclDestroyTensor"] != c["aclCreateTensor"] || c["aclDestroyScalar"] != c["aclCreateScalar"] ||
+		c["aclCreateScalar"] == 0 || c["aclCreateScalar"] >= base["aclCreateScalar"] {
+		t.Errorf("cache on: tensors %d/%d, scalars %d/%d created/destroyed (cache off: %d scalars)", c["aclCreateTensor"],
+			c["aclDestroyTensor"], c["aclCreateScalar"], c["aclDestroyScalar"], base["aclCreateScalar"])
+	}
+}
+
+// checkAllocCounts checks the device-memory calls of one --alloc mode.
+func checkAllocCounts(t *testing.T, alloc string, c map[string]int) {
+	t.Helper()
+	vmm := []string{"aclrtMemGetAllocationGranularity", "aclrtReserveMemAddress", "aclrtReleaseMemAddress",
+		"aclrtMallocPhysical", "aclrtFreePhysical", "aclrtMapMem", "aclrtUnmapMem"}
+	if alloc == "malloc" {
+		for _, fn := range vmm {
+			if c[fn] != 0 {
+				t.Errorf("--alloc malloc: calls %s %d, want 0", fn, c[fn])
+			}
+		}
+		if c["aclrtMalloc"] == 0 || c["aclrtMalloc"] != c["aclrtFree"] {
+			t.Errorf("--alloc malloc: aclrtMalloc %d, aclrtFree %d", c["aclrtMalloc"], c["aclrtFree"])
+		}
+		return
+	}
+	// MindSpore's VMM pool: no tensor memory from aclrtMalloc; one reservation; 2 MiB chunks mapped on
+	// demand, and every mapped chunk unmapped and freed by the exit.
+	if c["aclrtMalloc"] != 0 || c["aclrtFree"] != 0 {
+		t.Errorf("--alloc vmm: aclrtMalloc %d, aclrtFree %d, want 0", c["aclrtMalloc"], c["aclrtFree"])
+	}
+	if c["aclrtReserveMemAddress"] != 1 || c["aclrtReleaseMemAddress"] != 1 || c["aclrtMemGetAllocationGranularity"] != 1 {
+		t.Errorf("--alloc vmm: aclrtReserveMemAddress %d, aclrtReleaseMemAddress %d, aclrtMemGetAllocationGranularity %d, want 1 each",
+			c["aclrtReserveMemAddress"], c["aclrtReleaseMemAddress"], c["aclrtMemGetAllocationGranularity"])
+	}
+	if m := c["aclrtMapMem"]; m == 0 || c["aclrtMallocPhysical"] != m || c["aclrtUnmapMem"] != m || c["aclrtFreePhysical"] != m {
+		t.Errorf("--alloc vmm: aclrtMallocPhysical %d, aclrtMapMem %d, aclrtUnmapMem %d, aclrtFreePhysical %d: want equal and > 0",
+			c["aclrtMallocPhysical"], m, c["aclrtUnmapMem"], c["aclrtFreePhysical"])
+	}
+}
+
+// Every combination of --alloc, --launch and --executor-cache, in both link modes, computes the same bits
+// as the default run, with the calls each mode implies. The launch thread changes only which thread makes
+// the calls: its counts equal the inline run's.
+func TestRuntimeModesBitIdenticalAndCounts(t *testing.T) {
+	baseRun := mustRun(t, smallArgs()...)
+	want := stepText(baseRun.stdout)
+	if strings.Count(want, "\n") != 2 {
+		t.Fatalf("baseline printed %q", want)
+	}
+	base := calls(t, baseRun.stdout)
+	counts := map[string]map[string]int{}
+	for _, mode := range runtimeFlags() {
+		for _, link := range []string{"direct", "dlsym"} {
+			name := strings.Join([]string{mode[1], mode[3], "cache-" + mode[5], link}, "/")
+			args := smallArgs(append(append([]string{}, mode...), "--link", link)...)
+			r := mustRun(t, args...)
+			if got := stepText(r.stdout); got != want {
+				t.Errorf("%s: step lines differ from the default run:\n%s---\n%s", name, got, want)
+			}
+			cfg := fmt.Sprintf("link %s, sync op, streams 1, alloc %s", link, mode[1])
+			if !strings.Contains(r.stderr, cfg) || !strings.Contains(r.stderr, "launch "+mode[3]+", executor cache "+mode[5]) {
+				t.Errorf("%s: the configuration line does not name the modes:\n%s", name, r.stderr)
+			}
+			c := calls(t, r.stdout)
+			counts[name] = c
+			checkAllocCounts(t, mode[1], c)
+			if mode[5] == "on" {
+				checkCacheCounts(t, c, base, executorCache(t, r.stderr))
+			} else {
+				for _, fn := range []string{"aclSetTensorAddr", "aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor"} {
+					if c[fn] != 0 {
+						t.Errorf("%s: calls %s %d with the cache off", name, fn, c[fn])
+					}
+				}
+				for _, fn := range []string{"aclCreateTensor", "aclCreateScalar", "aclnnMulGetWorkspaceSize", "aclnnMul"} {
+					if c[fn] != base[fn] {
+						t.Errorf("%s: calls %s %d, want %d as the default run", name, fn, c[fn], base[fn])
+					}
+				}
+				if cacheLineRE.MatchString(r.stderr) {
+					t.Errorf("%s: executor cache line with the cache off", name)
+				}
+			}
+			if mode[1] == "malloc" && mode[5] == "off" && fmt.Sprint(c) != fmt.Sprint(base) {
+				t.Errorf("%s: calls differ from the default run:\n%v\n%v", name, c, base)
+			}
+		}
+	}
+	// The launch thread and dlsym only move calls between threads and handles: same counts.
+	for name, c := range counts {
+		other := strings.Replace(strings.Replace(name, "/thread/", "/inline/", 1), "/dlsym", "/direct", 1)
+		if fmt.Sprint(c) != fmt.Sprint(counts[other]) {
+			t.Errorf("calls of %s differ from %s:\n%v\n%v", name, other, c, counts[other])
+		}
+	}
+}
+
+// The new modes stay race-free with two streams and asynchronous waits: under random per-task delays the
+// hazard checker finds nothing and the bits equal the default run.
+func TestRuntimeModesHazardFree(t *testing.T) {
+	want := stepText(mustRun(t, smallArgs()...).stdout)
+	type tc struct {
+		sync  string
+		extra []string
+	}
+	var cases []tc
+	for _, mode := range runtimeFlags() {
+		cases = append(cases, tc{"step", mode})
+	}
+	all := []string{"--alloc", "vmm", "--launch", "thread", "--executor-cache", "on"}
+	cases = append(cases, tc{"layer", all}, tc{"op", all}, tc{"step", append(append([]string{}, all...), "--link", "dlsym")},
+		tc{"step", append(append([]string{}, all...), "--executor-cache-size", "3")})
+	for i, c := range cases {
+		args := smallArgs(append([]string{"--sync", c.sync, "--streams", "2"}, c.extra...)...)
+		r := mustRunEnv(t, checkerEnv(i+1), args...)
+		if n, lines := hazards(t, r); n != 0 {
+			t.Errorf("%v: %d hazards:\n%s", args, n, lines)
+		}
+		if got := stepText(r.stdout); got != want {
+			t.Errorf("%v: step lines differ from the default run:\n%s---\n%s", args, got, want)
+		}
+	}
+}
+
+// The VMM pool maps 2 MiB chunks on demand, unmaps the free ones at the end of the pool after every step
+// (and maps them again in the next), reports its mapped peak, and stops with one named line when the
+// reservation is too small.
+func TestVMMPool(t *testing.T) {
+	mapped := func(steps int) (map[string]int, result) {
+		r := mustRun(t, "--steps", strconv.Itoa(steps), "--seq", "512", "--layers", "4", "--alloc", "vmm")
+		return calls(t, r.stdout), r
+	}
+	one, r := mapped(1)
+	two, _ := mapped(2)
+	three, _ := mapped(3)
+	perStep := two["aclrtMapMem"] - one["aclrtMapMem"]
+	if perStep <= 0 || three["aclrtMapMem"]-two["aclrtMapMem"] != perStep {
+		t.Errorf("aclrtMapMem with 1, 2, 3 steps: %d, %d, %d; want the same number > 0 mapped again every step (eager free)",
+			one["aclrtMapMem"], two["aclrtMapMem"], three["aclrtMapMem"])
+	}
+	m := mappedPeakRE.FindStringSubmatch(r.stderr)
+	p := poolPeakRE.FindStringSubmatch(r.stderr)
+	if m == nil || p == nil {
+		t.Fatalf("no pool or mapped peak on stderr:\n%s", r.stderr)
+	}
+	peak, _ := strconv.ParseUint(m[1], 10, 64)
+	pool, _ := strconv.ParseFloat(p[1], 64)
+	if peak == 0 || peak%(2<<20) != 0 || float64(peak) < pool*(1<<20)-0.05*(1<<20) || peak > uint64(one["aclrtMapMem"])*(2<<20) {
+		t.Errorf("mapped peak %d bytes: want a multiple of 2 MiB, at least the pool peak %.1f MiB, at most the %d chunks mapped",
+			peak, pool, one["aclrtMapMem"])
+	}
+	if !regexp.MustCompile(`alloc vmm \(reserve [0-9.]+ MiB\)`).MatchString(r.stderr) {
+		t.Errorf("the configuration line does not name the reservation:\n%s", r.stderr)
+	}
+	// A block larger than a chunk lies on adjacent chunks: the RoPE tables of seq 8192, rope-dim 128 are
+	// 4 MiB each.
+	bigArgs := []string{"--steps", "2", "--seq", "8192", "--rope-dim", "128", "--layers", "2", "--sync", "step"}
+	big := mustRun(t, append([]string{"--alloc", "vmm"}, bigArgs...)...)
+	if got, want := stepText(big.stdout), stepText(mustRun(t, bigArgs...).stdout); got != want {
+		t.Errorf("4 MiB blocks: vmm and malloc differ:\n%s---\n%s", got, want)
+	}
+	checkAllocCounts(t, "vmm", calls(t, big.stdout))
+	bad := run(t, "--steps", "1", "--seq", "512", "--layers", "4", "--alloc", "vmm", "--vmm-reserve", "2M")
+	if bad.code != 1 || !strings.Contains(bad.stderr, "reservation is full") || !strings.Contains(bad.stderr, "--vmm-reserve") {
+		t.Errorf("--vmm-reserve 2M: exit %d, want 1 with a line naming the full reservation:\n%s", bad.code, bad.stderr)
+	}
+}
+
+// A tiny cache evicts all the time: evicted executors are destroyed (through the launch queue with the
+// launch thread) and the results do not change.
+func TestExecutorCacheEvictions(t *testing.T) {
+	want := stepText(mustRun(t, smallArgs()...).stdout)
+	base := calls(t, mustRun(t, smallArgs()...).stdout)
+	for _, launch := range []string{"inline", "thread"} {
+		r := mustRun(t, smallArgs("--executor-cache", "on", "--executor-cache-size", "3", "--launch", launch,
+			"--sync", "step")...)
+		if got := stepText(r.stdout); got != want {
+			t.Errorf("--launch %s, cache of 3: step lines differ:\n%s---\n%s", launch, got, want)
+		}
+		cs := executorCache(t, r.stderr)
+		if cs.capacity != 3 || cs.evictions == 0 || cs.evictions != cs.misses-3 {
+			t.Errorf("--launch %s, cache of 3: %+v, want evictions = misses - 3 > 0", launch, cs)
+		}
+		c := calls(t, r.stdout)
+		if c["aclDestroyAclOpExecutor"] != cs.misses || c["aclCreateTensor"]+c["aclSetTensorAddr"] != base["aclCreateTensor"] ||
+			c["aclDestroyTensor"] != c["aclCreateTensor"] {
+			t.Errorf("--launch %s, cache of 3: %+v, calls %v", launch, cs, c)
+		}
 	}
 }

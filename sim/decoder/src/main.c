@@ -28,6 +28,15 @@ static const char usage[] =
     "                      layer ends, or only where it reads the loss and the gradient norm (op)\n"
     "  --streams N         1 | 2: with 2 the MLP half of each layer runs on a second stream (1)\n"
     "  --seed N            seed of weights and data (1)\n"
+    "  --alloc MODE        malloc | vmm: the pool grows with aclrtMalloc, or (MindSpore on 910B) maps 2 MiB\n"
+    "                      physical chunks into one reserved address range and unmaps free ones each step\n"
+    "                      (malloc)\n"
+    "  --vmm-reserve SIZE  bytes reserved with --alloc vmm, suffix K/M/G/T allowed (from the model size)\n"
+    "  --launch MODE       inline | thread: kernels are launched by the main thread, or (MindSpore) by a\n"
+    "                      launch thread fed through a queue (inline)\n"
+    "  --executor-cache M  off | on: on keeps repeatable executors in an LRU keyed by op and tensor shapes\n"
+    "                      and re-points their tensors with aclSetTensorAddr (MindSpore PyBoost) (off)\n"
+    "  --executor-cache-size N  LRU capacity with --executor-cache on (1024)\n"
     "  --help              this text\n";
 
 static _Noreturn void bad(const char *fmt, const char *a, const char *b) {
@@ -48,6 +57,43 @@ static long long parse_int(const char *flag, const char *v, long long lo, long l
     exit(2);
   }
   return n;
+}
+
+/* parse_size reads a byte count with an optional binary suffix K, M, G or T. */
+static size_t parse_size(const char *flag, const char *v) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long n = strtoull(v, &end, 10);
+  int shift = 0;
+  if (end != NULL && *end != '\0' && end[1] == '\0') {
+    const char *units = "KMGT";
+    const char *u = strchr(units, *end);
+    if (u != NULL) {
+      shift = 10 * (int)(u - units + 1);
+      end++;
+    }
+  }
+  if (v[0] < '0' || v[0] > '9' || *end != '\0' || errno != 0 || n == 0 || n > (1ull << 50) >> shift) {
+    fprintf(stderr, "decoder-sim: %s: bad value \"%s\" (want a byte count, optional suffix K, M, G or T, up to 1024T)\n",
+            flag, v);
+    exit(2);
+  }
+  return (size_t)(n << shift);
+}
+
+/* vmm_budget is the default --vmm-reserve: twice a generous bound on what the pool ever holds (fixed
+ * tensors, weights and their gradients, cos/sin, every layer's saved activations, one layer's temporaries),
+ * plus 64 MiB, so fragmentation and a swap agent's restores to new addresses fit. */
+static size_t vmm_budget(const model_config *c) {
+  const size_t S = (size_t)c->seq, H = (size_t)c->hidden, R = (size_t)c->rope_dim, F = (size_t)c->ffn;
+  const size_t L = (size_t)c->layers;
+#define R512(n) (((n) * sizeof(float) + 511) / 512 * 512)
+  size_t weights = 2 * R512(H * R) + R512(R * H) + 2 * R512(H * F) + R512(F * H);
+  size_t fixed = 2 * L * weights + 2 * R512(S * H) + R512(R * R) + R512(H) + 2 * R512(S * R);
+  size_t saved = 2 * R512(H * R) + 3 * R512(S * R) + 2 * R512(S * H) + 3 * R512(S * F);
+  size_t temp = 12 * R512(S * R) + 8 * R512(S * H) + 8 * R512(S * F);
+#undef R512
+  return 2 * (fixed + L * saved + temp) + (64u << 20);
 }
 
 /* parse_layers fills swap[0..layers) from "none", "all" or a list of indices and ranges. */
@@ -104,6 +150,12 @@ int main(int argc, char **argv) {
   enum rt_link link = RT_LINK_DIRECT;
   enum ops_sync sync = OPS_SYNC_OP;
   int streams = 1;
+  enum pool_mode alloc = POOL_MALLOC;
+  size_t vmm_reserve = 0; /* 0: vmm_budget */
+  enum ops_launch launch = OPS_LAUNCH_INLINE;
+  int cache_on = 0;
+  long long cache_size = OPS_CACHE_DEFAULT;
+  int cache_size_given = 0;
 
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -125,7 +177,9 @@ int main(int argc, char **argv) {
       snprintf(name, sizeof name, "%s", arg);
     }
     static const char *const known[] = {"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden",
-                                        "--ffn", "--lr", "--link", "--sync", "--streams", "--seed"};
+                                        "--ffn", "--lr", "--link", "--sync", "--streams", "--seed",
+                                        "--alloc", "--vmm-reserve", "--launch", "--executor-cache",
+                                        "--executor-cache-size"};
     int ok = 0;
     for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) ok |= strcmp(name, known[k]) == 0;
     if (!ok) bad("unknown flag \"%s\"%s", arg, "");
@@ -158,8 +212,27 @@ int main(int argc, char **argv) {
       else if (strcmp(val, "layer") == 0) sync = OPS_SYNC_LAYER;
       else if (strcmp(val, "step") == 0) sync = OPS_SYNC_STEP;
       else bad("--sync: bad value \"%s\" (want op, layer or step)%s", val, "");
+    } else if (strcmp(name, "--alloc") == 0) {
+      if (strcmp(val, "malloc") == 0) alloc = POOL_MALLOC;
+      else if (strcmp(val, "vmm") == 0) alloc = POOL_VMM;
+      else bad("--alloc: bad value \"%s\" (want malloc or vmm)%s", val, "");
+    } else if (strcmp(name, "--vmm-reserve") == 0) {
+      vmm_reserve = parse_size(name, val);
+    } else if (strcmp(name, "--launch") == 0) {
+      if (strcmp(val, "inline") == 0) launch = OPS_LAUNCH_INLINE;
+      else if (strcmp(val, "thread") == 0) launch = OPS_LAUNCH_THREAD;
+      else bad("--launch: bad value \"%s\" (want inline or thread)%s", val, "");
+    } else if (strcmp(name, "--executor-cache") == 0) {
+      if (strcmp(val, "off") == 0) cache_on = 0;
+      else if (strcmp(val, "on") == 0) cache_on = 1;
+      else bad("--executor-cache: bad value \"%s\" (want on or off)%s", val, "");
+    } else if (strcmp(name, "--executor-cache-size") == 0) {
+      cache_size = parse_int(name, val, 1, 1 << 20);
+      cache_size_given = 1;
     }
   }
+  if (vmm_reserve != 0 && alloc != POOL_VMM) bad("--vmm-reserve needs --alloc vmm%s%s", "", "");
+  if (cache_size_given && !cache_on) bad("--executor-cache-size needs --executor-cache on%s%s", "", "");
   if (cfg.rope_dim % 2 != 0) bad("--rope-dim: must be even, got %s%s", "odd", "");
   if (cfg.ffn == 0) cfg.ffn = 2 * cfg.hidden;
   unsigned char *swap = calloc((size_t)cfg.layers, 1);
@@ -175,17 +248,25 @@ int main(int argc, char **argv) {
   rt_check(RT(aclInit)(NULL), "aclInit", NULL);
   rt_check(RT(aclrtSetDevice)(0), "aclrtSetDevice", NULL);
   rt_check(RT(aclrtSetExceptionInfoCallback)(on_exception), "aclrtSetExceptionInfoCallback", NULL);
-  ops_init(streams, sync);
-  pool_init(0);
+  ops_init(streams, sync, launch, cache_on ? (size_t)cache_size : 0);
+  pool_init(alloc, vmm_reserve != 0 ? vmm_reserve : vmm_budget(&cfg));
 
   static model m;
   int agent = swap_init(&m);
+  char alloc_desc[64], cache_desc[48];
+  if (alloc == POOL_VMM)
+    snprintf(alloc_desc, sizeof alloc_desc, "vmm (reserve %.1f MiB)", (double)pool_vmm_reserve_bytes() / (1 << 20));
+  else
+    snprintf(alloc_desc, sizeof alloc_desc, "malloc");
+  if (cache_on) snprintf(cache_desc, sizeof cache_desc, "on (%lld)", cache_size);
+  else snprintf(cache_desc, sizeof cache_desc, "off");
   fprintf(stderr,
           "decoder-sim: %d layers, seq %lld, rope-dim %lld, hidden %lld, ffn %lld, link %s, sync %s, streams %d, "
-          "agent %s\n",
+          "alloc %s, launch %s, executor cache %s, agent %s\n",
           cfg.layers, (long long)cfg.seq, (long long)cfg.rope_dim, (long long)cfg.hidden, (long long)cfg.ffn,
           link == RT_LINK_DLSYM ? "dlsym" : "direct", sync == OPS_SYNC_OP ? "op" : sync == OPS_SYNC_LAYER ? "layer" : "step",
-          streams, agent ? "present" : "absent (no swap)");
+          streams, alloc_desc, launch == OPS_LAUNCH_THREAD ? "thread" : "inline", cache_desc,
+          agent ? "present" : "absent (no swap)");
   if (ops_events_off())
     fprintf(stderr, "decoder-sim: DECODER_SIM_TEST_NO_EVENTS=1: the two streams are NOT ordered (test only)\n");
   model_init(&m, &cfg); /* synchronous copies only: nothing is queued when it returns */
@@ -200,7 +281,7 @@ int main(int argc, char **argv) {
   }
   ops_sync(); /* the last update, before the timing and before the pool's memory is freed */
   double total = clock_ms(CLOCK_MONOTONIC) - t0, cpu = clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
-  size_t peak = pool_peak_bytes(), reserved = pool_reserved_bytes();
+  size_t peak = pool_peak_bytes(), reserved = pool_reserved_bytes(), device_peak = pool_device_peak_bytes();
 
   model_free(&m);
   pool_release_all();
@@ -210,9 +291,11 @@ int main(int argc, char **argv) {
   rt_print_calls();
   fprintf(stderr,
           "decoder-sim: %lld steps in %.1f ms: %.2f ms/step (first %.2f ms), cpu %.2f ms/step; pool peak %.1f MiB "
-          "of %.1f MiB reserved\n",
+          "of %.1f MiB reserved; %s peak %zu bytes (%.1f MiB)\n",
           steps, total, total / (double)steps, first, cpu / (double)steps, (double)peak / (1 << 20),
-          (double)reserved / (1 << 20));
+          (double)reserved / (1 << 20), alloc == POOL_VMM ? "mapped" : "malloc", device_peak,
+          (double)device_peak / (1 << 20));
+  ops_cache_summary();
   swap_summary();
   free(swap);
   return 0;

@@ -379,6 +379,9 @@ void model_step(model *m, double *loss, double *grad_norm) {
       gh += gk.rows * gk.cols;
     }
   ops_sync();
+  /* Every stream is idle and the launch queue empty: MindSpore's eager free (empty cache) can unmap the free
+   * chunks at the end of a VMM pool with nothing queued or running on them (a no-op with --alloc malloc). */
+  pool_empty_cache();
   double gsum = 0;
   for (const float *g = m->grad_host; g < gh; g++) gsum += (double)*g * (double)*g;
   *grad_norm = sqrt(gsum);

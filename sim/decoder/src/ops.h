@@ -22,13 +22,33 @@ typedef struct tensor {
 
 enum ops_sync { OPS_SYNC_OP, OPS_SYNC_LAYER, OPS_SYNC_STEP };
 
+/* Who issues stream work. INLINE: the main thread launches each kernel right after its GetWorkspaceSize.
+ * THREAD: MindSpore's launch thread: the main thread makes the tensors and runs GetWorkspaceSize, then queues
+ * the launch (op name, launch function, workspace, executor, stream); the launch thread pops it, sets cached
+ * executors' tensor addresses (aclSetTensorAddr), calls aclnnXxx(workspace, size, executor, stream) and then
+ * destroys the launch's tensors and scalar. Every other stream call (aclrtMemcpyAsync, aclrtRecordEvent,
+ * aclrtStreamWaitEvent) goes through the same queue, so stream work is issued in host program order. */
+enum ops_launch { OPS_LAUNCH_INLINE, OPS_LAUNCH_THREAD };
+
+/* OPS_CACHE_DEFAULT: the executor cache's default capacity (MindSpore PyBoost's LRU). */
+enum { OPS_CACHE_DEFAULT = 1024 };
+
 /* Compute streams: everything runs on OPS_MAIN, except the MLP half of each layer with --streams 2. */
 enum { OPS_MAIN, OPS_MLP, OPS_MAX_STREAMS };
 
 /* ops_init creates the streams (and, with two, the two events that order them; none when the test-only
- * DECODER_SIM_TEST_NO_EVENTS=1 is set). ops_fini destroys them, after a final ops_sync. */
-void ops_init(int streams, enum ops_sync mode);
+ * DECODER_SIM_TEST_NO_EVENTS=1 is set), starts the launch thread with OPS_LAUNCH_THREAD, and turns the
+ * executor cache on with cache_entries > 0 (an LRU of that many repeatable executors; 0: off). ops_fini,
+ * after a final ops_sync, stops the launch thread, destroys the cached executors and their tensors and
+ * scalars, then the events and streams. */
+void ops_init(int streams, enum ops_sync mode, enum ops_launch launch, size_t cache_entries);
 void ops_fini(void);
+/* ops_drain returns once the launch thread has issued everything queued before the call (no-op inline); a
+ * failure the launch thread met ends the run here (exit 1, naming the call and the op). Syncs drain first,
+ * and so does every swap ABI call (swap.c): the agent sees launches and ABI calls in host program order. */
+void ops_drain(void);
+/* ops_cache_summary prints one stderr line of executor-cache counts when the cache is on. */
+void ops_cache_summary(void);
 int ops_streams(void);
 /* ops_events_off is 1 when the test-only switch removed the event ordering. */
 int ops_events_off(void);
@@ -50,8 +70,9 @@ void op_add(tensor out, tensor self, tensor other, float alpha); /* out = self +
 void op_matmul(tensor out, tensor self, tensor mat2);           /* out = self @ mat2 */
 void op_copy(tensor dst, tensor src);                           /* dst = src */
 
-/* ops_sync waits for every stream (the host is about to read results); a failure names the last kernel
- * launched on the stream that failed. With --sync op every launch also waits for its own stream. */
+/* ops_sync waits for every stream (the host is about to read results), after draining the launch queue; a
+ * failure names the last kernel launched on the stream that failed. With --sync op every launch also drains
+ * and waits for its own stream. */
 void ops_sync(void);
 /* Asynchronous copies of a contiguous tensor on the current stream, from or into pinned host memory; the
  * host reads a d2h result only after ops_sync. */

@@ -1,6 +1,8 @@
 /* rt.c: fills decoder-sim's AscendCL function table. `direct` takes the addresses the dynamic linker
  * bound; `dlsym` follows MindSpore's loader: find the toolkit root with dladdr(&aclrtMalloc), then
- * dlopen(<root>/lib64/libascendcl.so, RTLD_LAZY|RTLD_LOCAL) and dlsym every function from that handle. */
+ * dlopen(<root>/lib64/<lib>, RTLD_LAZY|RTLD_LOCAL) for each of CANN 8's three libraries (libascendcl.so for
+ * aclrt*, libnnopbase.so for tensors, scalars and executors, libopapi.so for the aclnn ops) and dlsym every
+ * function from the handle of the library that exports it. */
 #include "rt.h"
 
 #include <dlfcn.h>
@@ -11,12 +13,16 @@
 
 struct rt_table rt_fns;
 uint64_t rt_calls[RT_FN_COUNT];
+void (*rt_fail_hook)(void);
 
 static const char *const rt_names[RT_FN_COUNT] = {
-#define X(n) #n,
+#define X(n, lib) #n,
     DECODER_ACL_FUNCS(X)
 #undef X
 };
+
+enum { RT_LIB_ACL, RT_LIB_NNOPBASE, RT_LIB_OPAPI, RT_LIB_COUNT };
+static const char *const rt_lib_names[RT_LIB_COUNT] = {"libascendcl.so", "libnnopbase.so", "libopapi.so"};
 
 static void rt_load_dlsym(void) {
   Dl_info info;
@@ -37,18 +43,21 @@ static void rt_load_dlsym(void) {
   size_t n = (size_t)(lib64 - info.dli_fname);
   memcpy(root, info.dli_fname, n);
   root[n] = '\0';
-  char path[PATH_MAX + 32];
-  snprintf(path, sizeof path, "%s/lib64/libascendcl.so", root);
-  void *h = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
-  if (h == NULL) {
-    fprintf(stderr, "decoder-sim: dlopen %s: %s\n", path, dlerror());
-    exit(1);
+  void *handles[RT_LIB_COUNT];
+  char paths[RT_LIB_COUNT][PATH_MAX + 32];
+  for (int l = 0; l < RT_LIB_COUNT; l++) {
+    snprintf(paths[l], sizeof paths[l], "%s/lib64/%s", root, rt_lib_names[l]);
+    handles[l] = dlopen(paths[l], RTLD_LAZY | RTLD_LOCAL);
+    if (handles[l] == NULL) {
+      fprintf(stderr, "decoder-sim: dlopen %s: %s\n", paths[l], dlerror());
+      exit(1);
+    }
   }
-#define X(name)                                                                          \
+#define X(name, lib)                                                                     \
   do {                                                                                   \
-    void *sym = dlsym(h, #name);                                                         \
+    void *sym = dlsym(handles[RT_LIB_##lib], #name);                                     \
     if (sym == NULL) {                                                                   \
-      fprintf(stderr, "decoder-sim: dlsym %s in %s: not found\n", #name, path);          \
+      fprintf(stderr, "decoder-sim: dlsym %s in %s: not found\n", #name, paths[RT_LIB_##lib]); \
       exit(1);                                                                           \
     }                                                                                    \
     memcpy(&rt_fns.name, &sym, sizeof sym); /* object-to-function pointer, as dlsym needs */ \
@@ -62,18 +71,21 @@ void rt_load(enum rt_link link) {
     rt_load_dlsym();
     return;
   }
-#define X(name) rt_fns.name = &name;
+#define X(name, lib) rt_fns.name = &name;
   DECODER_ACL_FUNCS(X)
 #undef X
 }
 
 void rt_print_calls(void) {
-  for (int i = 0; i < RT_FN_COUNT; i++)
-    if (rt_calls[i] > 0) printf("calls %s %llu\n", rt_names[i], (unsigned long long)rt_calls[i]);
+  for (int i = 0; i < RT_FN_COUNT; i++) {
+    uint64_t n = __atomic_load_n(&rt_calls[i], __ATOMIC_RELAXED);
+    if (n > 0) printf("calls %s %llu\n", rt_names[i], (unsigned long long)n);
+  }
   fflush(stdout);
 }
 
 _Noreturn void rt_fail(const char *call, const char *op, long code) {
+  if (rt_fail_hook != NULL) rt_fail_hook();
   fflush(stdout);
   if (op != NULL)
     fprintf(stderr, "decoder-sim: %s failed for op %s: %ld\n", call, op, code);

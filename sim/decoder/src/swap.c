@@ -1,7 +1,12 @@
 /* swap.c: the swapagent ABI wiring of decoder-sim: dlsym lookup, the storage ops the agent calls
  * (release = the framework's resize_(0), restore = resize_(nbytes)), and the handle -> storage map. The
  * map is guarded by a mutex since the agent may call the storage ops from its own thread; no lock is held
- * while calling into the agent. */
+ * while calling into the agent.
+ *
+ * Every ABI call is made on the main thread and first drains the launch queue (ops_drain; a no-op with
+ * --launch inline): the ABI calls are host-order events, so when the agent sees one, every launch the
+ * program made before it has been issued (the agent has intercepted it on the launch thread) and none made
+ * after it has. */
 #include "swap.h"
 
 #include <dlfcn.h>
@@ -10,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops.h"
 #include "swapagent.h"
 
 static struct {
@@ -127,6 +133,7 @@ int swap_init(void *ctx) {
 int swap_present(void) { return present; }
 
 void swap_region_enter(const char *group, const uintptr_t *inputs, size_t n, size_t n_positional) {
+  ops_drain();
   int rc = abi.region_enter_kw != NULL ? abi.region_enter_kw(group, inputs, n, n_positional)
                                        : abi.region_enter(group, inputs, n);
   if (rc != SWAPAGENT_OK)
@@ -134,6 +141,7 @@ void swap_region_enter(const char *group, const uintptr_t *inputs, size_t n, siz
 }
 
 int64_t swap_save(const char *group, storage *st, uint32_t flags) {
+  ops_drain();
   int64_t h = abi.save(group, storage_base(st), st->nbytes, flags);
   if (h < 0) {
     warn_once("swapagent_save", group, (long)h);
@@ -162,16 +170,19 @@ int64_t swap_save(const char *group, storage *st, uint32_t flags) {
 }
 
 void swap_region_exit(const char *group, const uintptr_t *outputs, size_t n) {
+  ops_drain();
   int rc = abi.region_exit(group, outputs, n);
   if (rc != SWAPAGENT_OK) warn_once("swapagent_region_exit", group, rc);
 }
 
 void swap_backward_enter(const char *group) {
+  ops_drain();
   int rc = abi.backward_enter(group);
   if (rc != SWAPAGENT_OK) warn_once("swapagent_backward_enter", group, rc);
 }
 
 void swap_unpack(int64_t handle, storage *st) {
+  ops_drain();
   uintptr_t r = abi.unpack(handle);
   uintptr_t mine = storage_base(st);
   pthread_mutex_lock(&map_mu);
@@ -197,6 +208,7 @@ void swap_unpack(int64_t handle, storage *st) {
 }
 
 void swap_backward_exit(const char *group) {
+  ops_drain();
   int rc = abi.backward_exit(group);
   if (rc != SWAPAGENT_OK) warn_once("swapagent_backward_exit", group, rc);
   /* The agent forgets the group's handles now: drop our side of the map and its references. */
