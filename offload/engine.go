@@ -133,13 +133,18 @@ func (e *Engine) SetGroupStreams(name string, streams []uint64) error {
 	}
 	e.lock()
 	defer e.unlock()
+	e.groupNamed(name).declared = slices.Clone(streams)
+	return nil
+}
+
+// groupNamed returns the group called name, creating it on first use.
+func (e *Engine) groupNamed(name string) *group {
 	g := e.groups[name]
 	if g == nil {
 		g = &group{name: name}
 		e.groups[name] = g
 	}
-	g.declared = slices.Clone(streams)
-	return nil
+	return g
 }
 
 // regionStreams are the streams whose queued work may have produced or read g's storages: those used
@@ -238,11 +243,7 @@ func (e *Engine) RegionEnter(name string, inputs []uint64, nPositional int) erro
 	}
 	e.lock()
 	defer e.unlock()
-	g := e.groups[name]
-	if g == nil {
-		g = &group{name: name}
-		e.groups[name] = g
-	}
+	g := e.groupNamed(name)
 	switch g.phase {
 	case phForward:
 		return fmt.Errorf("%w: group %q is already in its region", ErrOrder, name)

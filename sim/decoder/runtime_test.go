@@ -6,31 +6,14 @@ package decoder_test
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// runtimeModes are the 8 combinations of --alloc x --launch x --executor-cache.
-func runtimeModes() [][]string {
-	var out [][]string
-	for _, alloc := range []string{"malloc", "vmm"} {
-		for _, launch := range []string{"inline", "thread"} {
-			for _, cache := range []string{"off", "on"} {
-				out = append(out, []string{"--alloc", alloc, "--launch", launch, "--executor-cache", cache})
-			}
-		}
-	}
-	return out
-}
-
-// mappedPeak is decoder-sim's own figure of the most device memory its VMM pool had mapped.
-var mappedPeak = regexp.MustCompile(`mapped peak (\d+) bytes`)
-
 func TestRuntimeModesSafeAndOutputsOnly(t *testing.T) {
 	base := append(append([]string{}, run12...), "--steps", "2")
-	for _, mode := range runtimeModes() {
+	for _, mode := range runtimeFlags() {
 		for _, link := range []string{"direct", "dlsym"} {
 			args := append(append(append([]string{}, base...), mode...), "--link", link)
 			t.Run(strings.Join(append(append([]string{}, mode[1], mode[3], "cache-"+mode[5]), link), "/"),
@@ -53,7 +36,7 @@ func TestRuntimeModesSafeAndOutputsOnly(t *testing.T) {
 							st.stats.ReleasedExternal, st.stats.Faults)
 					}
 					if mode[1] == "vmm" {
-						m := mappedPeak.FindStringSubmatch(r.stderr)
+						m := mappedPeakRE.FindStringSubmatch(r.stderr)
 						if m == nil {
 							t.Fatalf("decoder-sim printed no mapped peak:\n%s", lastLines(r.stderr, 5))
 						}
