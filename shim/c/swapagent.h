@@ -14,6 +14,10 @@ extern "C" {
 
 #define SWAPAGENT_ABI_VERSION 1
 
+/* Calls are events in host order: the agent orders its copies after the work already enqueued on the
+ * streams when a call is made, so a framework with a launch thread issues a region's launches before it
+ * calls region_exit, backward_enter or unpack for it. */
+
 /* Stable error codes (never re-numbered). */
 #define SWAPAGENT_OK 0
 #define SWAPAGENT_EINVAL (-1)       /* bad argument (NULL group, n > 0 with NULL ptrs, ...) */
