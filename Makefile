@@ -5,6 +5,13 @@ GO ?= go
 BUILD := build
 ASCEND := $(BUILD)/ascend/latest
 CC ?= gcc
+# Target of a build: empty builds for this machine. scripts/arm64.mk cross-builds with
+# `$(MAKE) BUILD=build/arm64 CC=aarch64-linux-gnu-gcc GOARCH=arm64`: then cgo builds for GOARCH with CC.
+GOARCH ?=
+GO_TARGET_ENV := $(if $(GOARCH),CGO_ENABLED=1 GOARCH=$(GOARCH) CC=$(CC))
+# The release version, one source: pyproject.toml (the wheel's); stamped into the agent and the CLI.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+GO_VERSION_LDFLAGS := -X swapagent/internal/buildinfo.Version=$(VERSION)
 CWARN := -Wall -Wextra -Werror
 CFLAGS ?= -O2 -g
 CFLAGS += $(CWARN) -std=gnu11 -fPIC -D_GNU_SOURCE
@@ -51,7 +58,7 @@ go-test: build
 
 test: bootstrap venv
 	@$(MAKE) --no-print-directory build
-	@$(MAKE) --no-print-directory fmt-check vet c-test go-test py-test
+	@$(MAKE) --no-print-directory fmt-check vet c-test go-test py-test test-arm64-if-tools test-dist
 
 demo: bootstrap
 	@$(MAKE) --no-print-directory build

@@ -10,12 +10,23 @@ have g++ || need_pkgs+=(g++) # the probe tests build a small C++ library
 have make || need_pkgs+=(make)
 [ -e /usr/include/stdio.h ] || need_pkgs+=(libc6-dev)
 have git || need_pkgs+=(git)
-# Extra packages a component needs are listed in scripts/apt-packages.txt (one per line).
+# Extra packages a component needs are listed in scripts/apt-packages.txt (one per line; "optional" after
+# the name: installed as root, else only named, e.g. the arm64 cross tools of make test-arm64).
+opt_pkgs=()
 if [ -f scripts/apt-packages.txt ]; then
-  while read -r p; do
+  while read -r p flag _; do
     [ -z "$p" ] || [[ "$p" == \#* ]] && continue
-    dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+    dpkg -s "$p" >/dev/null 2>&1 && continue
+    if [ "${flag:-}" = optional ]; then opt_pkgs+=("$p"); else need_pkgs+=("$p"); fi
   done < scripts/apt-packages.txt
+fi
+if [ ${#opt_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    need_pkgs+=("${opt_pkgs[@]}")
+  else
+    echo "bootstrap: optional packages missing (make test-arm64 and make dist skip or fail without them);" \
+      "as root: apt-get install -y --no-install-recommends ${opt_pkgs[*]}" >&2
+  fi
 fi
 
 if [ ${#need_pkgs[@]} -gt 0 ]; then

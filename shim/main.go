@@ -3,9 +3,12 @@
 // start-up (configuration, the drainer) and the Native side the agent drains through.
 package main
 
+// The C shim object ($(BUILD)/obj/shim/sashim.o, one per target architecture) reaches the link as
+// -extldflags, set by shim/shim.mk: build the library with make, not with go build alone.
+
 /*
 #cgo CFLAGS: -I${SRCDIR}/c
-#cgo LDFLAGS: ${SRCDIR}/../build/obj/shim/sashim.o -ldl -lpthread
+#cgo LDFLAGS: -ldl -lpthread
 #include "sa_go.h"
 */
 import "C"

@@ -23,11 +23,13 @@ $(SHIM_OBJDIR)/%.o: shim/c/%.c $(SHIM_C_HDRS)
 $(SHIM_ARCHIVE): $(SHIM_OBJS)
 	$(CC) -r -nostdlib -o $@ $^
 
-# See shim/main.go for the cgo LDFLAGS that name the object. Go's build cache does not hash a file named
-# in LDFLAGS, so the object's hash goes into the link flags: a changed C shim always relinks.
+# The object reaches the external link as -extldflags (see shim/main.go; CGO_LDFLAGS would add it once per
+# cgo package), so each $(BUILD) links its own architecture's. Go's build cache does not hash a file named
+# in linker flags, so the object's hash goes into the link flags: a changed C shim always relinks.
 $(SHIM_LIB): $(SHIM_ARCHIVE) $(SHIM_GO_SRCS) go.mod
 	@mkdir -p $(@D)
-	$(GO) build -buildmode=c-shared -ldflags "-X main.cShimHash=$$(sha256sum $(SHIM_ARCHIVE) | cut -c1-16)" -o $@ ./shim
+	$(GO_TARGET_ENV) $(GO) build -buildmode=c-shared -ldflags "-extldflags=$(abspath $(SHIM_ARCHIVE)) \
+		$(GO_VERSION_LDFLAGS) -X main.cShimHash=$$(sha256sum $(SHIM_ARCHIVE) | cut -c1-16)" -o $@ ./shim
 	@rm -f $(BUILD)/lib/libswapagent.h
 
 $(BUILD)/include/swapagent.h: shim/c/swapagent.h

@@ -5,4 +5,4 @@ BUILD_TARGETS += $(BUILD)/bin/swapagent
 
 $(BUILD)/bin/swapagent: $(SWAPAGENT_CLI_SRCS)
 	@mkdir -p $(@D)
-	$(GO) build -o $@ ./cmd/swapagent
+	$(GO_TARGET_ENV) $(GO) build -ldflags "$(GO_VERSION_LDFLAGS)" -o $@ ./cmd/swapagent

@@ -4,8 +4,9 @@ package buildinfo
 
 import "runtime/debug"
 
-// Version is the swapagent release; builds may override it with
-// -ldflags "-X swapagent/internal/buildinfo.Version=...".
+// Version is the swapagent release. The Makefile stamps every build with pyproject.toml's version
+// (-ldflags "-X swapagent/internal/buildinfo.Version=..."), so the agent, the CLI and the companions'
+// wheel agree; "-dev" marks a binary built by plain `go build` or `go test`.
 var Version = "0.1.0-dev"
 
 // ABIVersion is the control ABI version of swapagent.h (SWAPAGENT_ABI_VERSION).

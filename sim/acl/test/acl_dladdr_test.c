@@ -48,7 +48,7 @@ static int owner(const char *name) {
  * API nor an aclsim_internal_* entry point. */
 static int exports_only_its_api(const char *path, int lib) {
   char cmd[PATH_MAX + 64];
-  snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' 2>/dev/null", path);
+  if (snprintf(cmd, sizeof cmd, "nm -D --defined-only '%s' 2>/dev/null", path) >= (int)sizeof cmd) return 0;
   FILE *p = popen(cmd, "r");
   if (!p) return 0;
   char line[512];
