@@ -179,11 +179,22 @@ static _Atomic int nslots;
 static atomic_flag slot_lock = ATOMIC_FLAG_INIT;
 static _Atomic uint64_t tramp_exhausted;
 
+/* slot_real is what slot i launches. The application may hand the trampoline to another thread without
+ * a barrier, so on a weakly ordered CPU that thread can still see the slot empty: it then takes the
+ * binding lock, which orders it after the binding (slots are never rebound). */
+static void *slot_real(int i) {
+  void *r = atomic_load_explicit(&slots[i].real, memory_order_acquire);
+  if (__builtin_expect(r != NULL, 1)) return r;
+  while (atomic_flag_test_and_set_explicit(&slot_lock, memory_order_acquire)) sa_cpu_relax();
+  r = atomic_load_explicit(&slots[i].real, memory_order_relaxed);
+  atomic_flag_clear_explicit(&slot_lock, memory_order_release);
+  return r;
+}
+
 #define SA_T(a, b, c)                                                                                       \
   static aclnnStatus sa_tramp_##a##b##c(void *ws, uint64_t wsSize, aclOpExecutor *ex, aclrtStream st) {     \
     enum { i = a * 64 + b * 8 + c };                                                                        \
-    return sa_launch(SA_TRAMP_BASE + i, atomic_load_explicit(&slots[i].real, memory_order_acquire), ws,     \
-                     wsSize, ex, st);                                                                       \
+    return sa_launch(SA_TRAMP_BASE + i, slot_real(i), ws, wsSize, ex, st);                                 \
   }
 #define SA_T8(a, b) SA_T(a, b, 0) SA_T(a, b, 1) SA_T(a, b, 2) SA_T(a, b, 3) SA_T(a, b, 4) SA_T(a, b, 5) \
                     SA_T(a, b, 6) SA_T(a, b, 7)
