@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Result is a diagnosis of one directory. It marshals to the JSON `doctor --format json` prints.
@@ -43,7 +44,10 @@ type Fault struct {
 	Rank        int              `json:"rank"` // -1: unknown (scheduler or an unnamed log)
 	Log         string           `json:"log,omitempty"`
 	Line        int              `json:"line,omitempty"`
-	Source      string           `json:"source"` // "log", or "trace" for a fault only the agent recorded
+	Time        *time.Time       `json:"time,omitempty"`     // when the log says it happened
+	LogPIDs     []int            `json:"log_pids,omitempty"` // the pids the log names (RUNTIME(<pid>,...))
+	Source      string           `json:"source"`             // "log", or "trace" for a fault only the agent recorded
+	Detected    string           `json:"detected,omitempty"` // for a trace fault: launch, sync or region_enter
 	Op          string           `json:"op,omitempty"`
 	TensorIndex *int             `json:"tensor_index"`
 	Record      *acllog.Record   `json:"record,omitempty"`
@@ -52,6 +56,15 @@ type Fault struct {
 	StorageRef  *StorageRef      `json:"storage_ref,omitempty"`
 	Causes      []string         `json:"causes"` // most likely first
 	Advice      []string         `json:"advice"`
+
+	// Trace is the trace used for this fault ("" when none fits); TracesChecked every trace looked at,
+	// with why each did not fit (match.go).
+	Trace         string       `json:"trace,omitempty"`
+	TracesChecked []TraceCheck `json:"traces_checked,omitempty"`
+	// AgentFaults are what the agent caught in that process besides this fault, which the log cannot
+	// show: reads of released storages at launch, region inputs with no device memory.
+	AgentFaults []TraceFault `json:"agent_faults,omitempty"`
+	Note        string       `json:"note,omitempty"`
 }
 
 // nearNullLimit: addresses below it are a null base plus a view offset, never a real device address.
@@ -105,13 +118,13 @@ func rankOf(path string) int {
 	return -1
 }
 
-// findLogs looks for msrun logs in dir, then one level down (dir/log/, dir/msrun_log/, ...), then two
-// (MindFormers' output/msrun_log/ when given the run directory, or log/rank_N/ files). When there are no
-// msrun logs at all it falls back to any *.log directly in dir.
+// findLogs finds the logs of a run (docs/doctor.md, "Where it looks"): msrun's worker_<rank>.log and
+// scheduler.log in dir; else, one, two and three directories down, msrun logs and the *.log files of
+// rank_<N>/ or rank<N>/ directories (dir/log/, dir/msrun_log/, dir/rank_0/; MindFormers' run directory:
+// output/msrun_log/ and output/log/rank_0/), the first depth with any winning; else any *.log in dir.
 func findLogs(dir string) ([]logFile, []string, error) {
 	var notes []string
-	entries, err := os.ReadDir(dir)
-	if err != nil {
+	if _, err := os.ReadDir(dir); err != nil {
 		return nil, nil, err
 	}
 	collect := func(d string, accept func(string) bool) []logFile {
@@ -129,40 +142,40 @@ func findLogs(dir string) ([]logFile, []string, error) {
 		}
 		return out
 	}
+	anyLog := func(n string) bool { return strings.HasSuffix(n, ".log") }
 	if logs := collect(dir, isMsrunLog); len(logs) > 0 {
 		return logs, notes, nil
 	}
-	var subdirs []string
-	for _, e := range entries {
-		if e.IsDir() {
-			subdirs = append(subdirs, filepath.Join(dir, e.Name()))
-		}
-	}
-	sort.Strings(subdirs)
-	for depth := 1; depth <= 2; depth++ {
+	level := subdirs(dir)
+	for depth := 1; depth <= 3 && len(level) > 0; depth++ {
 		var logs []logFile
 		var next []string
-		for _, sd := range subdirs {
+		for _, sd := range level {
 			logs = append(logs, collect(sd, isMsrunLog)...)
 			if reRankDir.MatchString(filepath.Base(sd)) {
-				logs = append(logs, collect(sd, func(n string) bool { return strings.HasSuffix(n, ".log") })...)
+				logs = append(logs, collect(sd, func(n string) bool { return anyLog(n) && !isMsrunLog(n) })...)
 			}
-			if depth < 2 {
-				es, _ := os.ReadDir(sd)
-				for _, e := range es {
-					if e.IsDir() {
-						next = append(next, filepath.Join(sd, e.Name()))
-					}
-				}
-			}
+			next = append(next, subdirs(sd)...)
 		}
 		if len(logs) > 0 {
 			return logs, notes, nil
 		}
-		sort.Strings(next)
-		subdirs = next
+		level = next
 	}
-	return collect(dir, func(n string) bool { return strings.HasSuffix(n, ".log") }), notes, nil
+	return collect(dir, anyLog), notes, nil
+}
+
+// subdirs lists the directories in d, sorted, leaving out where traces live (swapagent-out) and hidden ones.
+func subdirs(d string) []string {
+	es, _ := os.ReadDir(d)
+	var out []string
+	for _, e := range es {
+		if e.IsDir() && e.Name() != "swapagent-out" && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, filepath.Join(d, e.Name()))
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Diagnose reads the msrun log directory dir (and traces beside it) and diagnoses every fault in it.
@@ -187,18 +200,32 @@ func Diagnose(dir string) (*Result, error) {
 	}
 	res := &Result{Dir: dir, Notes: notes, Faults: []Fault{}, Traces: []string{}}
 	read := 0
+	var infos []logInfo
 	for _, lf := range logs {
-		res.Logs = append(res.Logs, rel(dir, lf.path))
+		name := rel(dir, lf.path)
+		res.Logs = append(res.Logs, name)
 		recs, err := parseFile(lf.path)
 		if err != nil {
-			res.Notes = append(res.Notes, rel(dir, lf.path)+": "+oneLine(err))
+			res.Notes = append(res.Notes, name+": "+oneLine(err))
 			if recs == nil {
 				continue
 			}
 		}
 		read++
+		meta, err := scanLogMeta(lf.path, recs)
+		if err != nil {
+			res.Notes = append(res.Notes, name+": "+oneLine(err))
+		}
+		infos = append(infos, logInfo{name: name, rank: lf.rank, meta: meta})
 		for i := range recs {
-			res.Faults = append(res.Faults, faultFromRecord(lf, rel(dir, lf.path), &recs[i]))
+			f := faultFromRecord(lf, name, &recs[i])
+			if meta != nil {
+				f.LogPIDs = meta.pids
+				if t, ok := meta.recTimes[recs[i].Line]; ok {
+					f.Time = &t
+				}
+			}
+			res.Faults = append(res.Faults, f)
 		}
 	}
 	if read == 0 {
@@ -206,7 +233,7 @@ func Diagnose(dir string) (*Result, error) {
 	}
 
 	traces := loadTraces(dir, logs, res)
-	attachTraces(res, traces)
+	attachTraces(res, traces, infos)
 	for i := range res.Faults {
 		explain(&res.Faults[i])
 	}
@@ -322,6 +349,9 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 			if ix.readErr != nil {
 				res.Notes = append(res.Notes, "trace read up to its last good batch: "+oneLine(ix.readErr))
 			}
+			for _, g := range ix.gaps {
+				res.Notes = append(res.Notes, fmt.Sprintf("trace %s: corrupt %s", p, g))
+			}
 			if ix.badFault > 0 {
 				res.Notes = append(res.Notes, fmt.Sprintf("trace %s: %d fault events with unreadable JSON", p, ix.badFault))
 			}
@@ -332,81 +362,146 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 	return out
 }
 
-// tracesFor returns the traces of a rank: those whose header names it, else the only trace there is
-// when its rank (or the log's) is unknown.
-func tracesFor(rank int, all []*traceIndex) []*traceIndex {
-	var out []*traceIndex
-	if rank >= 0 {
-		for _, ix := range all {
-			if ix.hdr.Rank == rank {
-				out = append(out, ix)
-			}
-		}
-	}
-	if len(out) == 0 && len(all) == 1 && (all[0].hdr.Rank < 0 || rank < 0) {
-		out = all
-	}
-	return out
+// logInfo is one log as matching needs it.
+type logInfo struct {
+	name string
+	rank int
+	meta *logMeta
 }
 
-func attachTraces(res *Result, all []*traceIndex) {
+// maxAgentFaults bounds the agent's own records shown next to one log fault.
+const maxAgentFaults = 8
+
+// attachTraces gives each log fault the trace of its process (pickTrace) and what that trace says, and
+// adds the faults only the agent recorded, in processes whose logs show none.
+func attachTraces(res *Result, all []*traceIndex, logs []logInfo) {
 	if len(all) == 0 {
 		return
 	}
 	used := map[*traceIndex]map[int]bool{}
+	usedBy := map[*traceIndex]bool{}
+	metaOf := map[string]*logMeta{}
+	for _, l := range logs {
+		metaOf[l.name] = l.meta
+	}
 	for i := range res.Faults {
 		f := &res.Faults[i]
-		for _, ix := range tracesFor(f.Rank, all) {
-			if tf, ok := ix.match(f.Addr, f.Size); ok {
-				f.StorageRef = ix.fromFault(tf)
-				if f.Kernel == "" {
-					f.Kernel = tf.Kernel
-				}
-				markUsed(used, ix, tf)
-				break
+		var t time.Time
+		if f.Time != nil {
+			t = *f.Time
+		}
+		ix, checks := pickTrace(all, metaOf[f.Log], f.Rank, t)
+		f.TracesChecked = checks
+		if ix == nil {
+			continue
+		}
+		f.Trace = ix.path
+		usedBy[ix] = true
+		if tf, ok := ix.match(f.Addr, f.Size); ok {
+			f.StorageRef = ix.fromFault(tf)
+			if f.Kernel == "" && !isRegion(tf) {
+				f.Kernel = tf.Kernel
 			}
-			if ref := ix.findStorage(f.Addr, f.Size); ref != nil {
-				f.StorageRef = ref
-				break
-			}
+			markUsed(used, ix, tf)
+		} else if ref := ix.findStorage(f.Addr, f.Size); ref != nil {
+			f.StorageRef = ref
 		}
 		f.fillFromRef()
 	}
-	// Faults only the agent saw (caught at launch, or logs lost): report them too.
+	// What the agent caught besides each log fault: shown with the first log fault of that process.
+	shown := map[string]bool{}
+	for i := range res.Faults {
+		f := &res.Faults[i]
+		if f.Trace == "" || shown[f.Trace] {
+			continue
+		}
+		shown[f.Trace] = true
+		for _, ix := range all {
+			if ix.path != f.Trace {
+				continue
+			}
+			var rest []TraceFault
+			for k, tf := range ix.faults {
+				if !used[ix][k] {
+					rest = append(rest, tf)
+				}
+			}
+			for _, tf := range rest {
+				markUsed(used, ix, tf)
+			}
+			if len(rest) > maxAgentFaults {
+				f.Note = fmt.Sprintf("and %d more: the trace has them all",
+					len(rest)-maxAgentFaults)
+				rest = rest[:maxAgentFaults]
+			}
+			f.AgentFaults = rest
+		}
+	}
+	// Faults only the agent saw, in processes whose logs show no fault (caught at launch, or logs lost).
 	for _, ix := range all {
+		if usedBy[ix] {
+			continue
+		}
+		rank, logName, note := ix.hdr.Rank, ix.path, ""
+		if l, ok := logOf(ix, logs); ok {
+			if l.rank >= 0 {
+				rank = l.rank
+			}
+			logName = l.name
+		} else {
+			note = fmt.Sprintf("no log of this process (pid %d on %s) is among the logs", ix.hdr.PID, orUnknown(ix.hdr.Host))
+		}
 		for k, tf := range ix.faults {
-			if used[ix][k] || rankHasLogFault(res, ix.hdr.Rank) {
+			if used[ix][k] {
 				continue
 			}
 			addr, size := uint64(tf.Addr), uint64(tf.Size)
-			f := Fault{Rank: ix.hdr.Rank, Source: "trace", Log: ix.path, Kernel: tf.Kernel, Addr: &addr, Size: &size,
-				TensorIndex: tf.TensorIndex, StorageRef: ix.fromFault(tf)}
-			f.Op = acllog.KernelOp(strings.TrimPrefix(tf.Kernel, "aclnn"))
+			f := Fault{Rank: rank, Source: "trace", Log: logName, Kernel: tf.Kernel, Addr: &addr, Size: &size,
+				TensorIndex: tf.TensorIndex, StorageRef: ix.fromFault(tf), Trace: ix.path, Note: note,
+				Detected: tf.Detected}
+			if !isRegion(tf) {
+				f.Op = acllog.KernelOp(strings.TrimPrefix(tf.Kernel, "aclnn"))
+			}
 			f.fillFromRef()
 			res.Faults = append(res.Faults, f)
 		}
 	}
 }
 
+// logOf finds the log a trace's process wrote, by pid and time (no fault time: the log's last line).
+func logOf(ix *traceIndex, logs []logInfo) (logInfo, bool) {
+	for _, l := range logs {
+		if l.meta == nil || len(l.meta.pids) == 0 {
+			continue
+		}
+		if ix.fit(l.meta, l.rank, l.meta.last) == "" {
+			return l, true
+		}
+	}
+	return logInfo{}, false
+}
+
+// isRegion tells a fault the agent caught at a swap region's entry (an input with no device memory)
+// from one in a kernel.
+func isRegion(tf TraceFault) bool {
+	return tf.Detected == "region_enter" || strings.HasPrefix(tf.Kernel, "region_enter(")
+}
+
 func markUsed(used map[*traceIndex]map[int]bool, ix *traceIndex, tf TraceFault) {
+	if used[ix] == nil {
+		used[ix] = map[int]bool{}
+	}
 	for k := range ix.faults {
-		if ix.faults[k] == tf {
-			if used[ix] == nil {
-				used[ix] = map[int]bool{}
-			}
+		if !used[ix][k] && sameFault(ix.faults[k], tf) {
 			used[ix][k] = true
 			return
 		}
 	}
 }
 
-func rankHasLogFault(res *Result, rank int) bool {
-	for _, f := range res.Faults {
-		if f.Source == "log" && f.Rank == rank && rank >= 0 {
-			return true
-		}
-	}
-	return false
+func sameFault(a, b TraceFault) bool {
+	return a.Kernel == b.Kernel && a.Addr == b.Addr && a.Size == b.Size && a.Storage == b.Storage &&
+		a.Handle == b.Handle && a.Detected == b.Detected && a.Code == b.Code
 }
 
 func (f *Fault) fillFromRef() {

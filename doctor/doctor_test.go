@@ -5,11 +5,13 @@ package doctor
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"swapagent/trace"
 )
@@ -35,16 +37,18 @@ func TestRopeFixtureText(t *testing.T) {
 		"error code 0x800000", "The DDR address of the MTE instruction is out of range", "subErrType 4",
 		"retCode 0x26", "507015", "RuntimeError: SyncStream failed for op aclnnMul",
 		"index 0, addr 0x0 (null), size 1048576 bytes",
-		"262144 float32 elements = 4096 x 64 float32: the size of one RoPE cos/sin table at seq 4096, rope dim 64",
-		"swapagent run --policy safe", "input-protection fix",
+		"size:    1048576 bytes (262144 float32 or 524288 bf16/fp16 elements), one of (most likely first):\n" +
+			"             4096 x 64 float32: the size of one RoPE cos/sin table at seq 4096, rope dim 64\n",
+		"swapagent run --policy safe", "input-protection fix", "swap less in this job",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q\n%s", want, out)
 		}
 	}
-	for _, r := range []string{"rank 1 ", "rank 2 ", "rank 4 ", "rank 7 ", "unknown rank"} {
+	for _, r := range []string{"rank 1 ", "rank 2 ", "rank 4 ", "rank 7 ", "unknown rank",
+		"in the report", "completed", "handle 0"} {
 		if strings.Contains(out, r) {
-			t.Errorf("output reports %q, which has no fault", r)
+			t.Errorf("output says %q", r)
 		}
 	}
 }
@@ -118,28 +122,37 @@ func TestBadInput(t *testing.T) {
 	if err := os.Mkdir(empty, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cases := map[string][]string{
-		"empty dir":   {empty},
-		"missing dir": {filepath.Join(tmp, "nope")},
-		"file":        {file},
-		"no args":     {},
-		"two args":    {empty, empty},
-		"bad flag":    {"--bogus", empty},
-		"bad format":  {"--format", "xml", ropeFixture},
+	cases := map[string]struct {
+		args  []string
+		usage bool // bad usage: the error line, then the usage
+	}{
+		"empty dir":   {[]string{empty}, false},
+		"missing dir": {[]string{filepath.Join(tmp, "nope")}, false},
+		"file":        {[]string{file}, false},
+		"no args":     {nil, true},
+		"two args":    {[]string{empty, empty}, true},
+		"bad flag":    {[]string{"--bogus", empty}, true},
+		"bad format":  {[]string{"--format", "xml", ropeFixture}, true},
 	}
-	for name, args := range cases {
+	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			code, out, errs := runMain(t, args...)
+			code, out, errs := runMain(t, c.args...)
 			if code != ExitBadInput {
 				t.Fatalf("exit %d, want 2", code)
 			}
 			if out != "" {
 				t.Errorf("stdout %q", out)
 			}
-			if strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "swapagent doctor: ") {
-				t.Errorf("stderr not one line: %q", errs)
+			lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+			if !strings.HasPrefix(errs, "swapagent doctor: ") || c.usage != (len(lines) == 3) || !c.usage && len(lines) != 1 ||
+				c.usage && lines[1] != "Usage: swapagent doctor [--format text|json] DIR" {
+				t.Errorf("stderr %q", errs)
 			}
 		})
+	}
+	code, out, errs := runMain(t, "--help")
+	if code != ExitClean || errs != "" || strings.Count(out, "Usage:") != 1 {
+		t.Errorf("--help: exit %d stdout %q stderr %q", code, out, errs)
 	}
 }
 
@@ -163,8 +176,10 @@ func copyFixture(t *testing.T, dst string) {
 	}
 }
 
-func TestNestedLayouts(t *testing.T) {
-	for _, sub := range []string{"log", "output/msrun_log"} {
+// TestEveryLayout: every layout docs/doctor.md lists under "Where it looks" is found.
+func TestEveryLayout(t *testing.T) {
+	// msrun's file names in a directory below the one given.
+	for _, sub := range []string{".", "log", "msrun_log", "output/msrun_log"} {
 		t.Run(sub, func(t *testing.T) {
 			root := t.TempDir()
 			copyFixture(t, filepath.Join(root, sub))
@@ -175,10 +190,46 @@ func TestNestedLayouts(t *testing.T) {
 			if len(res.Logs) != 9 || len(res.Faults) != 2 {
 				t.Fatalf("logs %v faults %d", res.Logs, len(res.Faults))
 			}
-			if res.Faults[0].Log != filepath.Join(sub, "worker_0.log") {
-				t.Errorf("log name %q", res.Faults[0].Log)
+			if res.Faults[0].Log != filepath.Join(sub, "worker_0.log") || res.Faults[0].Rank != 0 || res.Faults[1].Rank != 3 {
+				t.Errorf("fault 0 in %q rank %d", res.Faults[0].Log, res.Faults[0].Rank)
 			}
 		})
+	}
+	// Per-rank directories of *.log files, one, two and three levels down (MindFormers' output/log/rank_0).
+	for _, sub := range []string{"rank_%d", "rank%d", "log/rank_%d", "output/log/rank_%d"} {
+		t.Run(sub, func(t *testing.T) {
+			root := t.TempDir()
+			for _, r := range []int{0, 3} {
+				d := filepath.Join(root, fmt.Sprintf(sub, r))
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				b, err := os.ReadFile(filepath.Join(ropeFixture, fmt.Sprintf("worker_%d.log", r)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(d, "mindformer.log"), b, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := Diagnose(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Logs) != 2 || len(res.Faults) != 2 || res.Faults[0].Rank != 0 || res.Faults[1].Rank != 3 {
+				t.Fatalf("logs %v faults %+v", res.Logs, res.Faults)
+			}
+		})
+	}
+	// Any *.log in the directory, rank from the name.
+	root := t.TempDir()
+	b, _ := os.ReadFile(filepath.Join(ropeFixture, "worker_3.log"))
+	if err := os.WriteFile(filepath.Join(root, "job.rank3.log"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Diagnose(root)
+	if err != nil || len(res.Faults) != 1 || res.Faults[0].Rank != 3 {
+		t.Fatalf("plain *.log: %v %+v", err, res)
 	}
 }
 
@@ -190,9 +241,20 @@ const (
 	attnScore = 0x12c020000000
 )
 
-// writeRopeTrace writes the trace of rank 0 of the faulting run: layers 0..10 get the RoPE tables as
-// keyword inputs; layer.0 saves and classifies the cos table as internal and releases it.
+// fixtureStart is when rank 0's process of the fixture started (its first log line), in local time as
+// the logs are read.
+var fixtureStart = time.Date(2026, 1, 1, 10, 0, 1, 0, time.Local)
+
+// writeRopeTrace writes the trace of rank 0 of the faulting run (pid 31200, running from fixtureStart
+// past the fault): layers 0..10 get the RoPE tables as keyword inputs; layer.0 saves and classifies the
+// cos table as internal and releases it.
 func writeRopeTrace(t *testing.T, path string, rank int, withFault bool) {
+	t.Helper()
+	writeTrace(t, path, trace.Header{Version: 1, PID: 31200, Host: "node-1", Rank: rank, StartUnix: fixtureStart.UnixNano(),
+		Argv: []string{"python", "run_mindformer.py"}}, withFault)
+}
+
+func writeTrace(t *testing.T, path string, h trace.Header, withFault bool, extra ...trace.Event) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -202,7 +264,7 @@ func writeRopeTrace(t *testing.T, path string, rank int, withFault bool) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	w, err := trace.NewWriter(f, trace.Header{Version: 1, PID: 31200, Host: "node-1", Rank: rank, Argv: []string{"python", "run_mindformer.py"}})
+	w, err := trace.NewWriter(f, h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,15 +276,15 @@ func writeRopeTrace(t *testing.T, path string, rank int, withFault bool) {
 	for g := uint32(0); g < 12; g++ {
 		add(trace.Event{Kind: trace.KindGroup, Group: g, Text: "layer." + strconv.Itoa(int(g))})
 	}
-	h := int64(1)
+	hd := int64(1)
 	for g := uint32(0); g <= 10; g++ {
 		add(trace.Event{Kind: trace.KindRegionEnter, Group: g, Ptrs: []uint64{hiddenIn + uint64(g)<<20, ropeCos, ropeSin}, Args: [6]uint64{1}})
 		// an internal activation of the same size as a RoPE table, released too (matching by size must
 		// prefer the storage somebody else owns)
-		add(trace.Event{Kind: trace.KindClassify, Group: g, Handle: h, Args: [6]uint64{attnScore + uint64(g)<<24, 1048576, 0, 1}})
-		add(trace.Event{Kind: trace.KindState, Handle: h, Args: [6]uint64{0, 1, attnScore + uint64(g)<<24, 1048576}})
-		add(trace.Event{Kind: trace.KindState, Handle: h, Args: [6]uint64{1, 2, 0, 1048576}})
-		h++
+		add(trace.Event{Kind: trace.KindClassify, Group: g, Handle: hd, Args: [6]uint64{attnScore + uint64(g)<<24, 1048576, 0, 1}})
+		add(trace.Event{Kind: trace.KindState, Handle: hd, Args: [6]uint64{0, 1, attnScore + uint64(g)<<24, 1048576}})
+		add(trace.Event{Kind: trace.KindState, Handle: hd, Args: [6]uint64{1, 2, 0, 1048576}})
+		hd++
 		if g == 0 {
 			add(trace.Event{Kind: trace.KindSave, Group: g, Handle: 100, Args: [6]uint64{ropeCos, 1048576, 0, 3}})
 			add(trace.Event{Kind: trace.KindClassify, Group: g, Handle: 100, Args: [6]uint64{ropeCos, 1048576, 0, 3}})
@@ -232,10 +294,14 @@ func writeRopeTrace(t *testing.T, path string, rank int, withFault bool) {
 		add(trace.Event{Kind: trace.KindRegionExit, Group: g, Ptrs: []uint64{hiddenIn + uint64(g+1)<<20}})
 	}
 	if withFault {
-		add(trace.Event{Kind: trace.KindFault, Text: `{"kernel":"aclnnMul","addr":0,"size":1048576,"tensor_index":0,` +
+		add(trace.Event{Kind: trace.KindFault, TS: 75e9, Text: `{"kernel":"aclnnMul","addr":0,"size":1048576,"tensor_index":0,` +
 			`"storage":"0x12c000000000","generation":3,"handle":100,"nbytes":1048576,"released_by":"layer.0",` +
 			`"owner":"keyword input of layer.0..layer.10","keep_reason":"internal","detected":"sync","code":507015}`})
 	}
+	for _, ev := range extra {
+		add(ev)
+	}
+	add(trace.Event{Kind: trace.KindLog, TS: 76e9, Text: "exit"}) // the process ran until after the fault
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -297,6 +363,8 @@ func TestWithTrace(t *testing.T) {
 	}
 }
 
+// TestTraceOnlyFault: a process whose log shows no fault but whose trace holds the agent's fault
+// records is reported from the trace, with its log's rank; a region entry is never called a kernel.
 func TestTraceOnlyFault(t *testing.T) {
 	root := t.TempDir()
 	es, _ := os.ReadDir("testdata/msrun-clean")
@@ -306,11 +374,131 @@ func TestTraceOnlyFault(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	writeRopeTrace(t, filepath.Join(root, "node-1.rank1.31200.swtrace"), 1, true)
+	// worker_1.log: pid 41001, 10:00:01..10:04:00.
+	start := time.Date(2026, 1, 1, 10, 0, 1, 0, time.Local)
+	writeTrace(t, filepath.Join(root, "node-1.41001.swtrace"), trace.Header{Version: 1, PID: 41001, Host: "node-1",
+		Rank: -1, StartUnix: start.UnixNano()}, true, trace.Event{Kind: trace.KindFault, TS: 80e9,
+		Text: `{"kernel":"region_enter(layer.3)","tensor_index":2,"addr":0,"size":1048576,"detected":"region_enter"}`})
 	code, out, _ := runMain(t, root)
-	if code != ExitDiagnosed || !strings.Contains(out, "rank 1 ") || !strings.Contains(out, "fault caught by the agent") ||
-		!strings.Contains(out, "released by layer.0") {
+	if code != ExitDiagnosed || !strings.Contains(out, "rank 1 (worker_1.log): fault caught by the agent in kernel aclnnMul") ||
+		!strings.Contains(out, "released by layer.0") ||
+		!strings.Contains(out, "fault caught by the agent at region_enter(layer.3) (a swap region's entry, before any kernel)") ||
+		strings.Contains(out, "kernel region_enter") {
 		t.Fatalf("exit %d\n%s", code, out)
+	}
+}
+
+// TestTraceMatchesByPIDAndTime is the must-show: given a log and an unrelated trace (another pid),
+// doctor does not use the trace and says why; given the matching trace, it uses it. A trace with the
+// right pid from another time, or the same pid on two hosts, is not used either.
+func TestTraceMatchesByPIDAndTime(t *testing.T) {
+	setup := func(t *testing.T, headers ...trace.Header) (string, *Result, string) {
+		root := t.TempDir()
+		copyFixture(t, root)
+		for _, h := range headers {
+			writeTrace(t, filepath.Join(root, fmt.Sprintf("%s.rank%d.%d.swtrace", h.Host, h.Rank, h.PID)), h, false)
+		}
+		res, err := Diagnose(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		res.Render(&out)
+		return root, res, out.String()
+	}
+	good := trace.Header{Version: 1, PID: 31200, Host: "node-1", Rank: 0, StartUnix: fixtureStart.UnixNano()}
+	other := good
+	other.PID = 55555 // a healthy job that happened to leave its trace here
+
+	t.Run("unrelated trace", func(t *testing.T) {
+		_, res, out := setup(t, other)
+		f := res.Faults[0]
+		if f.StorageRef != nil || f.Trace != "" || len(f.TracesChecked) != 1 || f.TracesChecked[0].Used ||
+			f.TracesChecked[0].Why != "pid 55555, not the log's 31200" {
+			t.Fatalf("fault used the unrelated trace: %+v", f)
+		}
+		for _, w := range []string{"trace:   none used: no trace fits this log's process (logged at 2026-01-01 10:01:15",
+			"pid 31200); looked at 1:", "(pid 55555 on node-1, rank 0): pid 55555, not the log's 31200"} {
+			if !strings.Contains(out, w) {
+				t.Errorf("output lacks %q\n%s", w, out)
+			}
+		}
+		if strings.Contains(out, "released by layer.0") {
+			t.Errorf("diagnosis drawn from the unrelated trace:\n%s", out)
+		}
+	})
+	t.Run("matching trace", func(t *testing.T) {
+		_, res, out := setup(t, other, good)
+		f := res.Faults[0]
+		if f.StorageRef == nil || f.ReleasedBy != "layer.0" || !strings.HasSuffix(f.Trace, ".31200.swtrace") {
+			t.Fatalf("the matching trace was not used: %+v", f)
+		}
+		if !strings.Contains(out, "same pid, rank and time as the log") || !strings.Contains(out, "released by layer.0") {
+			t.Errorf("output:\n%s", out)
+		}
+		if res.Faults[1].Trace != "" { // rank 3, pid 31221: neither trace is its process
+			t.Errorf("rank 3 used %s", res.Faults[1].Trace)
+		}
+	})
+	t.Run("same pid, another day", func(t *testing.T) {
+		old := good
+		old.StartUnix = fixtureStart.Add(-24 * time.Hour).UnixNano()
+		_, res, _ := setup(t, old)
+		if f := res.Faults[0]; f.Trace != "" || !strings.Contains(f.TracesChecked[0].Why, "before the fault") {
+			t.Errorf("%+v", f.TracesChecked)
+		}
+	})
+	t.Run("same pid on two hosts", func(t *testing.T) {
+		twin := good
+		twin.Host = "node-2"
+		_, res, _ := setup(t, good, twin)
+		if f := res.Faults[0]; f.Trace != "" || !strings.Contains(f.TracesChecked[0].Why, "does not say its host") {
+			t.Errorf("%+v", f.TracesChecked)
+		}
+	})
+}
+
+// TestAgentFaultsBesideTheLogFault: what the agent caught in the process besides the logged fault (reads
+// of the released storage at launch, a region input with no memory) is shown next to it.
+func TestAgentFaultsBesideTheLogFault(t *testing.T) {
+	root := t.TempDir()
+	copyFixture(t, root)
+	h := trace.Header{Version: 1, PID: 31200, Host: "node-1", Rank: 0, StartUnix: fixtureStart.UnixNano()}
+	writeTrace(t, filepath.Join(root, "node-1.rank0.31200.swtrace"), h, true,
+		trace.Event{Kind: trace.KindFault, TS: 70e9, Text: `{"kernel":"aclnnMul","tensor_index":0,"addr":20615843020800,` +
+			`"size":1048576,"storage":"0x12c000000000","released_by":"layer.0","detected":"launch","repeats":9}`},
+		trace.Event{Kind: trace.KindFault, TS: 71e9, Text: `{"kernel":"region_enter(layer.11)","tensor_index":1,"addr":0,` +
+			`"size":1048576,"detected":"region_enter"}`})
+	code, out, _ := runMain(t, root)
+	if code != ExitDiagnosed {
+		t.Fatalf("exit %d", code)
+	}
+	for _, w := range []string{
+		"agent:   also caught in this process (trace only, not in the log):",
+		"aclnnMul (caught at launch, before the kernel ran), tensor 0 at 0x12c000000000, 1048576 bytes, storage 0x12c000000000, released by layer.0 (and 9 more times)",
+		"region_enter(layer.11): a region input, tensor 1 at 0x0, 1048576 bytes",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q\n%s", w, out)
+		}
+	}
+	if strings.Count(out, "fault caught by the agent") != 0 {
+		t.Errorf("the agent's records are shown as separate faults:\n%s", out)
+	}
+}
+
+// TestControlCharactersEscaped: log text reaches the terminal escaped.
+func TestControlCharactersEscaped(t *testing.T) {
+	root := t.TempDir()
+	log := "[ERROR] RUNTIME(7,python):2026-01-01-10:00:00.000.000 [x.cc:1]7 errorStr: evil\x1b[2J title\n" +
+		"fault kernel_name=Mul_1234abcd_high_performance\n" +
+		"RuntimeError: SyncStream failed for op aclnnMul \x1b]0;pwned\x07\n"
+	if err := os.WriteFile(filepath.Join(root, "worker_0.log"), []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, out, _ := runMain(t, root)
+	if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `\x1b[2J`) {
+		t.Errorf("control characters reached the output:\n%q", out)
 	}
 }
 

@@ -3,10 +3,9 @@ package doctor
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 
-	"github.com/spf13/pflag"
+	"swapagent/internal/cli"
 )
 
 // Exit codes of `swapagent doctor`.
@@ -16,46 +15,42 @@ const (
 	ExitBadInput  = 2 // bad flags or directory
 )
 
-const usage = "usage: swapagent doctor [--format text|json] DIR"
+// Command is how `swapagent doctor` is called (internal/cli's conventions).
+var Command = cli.Command{
+	Name:     "doctor",
+	Synopsis: "[--format text|json] DIR",
+	About: `Reads an msrun log directory (worker_<rank>.log, scheduler.log, or the layouts docs/doctor.md lists)
+and the swapagent traces beside it, finds null-address and aicore faults and names their cause. A trace
+is used for a log only when its pid, rank and time fit the log's; the output says why others do not.
+
+Exit: 0 no fault; 1 fault diagnosed; 2 bad usage or input.`,
+}
 
 // Main runs `swapagent doctor` with the arguments after the subcommand name and returns its exit code:
-// 0 no fault, 1 faults diagnosed, 2 bad input (one line on stderr).
+// 0 no fault, 1 faults diagnosed, 2 bad input (one line on stderr; bad usage adds the usage).
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("doctor", pflag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	c := Command
+	fs := c.Flags()
 	format := fs.String("format", "text", "output format: text or json")
-	help := fs.BoolP("help", "h", false, "show help")
-	if err := fs.Parse(args); err != nil {
-		fmt.Fprintf(stderr, "swapagent doctor: %v (%s)\n", err, usage)
-		return ExitBadInput
-	}
-	if *help {
-		fmt.Fprintln(stdout, usage)
-		fmt.Fprintln(stdout, "Reads an msrun log directory (worker_<rank>.log, scheduler.log) and the swapagent traces")
-		fmt.Fprintln(stdout, "beside it, finds null-address and aicore faults and names their cause.")
-		fmt.Fprintln(stdout, "Exit: 0 no fault, 1 fault diagnosed, 2 bad input.")
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
-		return ExitClean
+	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
+		return code
 	}
 	if *format != "text" && *format != "json" {
-		fmt.Fprintf(stderr, "swapagent doctor: unknown --format %q (want text or json)\n", *format)
-		return ExitBadInput
+		return c.UsageError(stderr, "bad --format %q (want text or json)", *format)
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintf(stderr, "swapagent doctor: need exactly one log directory, got %d arguments (%s)\n", fs.NArg(), usage)
-		return ExitBadInput
+		return c.UsageError(stderr, "need exactly one log directory, got %d arguments", fs.NArg())
 	}
 	res, err := Diagnose(fs.Arg(0))
 	if err != nil {
-		fmt.Fprintf(stderr, "swapagent doctor: %s\n", oneLine(err))
+		c.Errorf(stderr, "%s", oneLine(err))
 		return ExitBadInput
 	}
 	if *format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(res); err != nil {
-			fmt.Fprintf(stderr, "swapagent doctor: %s\n", oneLine(err))
+			c.Errorf(stderr, "%s", oneLine(err))
 			return ExitBadInput
 		}
 	} else {

@@ -3,6 +3,7 @@ package doctor
 
 import (
 	"swapagent/acllog"
+	"swapagent/internal/cli"
 
 	"fmt"
 	"io"
@@ -26,8 +27,9 @@ const (
 		"releases a storage owned outside the swap wrapper, and records a trace that names the storage"
 	adviceTrace = "to confirm, rerun under `swapagent run --policy off` (records, never releases) or `--policy safe` " +
 		"and run `swapagent doctor` again with the traces beside the logs"
-	adviceSwapLess = "until then, swap less: exclude the layers or modules that receive shared tensors " +
-		"(operator-level swap on self_attention.core_attention completed in the report)"
+	adviceSwapLess = "until then, swap less in this job: leave out of swap the layers or modules that receive " +
+		"tensors shared across layers (such as the RoPE cos/sin tables), or swap only inside them, where no " +
+		"input is shared (for example operator-level swap of self_attention.core_attention)"
 )
 
 // explain fills AddrKind, SizeInfo, Causes and Advice, most likely cause first.
@@ -116,6 +118,101 @@ func explain(f *Fault) {
 	}
 }
 
+// renderTraces says which trace was used and why others were not, and what else the agent caught.
+func (f *Fault) renderTraces(w io.Writer) {
+	var t []string
+	if f.Time != nil {
+		t = append(t, "at "+clock(*f.Time))
+	}
+	if len(f.LogPIDs) > 0 {
+		t = append(t, pidList(f.LogPIDs))
+		if len(f.LogPIDs) == 1 {
+			t[len(t)-1] = "pid " + t[len(t)-1]
+		}
+	}
+	logged := ""
+	if len(t) > 0 && f.Source == "log" {
+		logged = " (logged " + strings.Join(t, ", ") + ")"
+	}
+	switch {
+	case f.Trace != "" && f.Source == "log":
+		fmt.Fprintf(w, "  trace:   %s%s\n", f.Trace, traceWho(f.TracesChecked, f.Trace))
+	case len(f.TracesChecked) > 0:
+		fmt.Fprintf(w, "  trace:   none used: no trace fits this log's process%s; looked at %d:\n", logged, len(f.TracesChecked))
+		for _, c := range f.TracesChecked {
+			fmt.Fprintf(w, "             %s%s: %s\n", c.Trace, checkWho(c), c.Why)
+		}
+	}
+	if len(f.AgentFaults) > 0 {
+		fmt.Fprintf(w, "  agent:   also caught in this process (trace only, not in the log):\n")
+		for _, a := range f.AgentFaults {
+			fmt.Fprintf(w, "             %s\n", agentFaultText(a))
+		}
+		if f.Note != "" {
+			fmt.Fprintf(w, "             (%s)\n", f.Note)
+		}
+	}
+}
+
+// detectedWords says how the agent caught a fault (the record's "detected").
+var detectedWords = map[string]string{
+	"launch": "caught at launch, before the kernel ran",
+	"race":   "caught at launch while the agent was still copying the storage",
+	"sync":   "caught at the failed sync",
+}
+
+func traceWho(checks []TraceCheck, path string) string {
+	for _, c := range checks {
+		if c.Trace == path {
+			return checkWho(c) + ": same pid, rank and time as the log"
+		}
+	}
+	return ""
+}
+
+func checkWho(c TraceCheck) string {
+	s := fmt.Sprintf(" (pid %d", c.PID)
+	if c.Host != "" {
+		s += " on " + c.Host
+	}
+	if c.Rank >= 0 {
+		s += fmt.Sprintf(", rank %d", c.Rank)
+	}
+	return s + ")"
+}
+
+// agentFaultText is one of the agent's fault records in a line: where it was caught and what it found.
+func agentFaultText(a TraceFault) string {
+	var s string
+	switch {
+	case isRegion(a):
+		s = a.Kernel + ": a region input"
+	case detectedWords[a.Detected] != "":
+		s = fmt.Sprintf("%s (%s)", orUnknown(a.Kernel), detectedWords[a.Detected])
+	case a.Detected != "":
+		s = fmt.Sprintf("%s (caught at %s)", orUnknown(a.Kernel), a.Detected)
+	default:
+		s = orUnknown(a.Kernel)
+	}
+	if a.TensorIndex != nil && *a.TensorIndex >= 0 {
+		s += fmt.Sprintf(", tensor %d", *a.TensorIndex)
+	}
+	s += fmt.Sprintf(" at %#x", uint64(a.Addr))
+	if a.Size > 0 {
+		s += fmt.Sprintf(", %d bytes", uint64(a.Size))
+	}
+	if a.Storage != 0 {
+		s += fmt.Sprintf(", storage %#x", uint64(a.Storage))
+	}
+	if a.ReleasedBy != "" {
+		s += ", released by " + a.ReleasedBy
+	}
+	if a.Repeats > 0 {
+		s += fmt.Sprintf(" (and %d more times)", a.Repeats)
+	}
+	return s
+}
+
 func nearNullNote(f *Fault) string {
 	if f.AddrKind == "near-null" {
 		return fmt.Sprintf(" (plus a view offset of %d bytes)", *f.Addr)
@@ -130,8 +227,10 @@ func orUnknown(s string) string {
 	return s
 }
 
-// Render prints the diagnosis as text.
-func (r *Result) Render(w io.Writer) {
+// Render prints the diagnosis as text. Everything goes through cli.Terminal: log lines and trace
+// contents may hold control characters.
+func (r *Result) Render(out io.Writer) {
+	w := cli.Terminal(out)
 	if !r.Diagnosed() {
 		fmt.Fprintf(w, "no null-address or aicore faults found in %d logs\n", len(r.Logs))
 		r.renderNotes(w)
@@ -173,13 +272,20 @@ func (f *Fault) render(w io.Writer) {
 		what = "fault caught by the agent"
 	}
 	fmt.Fprintf(w, "%s (%s): %s", who, where, what)
-	if f.Kernel != "" {
+	switch {
+	case f.Kernel == "":
+	case isRegion(TraceFault{Kernel: f.Kernel, Detected: f.Detected}):
+		fmt.Fprintf(w, " at %s (a swap region's entry, before any kernel)", f.Kernel)
+	default:
 		fmt.Fprintf(w, " in kernel %s", f.Kernel)
 	}
 	if f.Op != "" {
 		fmt.Fprintf(w, " (op %s)", f.Op)
 	}
 	fmt.Fprintln(w)
+	if f.Note != "" && f.Source == "trace" {
+		fmt.Fprintf(w, "  note:    %s\n", f.Note)
+	}
 
 	if rec := f.Record; rec != nil {
 		var parts []string
@@ -222,7 +328,7 @@ func (f *Fault) render(w io.Writer) {
 	if len(t) > 0 {
 		fmt.Fprintf(w, "  tensor:  %s\n", strings.Join(t, ", "))
 	}
-	if si := f.SizeInfo; si != nil && len(si.Shapes) > 0 {
+	if si := f.SizeInfo; si != nil && len(si.Shapes) == 1 {
 		top := si.Shapes[0]
 		line := fmt.Sprintf("%d bytes", si.Bytes)
 		if n, ok := si.Elements[top.DType]; ok {
@@ -233,16 +339,32 @@ func (f *Fault) render(w io.Writer) {
 			line += ": " + top.Note
 		}
 		fmt.Fprintf(w, "  size:    %s\n", line)
-		if len(si.Shapes) > 1 {
-			var alt []string
-			for _, s := range si.Shapes[1:] {
-				alt = append(alt, s.String())
+	} else if si != nil && len(si.Shapes) > 1 {
+		// Several shapes fit: say so, rather than present the first as the answer.
+		var elems []string
+		for _, dt := range []string{"float32", "bf16/fp16"} {
+			if n, ok := si.Elements[dt]; ok {
+				elems = append(elems, fmt.Sprintf("%d %s", n, dt))
 			}
-			fmt.Fprintf(w, "           other shapes: %s\n", strings.Join(alt, ", "))
+		}
+		line := fmt.Sprintf("%d bytes", si.Bytes)
+		if len(elems) > 0 {
+			line += " (" + strings.Join(elems, " or ") + " elements)"
+		}
+		fmt.Fprintf(w, "  size:    %s, one of (most likely first):\n", line)
+		for _, sh := range si.Shapes {
+			l := sh.String()
+			if sh.Note != "" {
+				l += ": " + sh.Note
+			}
+			fmt.Fprintf(w, "             %s\n", l)
 		}
 	}
 	if ref := f.StorageRef; ref != nil {
-		s := fmt.Sprintf("%#x generation %d, %d bytes, handle %d", ref.Base, ref.Generation, ref.Nbytes, ref.Handle)
+		s := fmt.Sprintf("%#x generation %d, %d bytes", ref.Base, ref.Generation, ref.Nbytes)
+		if ref.Handle != 0 { // 0: the agent's record did not say
+			s += fmt.Sprintf(", handle %d", ref.Handle)
+		}
 		if ref.ReleasedBy != "" {
 			s += ", released by " + ref.ReleasedBy
 		}
@@ -259,6 +381,7 @@ func (f *Fault) render(w io.Writer) {
 		}
 		fmt.Fprintf(w, "           (%s in %s)\n", src, ref.Trace)
 	}
+	f.renderTraces(w)
 	if len(f.Causes) > 0 {
 		fmt.Fprintln(w, "  cause (most likely first):")
 		for i, c := range f.Causes {

@@ -54,6 +54,8 @@ type TraceFault struct {
 	Detected    string   `json:"detected"`
 	Code        int      `json:"code"`
 	TensorIndex *int     `json:"tensor_index"`
+	Repeats     uint64   `json:"repeats,omitempty"`
+	Detail      string   `json:"detail,omitempty"`
 }
 
 // jsonUint accepts a JSON number or a decimal/"0x" string.
@@ -116,16 +118,18 @@ type traceIndex struct {
 	outputs  map[uint64][]uint32
 	faults   []TraceFault
 	badFault int
-	readErr  error // truncation/corruption after the events we have
+	endTS    int64       // the last event's TS: the trace's window is [StartUnix, StartUnix+endTS]
+	readErr  error       // the trace ends mid-batch (a killed process)
+	gaps     []trace.Gap // damaged batches skipped
 }
 
 func loadTrace(path string) (*traceIndex, error) {
-	hdr, evs, err := trace.ReadFile(path)
-	if err != nil && (errors.Is(err, trace.ErrFormat) || len(evs) == 0 && !errors.Is(err, trace.ErrTruncated) && !errors.Is(err, trace.ErrCorrupt)) {
+	hdr, evs, gaps, err := trace.SalvageFile(path)
+	if err != nil && !errors.Is(err, trace.ErrTruncated) {
 		return nil, err
 	}
 	ix := &traceIndex{
-		path: path, hdr: hdr, readErr: err,
+		path: path, hdr: hdr, readErr: err, gaps: gaps,
 		groups:   map[uint32]string{},
 		byHandle: map[int64]*storage{},
 		inputs:   map[uint64][]regionUse{},
@@ -141,6 +145,7 @@ func loadTrace(path string) (*traceIndex, error) {
 	}
 	for i := range evs {
 		ev := &evs[i]
+		ix.endTS = max(ix.endTS, ev.TS)
 		switch ev.Kind {
 		case trace.KindGroup:
 			ix.groups[ev.Group] = ev.Text

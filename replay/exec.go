@@ -15,7 +15,9 @@ import (
 	"sort"
 	"strings"
 
+	"swapagent/internal/cli"
 	"swapagent/replay/aclrt"
+	"swapagent/report"
 	"swapagent/trace"
 )
 
@@ -578,33 +580,38 @@ func WriteExecText(w io.Writer, r *ExecResult) {
 
 // runExec is Main's --exec path.
 func runExec(file, format string, stdout, stderr io.Writer) int {
-	_, events, note, err := load(file)
+	t, notes, err := load(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "swapagent replay: %v\n", err)
+		Command.Errorf(stderr, "%v", err)
 		return ExitBadInput
 	}
+	// Re-issuing calls across a gap would replay allocations without their frees (or the reverse) and
+	// fault where the job did not.
+	if len(t.Gaps) > 0 {
+		Command.Errorf(stderr, "--exec needs the whole trace: %s", report.GapNote(file, t.Gaps[0]))
+		return ExitBadInput
+	}
+	events := t.Events
 	path, rnote, err := FindRuntime()
 	if err != nil {
-		fmt.Fprintf(stderr, "swapagent replay: %v\n", err)
+		Command.Errorf(stderr, "%v", err)
 		return ExitBadInput
 	}
 	r := Exec(events)
 	r.File, r.Runtime = file, path
 	if rnote != "" {
-		fmt.Fprintf(stderr, "swapagent replay: note: %s\n", rnote)
+		Command.Errorf(stderr, "note: %s", rnote)
 		r.Notes = append([]string{rnote}, r.Notes...)
 	}
-	if note != "" {
-		r.Notes = append(r.Notes, note)
-	}
+	r.Notes = append(r.Notes, notes...)
 	if format == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(r); err != nil {
-			fmt.Fprintf(stderr, "swapagent replay: write: %v\n", err)
+			Command.Errorf(stderr, "write: %v", err)
 		}
 	} else {
-		WriteExecText(stdout, r)
+		WriteExecText(cli.Terminal(stdout), r)
 	}
 	if r.Fault {
 		return ExitViolation

@@ -3,73 +3,73 @@
 package replay
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 
-	"github.com/spf13/pflag"
-
+	"swapagent/internal/cli"
 	"swapagent/offload"
-	"swapagent/trace"
+	"swapagent/report"
 )
 
 // Exit codes of `swapagent replay`.
 const (
 	ExitClean     = 0 // no violation (simulation) / the runtime ran the trace clean (--exec)
 	ExitViolation = 1 // violations found (simulation) / the runtime faulted (--exec)
-	ExitBadInput  = 2 // bad usage, missing or corrupt trace
+	ExitBadInput  = 2 // bad usage, missing or unreadable trace
+	ExitPartial   = 3 // no violation in what was read, but some input was left out (a bad file, a damaged batch)
 )
 
-// Usage is the one-line synopsis for the CLI's help.
-const Usage = "TRACE|DIR [--policy safe|outputs-only|off] [--prefetch N] [--min-bytes N] [--exec] [--format text|json]"
+// Usage is the synopsis for the CLI's help.
+const Usage = "TRACE|DIR|- [--policy safe|outputs-only|off] [--prefetch N] [--min-bytes N] [--exec] [--format text|json]"
+
+// Command is how `swapagent replay` is called (internal/cli's conventions).
+var Command = cli.Command{
+	Name:     "replay",
+	Synopsis: Usage,
+	About: `Simulates swap policy P on a recorded trace (what it would release, move and save, and which external
+storage it would break), or with --exec re-issues the trace's runtime calls against the AscendCL
+runtime. A directory replays each trace in it (an msrun log directory: those in its swapagent-out);
+- reads one trace from standard input. Policy names are lower case, as SWAPAGENT_POLICY takes them.
+
+Exit: 0 clean; 1 violations (--exec: the runtime faulted); 2 bad usage or input;
+3 clean, but some input was left out (a bad file in a directory, or events lost in damaged batches).`,
+}
 
 // Main runs `swapagent replay` with args (the words after "replay") and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := pflag.NewFlagSet("replay", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	c := Command
+	fs := c.Flags()
 	policy := fs.String("policy", "safe", "policy to simulate: safe, outputs-only or off")
 	prefetch := fs.Int("prefetch", 1, "groups restored ahead in backward (default: as recorded, else 1)")
 	minBytes := fs.Uint64("min-bytes", offload.DefaultMinBytes, "size threshold for the small rule (default: as recorded)")
 	execMode := fs.Bool("exec", false, "re-issue the trace's runtime calls against the AscendCL runtime")
 	format := fs.String("format", "text", "output format: text or json")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: swapagent replay %s\n", Usage)
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, pflag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fmt.Fprintf(stdout, "usage: swapagent replay %s\n", Usage)
-			fs.PrintDefaults()
-			return ExitClean
-		}
-		return ExitBadInput // pflag already printed the error
+	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
+		return code
 	}
 	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "swapagent replay: "+format+"\n", a...)
+		c.Errorf(stderr, format, a...)
 		return ExitBadInput
 	}
 	if fs.NArg() != 1 {
-		return bad("want exactly one TRACE (a .swtrace file or a directory), got %d", fs.NArg())
+		return c.UsageError(stderr, "want exactly one TRACE (a .swtrace file, a directory or -), got %d", fs.NArg())
 	}
 	pol, err := offload.ParsePolicy(*policy)
 	if err != nil {
-		return bad("--policy: %v", err)
+		return c.UsageError(stderr, "bad --policy %q (want safe, outputs-only or off, in lower case)", *policy)
 	}
 	if *format != "text" && *format != "json" {
-		return bad("--format %q: want text or json", *format)
+		return c.UsageError(stderr, "bad --format %q (want text or json)", *format)
 	}
 	if *prefetch < 0 {
-		return bad("--prefetch %d: must be >= 0", *prefetch)
+		return c.UsageError(stderr, "bad --prefetch %d (must be >= 0)", *prefetch)
 	}
-	files, err := trace.FindTraces(fs.Arg(0))
+	files, found, err := report.Inputs(fs.Arg(0))
 	if err != nil {
 		return bad("%v", err)
 	}
-	if len(files) == 0 {
-		return bad("%s: no %s files", fs.Arg(0), trace.FileSuffix)
+	if found != "" {
+		c.Errorf(stderr, "note: %s has no traces; reading those in %s", fs.Arg(0), found)
 	}
 	if *execMode {
 		if len(files) != 1 {
@@ -77,7 +77,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		for _, name := range []string{"policy", "prefetch", "min-bytes"} {
 			if fs.Changed(name) {
-				fmt.Fprintf(stderr, "swapagent replay: note: --%s is ignored with --exec (the trace's calls are re-issued as recorded)\n", name)
+				c.Errorf(stderr, "note: --%s is ignored with --exec (the trace's calls are re-issued as recorded)", name)
 			}
 		}
 		return runExec(files[0], *format, stdout, stderr)
@@ -86,53 +86,68 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		MinBytesSet: fs.Changed("min-bytes")}
 	var results []*Result
 	code := ExitClean
+	partial := false
+	named := len(files) == 1 && found == "" // a file (or -) named on the command line
 	for _, f := range files {
-		h, events, note, err := load(f)
+		t, notes, err := load(f)
 		if err != nil {
-			return bad("%v", err)
+			if named {
+				return bad("%v", err)
+			}
+			c.Errorf(stderr, "skipped %v", err)
+			partial = true
+			continue
 		}
-		r := Simulate(h, events, opts)
+		for _, n := range notes {
+			c.Errorf(stderr, "%s", n)
+		}
+		partial = partial || len(t.Gaps) > 0
+		r := Simulate(t.Header, t.Events, opts)
 		r.File = f
-		if note != "" {
-			r.Notes = append([]string{note}, r.Notes...)
-		}
+		r.Notes = append(notes, r.Notes...)
 		if len(r.Violations) > 0 {
 			code = ExitViolation
 		}
 		results = append(results, r)
 	}
+	if len(results) == 0 {
+		return bad("%s: none of the %d trace files could be read", fs.Arg(0), len(files))
+	}
+	if code == ExitClean && partial {
+		code = ExitPartial
+	}
 	if *format == "json" {
 		if err := WriteJSON(stdout, results); err != nil {
-			fmt.Fprintf(stderr, "swapagent replay: write: %v\n", err)
+			c.Errorf(stderr, "write: %v", err)
 			return ExitViolation
 		}
 		return code
 	}
+	tw := cli.Terminal(stdout)
 	for i, r := range results {
 		if i > 0 {
-			fmt.Fprintln(stdout)
+			fmt.Fprintln(tw)
 		}
-		WriteText(stdout, r)
+		WriteText(tw, r)
 	}
 	return code
 }
 
-// load reads one trace. A truncated tail (the process died mid-batch) is usable and gives a note; a
-// missing file, a bad header or a corrupt batch is bad input.
-func load(file string) (trace.Header, []trace.Event, string, error) {
-	if _, err := os.Stat(file); err != nil {
-		return trace.Header{}, nil, "", fmt.Errorf("%s: %w", file, errors.Unwrap(err))
+// load reads one trace the way report does (report.ReadTrace: damaged batches skipped, a cut end
+// tolerated); notes say what was lost. A missing file, a bad header or a trace with no readable event is
+// bad input.
+func load(file string) (*report.Trace, []string, error) {
+	t, err := report.ReadTrace(file)
+	if err != nil {
+		return nil, nil, err
 	}
-	h, events, err := trace.ReadFile(file)
-	switch {
-	case err == nil:
-		return h, events, "", nil
-	case errors.Is(err, trace.ErrTruncated):
-		return h, events, fmt.Sprintf("the trace ends inside a batch (process killed?): replayed the %d events before it",
-			len(events)), nil
-	case strings.Contains(err.Error(), file):
-		return h, nil, "", err
-	default:
-		return h, nil, "", fmt.Errorf("%s: %w", file, err)
+	var notes []string
+	if t.Truncated {
+		notes = append(notes, fmt.Sprintf("the trace ends inside a batch (process killed?): replayed the %d events before it",
+			len(t.Events)))
 	}
+	for _, g := range t.Gaps {
+		notes = append(notes, report.GapNote(file, g))
+	}
+	return t, notes, nil
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"swapagent/internal/cli"
 )
 
 // mib formats a byte count as "N (X MiB)".
@@ -25,9 +27,9 @@ func ms(ns int64) string { return fmt.Sprintf("%.3f ms", float64(ns)/1e6) }
 
 // WriteText writes a simulation result for people.
 func WriteText(w io.Writer, r *Result) {
-	fmt.Fprintf(w, "replay %s", r.File)
+	fmt.Fprintf(w, "replay %s", cli.Escape(r.File))
 	if len(r.Argv) > 0 {
-		fmt.Fprintf(w, " (pid %d: %s)", r.PID, strings.Join(r.Argv, " "))
+		fmt.Fprintf(w, " (pid %d: %s)", r.PID, cli.Escape(strings.Join(r.Argv, " ")))
 	}
 	fmt.Fprintln(w)
 	rec := r.RecordedPolicy

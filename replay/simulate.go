@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"swapagent/offload"
+	"swapagent/report"
 	"swapagent/trace"
 	"swapagent/tracker"
 )
@@ -156,10 +157,8 @@ type sim struct {
 	lastList []tensorRec
 	haveLast bool
 
-	// Device memory.
-	allocs       map[uint64]uint64 // recorded live allocations: ptr -> size
-	recLive      uint64
-	recRel       int64            // bytes the recorded run holds released
+	// Device memory: what the recording held and had released, by the one model every report uses.
+	foot         report.Footprint
 	recHandleBas map[int64]uint64 // recorded handle -> saved ptr
 	recRelBase   map[uint64]int   // recorded bases currently released by the recorded run
 
@@ -196,7 +195,7 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 		groups:       map[uint32]string{},
 		handles:      map[int64]int64{},
 		tensors:      map[uint32][]tensorRec{},
-		allocs:       map[uint64]uint64{},
+		foot:         report.Footprint{NoSeries: true},
 		recHandleBas: map[int64]uint64{},
 		recRelBase:   map[uint64]int{},
 		viols:        map[[2]uint64]*Violation{},
@@ -236,18 +235,15 @@ func (s *sim) step(i int, ev *trace.Event) {
 			s.lastList = s.lastList[:0]
 		case trace.ClassDeviceAlloc:
 			if ev.Ret == 0 && ev.Args[0] != 0 {
-				if old, ok := s.allocs[ev.Args[0]]; ok { // a free the trace lost
-					s.recLive -= old
-				}
-				s.allocs[ev.Args[0]] = ev.Args[1]
-				s.recLive += ev.Args[1]
+				s.foot.Alloc(ev.TS, ev.Args[0], ev.Args[1]) // a pointer handed out again replaces a lost free
 				s.eng.Tracker().Alloc(ev.Args[0], ev.Args[1])
 				s.peak()
 			}
 		case trace.ClassDeviceFree:
-			if sz, ok := s.allocs[ev.Args[0]]; ok && ev.Ret == 0 {
-				delete(s.allocs, ev.Args[0])
-				s.recLive -= sz
+			if ev.Ret != 0 {
+				break
+			}
+			if sz, ok := s.foot.Free(ev.TS, ev.Args[0]); ok {
 				s.eng.Tracker().Free(ev.Args[0])
 				for k := range s.viols { // a storage there later is another storage
 					if k[0] >= ev.Args[0] && k[0]-ev.Args[0] < sz {
@@ -396,20 +392,19 @@ func (s *sim) drainEngine() {
 // recordedState follows the recorded engine's releases (state host) and restores (host -> h2d).
 func (s *sim) recordedState(ev *trace.Event) {
 	from, to := offload.State(ev.Args[0]), offload.State(ev.Args[1])
+	s.foot.State(ev.TS, ev.Args[0], ev.Args[1], 0, ev.Args[3])
 	base := s.recHandleBas[ev.Handle]
 	switch {
 	case to == offload.Host:
-		s.recRel += int64(ev.Args[3])
 		if base != 0 {
 			s.recRelBase[base]++
 		}
 	case from == offload.Host && to == offload.H2D:
-		s.recRel -= int64(ev.Args[3])
 		if base != 0 && s.recRelBase[base] > 0 {
 			s.recRelBase[base]--
 		}
 	}
-	s.res.RecordedFreed = max(s.res.RecordedFreed, uint64(max(s.recRel, 0)))
+	s.res.RecordedFreed = s.foot.PeakReleased
 }
 
 // checkLaunch matches the launch's tensors against the external storages the simulation holds released.
@@ -444,12 +439,12 @@ func (s *sim) checkLaunch(i int, ev *trace.Event) {
 
 // peak evaluates the device-memory model at an allocation: device memory only grows there, and a
 // caching pool only allocates when it is full, so that is where the bytes in use are known (docs/replay.md).
+// The recorded and no-swap figures are report.Footprint's, the same as every report shows.
 func (s *sim) peak() {
-	s.res.PeakRecorded = max(s.res.PeakRecorded, s.recLive)
-	noSwap := int64(s.recLive) + max(s.recRel, 0)
-	s.res.PeakNoSwap = max(s.res.PeakNoSwap, uint64(noSwap))
-	simLive := max(noSwap-int64(s.ops.released), 0)
-	s.res.PeakSimulated = max(s.res.PeakSimulated, uint64(simLive))
+	s.res.PeakRecorded = s.foot.Held.PeakBytes
+	s.res.PeakNoSwap = s.foot.PeakNoSwap
+	noSwap := s.foot.Held.LiveBytes + s.foot.Released
+	s.res.PeakSimulated = max(s.res.PeakSimulated, noSwap-min(s.ops.released, noSwap))
 }
 
 func (s *sim) finish() {

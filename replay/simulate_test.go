@@ -3,6 +3,7 @@
 package replay
 
 import (
+	"bytes"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -195,31 +196,99 @@ func TestBadInput(t *testing.T) {
 	}
 	empty := t.TempDir()
 	cases := []struct {
-		name string
-		args []string
+		name  string
+		args  []string
+		usage bool // bad usage: the error line, then the usage
 	}{
-		{"missing file", []string{filepath.Join(dir, "nope.swtrace")}},
-		{"not a trace", []string{garbage}},
-		{"corrupt batch", []string{corrupt}},
-		{"empty directory", []string{empty}},
-		{"no trace argument", nil},
-		{"two traces", []string{good, good}},
-		{"bad policy", []string{good, "--policy", "yolo"}},
-		{"bad format", []string{good, "--format", "xml"}},
-		{"bad flag", []string{good, "--frobnicate"}},
-		{"negative prefetch", []string{good, "--prefetch", "-1"}},
+		{"missing file", []string{filepath.Join(dir, "nope.swtrace")}, false},
+		{"not a trace", []string{garbage}, false},
+		{"corrupt only batch", []string{corrupt}, false},
+		{"empty directory", []string{empty}, false},
+		{"no trace argument", nil, true},
+		{"two traces", []string{good, good}, true},
+		{"bad policy", []string{good, "--policy", "yolo"}, true},
+		{"policy in capitals", []string{good, "--policy", "SAFE"}, true}, // rejected, as the agent and run reject it
+		{"bad format", []string{good, "--format", "xml"}, true},
+		{"bad flag", []string{good, "--frobnicate"}, true},
+		{"negative prefetch", []string{good, "--prefetch", "-1"}, true},
 	}
 	for _, c := range cases {
 		code, out, errs := runMain(c.args...)
-		if code != ExitBadInput {
+		if code != ExitBadInput || out != "" {
 			t.Errorf("%s: exit %d, want 2\n%s%s", c.name, code, out, errs)
 		}
-		if c.name != "bad flag" && strings.Count(strings.TrimSpace(errs), "\n") != 0 {
-			t.Errorf("%s: want one error line, got %q", c.name, errs)
+		lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+		if !strings.HasPrefix(lines[0], "swapagent replay: ") || c.usage != (len(lines) == 3) ||
+			c.usage && !strings.HasPrefix(lines[1], "Usage: swapagent replay ") || !c.usage && len(lines) != 1 {
+			t.Errorf("%s: stderr %q", c.name, errs)
 		}
 	}
-	if code, _, _ := runMain("--help"); code != ExitClean {
-		t.Errorf("--help: exit %d", code)
+	code, out, errs := runMain("--help")
+	if code != ExitClean || errs != "" || strings.Count(out, "Usage:") != 1 {
+		t.Errorf("--help: exit %d stdout %q stderr %q", code, out, errs)
+	}
+}
+
+// TestSalvageAndStdin: a damaged middle batch is skipped and named (exit 3), a bad file in a directory
+// is named and skipped (exit 3), and - reads the trace from standard input.
+func TestSalvageAndStdin(t *testing.T) {
+	b := decoderTrace(3, false)
+	var buf bytes.Buffer
+	w, err := trace.NewWriter(&buf, trace.Header{Version: trace.Version, PID: 4242, Host: "test", Rank: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []int
+	for i := range b.events {
+		if i%50 == 0 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			starts = append(starts, buf.Len())
+		}
+		if err := w.Add(&b.events[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	if len(starts) < 4 {
+		t.Fatalf("only %d batches", len(starts))
+	}
+	damaged := bytes.Clone(data)
+	damaged[starts[2]+40] ^= 0x20
+	dir := t.TempDir()
+	p := filepath.Join(dir, "damaged"+trace.FileSuffix)
+	if err := os.WriteFile(p, damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runMain(p, "--policy", "safe")
+	if code != ExitPartial || !strings.Contains(errs, "batch 2 at offset") || !strings.Contains(errs, "50 events lost") ||
+		!strings.Contains(out, "storages released") {
+		t.Errorf("damaged batch: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junk"+trace.FileSuffix), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runMain(dir)
+	if code != ExitPartial || !strings.Contains(errs, "skipped "+filepath.Join(dir, "junk"+trace.FileSuffix)) {
+		t.Errorf("directory with a bad file: exit %d, stderr %s", code, errs)
+	}
+
+	// Standard input.
+	old := os.Stdin
+	defer func() { os.Stdin = old }()
+	r, wp, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { wp.Write(data); wp.Close() }()
+	os.Stdin = r
+	code, out, errs = runMain("-", "--policy", "safe")
+	if code != ExitClean || !strings.Contains(out, "replay -") || !strings.Contains(out, "storages released") {
+		t.Errorf("stdin: exit %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 }
 

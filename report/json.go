@@ -25,13 +25,29 @@ type ProcessJSON struct {
 	StatsSource string          `json:"stats_source"` // "trace" or "derived"
 	AgentStats  json.RawMessage `json:"agent_stats"`  // the last KindStats verbatim, or null
 
+	// Memory holds the memory figures (docs/cli.md, "Reading the memory figures"), the same as the text.
+	Memory     MemFigures        `json:"memory"`
 	Calls      map[string]uint64 `json:"calls"`
 	Device     Memory            `json:"device"`
 	HostPinned Memory            `json:"host_pinned"`
+	Reserved   Memory            `json:"reserved_address_space"`
+	LostRanges []LostRange       `json:"lost_ranges"` // damaged batches skipped while reading
 	ABI        ABI               `json:"abi"`
 	LostEvents uint64            `json:"lost_events"`
 	Logs       []string          `json:"logs"`
 	Meta       map[string]string `json:"meta"`
+}
+
+// LostRange is a damaged stretch of the trace that was skipped (trace.Gap).
+type LostRange struct {
+	Batch       int    `json:"batch"`
+	Offset      int64  `json:"offset"`
+	Bytes       int64  `json:"bytes"`
+	Events      int    `json:"events"` // -1: unknown
+	AfterEvent  int    `json:"after_event"`
+	FromNS      int64  `json:"from_ns"`
+	ToNS        int64  `json:"to_ns"` // -1: no event after it
+	Description string `json:"description"`
 }
 
 // Report is the top-level JSON object.
@@ -46,9 +62,13 @@ func JSON(sums []*Summary) Report {
 		p := ProcessJSON{
 			Path: s.Path, PID: s.Header.PID, Rank: s.Header.Rank, Host: s.Header.Host, Argv: s.Header.Argv,
 			StartUnixNS: s.Header.StartUnix, Events: len(s.Events), DurationNS: s.EndNS, Truncated: s.Truncated,
-			Stats: s.Stats, StatsSource: "derived", AgentStats: nil,
-			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, ABI: s.ABI, LostEvents: s.Lost,
-			Logs: s.Logs, Meta: s.Meta,
+			Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
+			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
+			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{},
+		}
+		for _, g := range s.Gaps {
+			p.LostRanges = append(p.LostRanges, LostRange{Batch: g.Batch, Offset: g.Offset, Bytes: g.Bytes,
+				Events: g.Events, AfterEvent: g.After, FromNS: g.FromTS, ToNS: g.ToTS, Description: g.String()})
 		}
 		if s.StatsFromTrace {
 			p.StatsSource = "trace"

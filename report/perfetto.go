@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 
 	"swapagent/trace"
 )
@@ -59,8 +60,9 @@ func writePerfetto(w io.Writer, sums []*Summary, limit int) error {
 		}
 	}
 	var main, calls []pevent
-	for _, s := range sums {
-		m, c := perfettoProcess(s, s.Header.StartUnix-base)
+	pids := processIDs(sums)
+	for i, s := range sums {
+		m, c := perfettoProcess(s, pids[i], s.Header.StartUnix-base)
 		main = append(main, m...)
 		calls = append(calls, c...)
 	}
@@ -95,15 +97,38 @@ func writePerfetto(w io.Writer, sums []*Summary, limit int) error {
 	return bw.Flush()
 }
 
+// syntheticPID is where the process ids of processes that share a pid start: above Linux's largest pid.
+const syntheticPID = 1 << 22
+
+// processIDs gives each summary its Perfetto process id: its own pid, unless an earlier summary took it
+// (two ranks on two hosts may have the same pid, and a pid is reused over time), then a synthetic one.
+// The process name always says the real pid and host.
+func processIDs(sums []*Summary) []int {
+	out := make([]int, len(sums))
+	taken := map[int]bool{}
+	next := syntheticPID
+	for i, s := range sums {
+		pid := s.Header.PID
+		if taken[pid] {
+			for taken[next] {
+				next++
+			}
+			pid = next
+		}
+		taken[pid] = true
+		out[i] = pid
+	}
+	return out
+}
+
 // perfettoProcess returns the process's essential events (metadata, memory, swap, faults) and its
-// runtime calls separately, so the cap drops calls first.
-func perfettoProcess(s *Summary, offset int64) (main, calls []pevent) {
-	pid := s.Header.PID
+// runtime calls separately, so the cap drops calls first. pid is its Perfetto process id (processIDs).
+func perfettoProcess(s *Summary, pid int, offset int64) (main, calls []pevent) {
 	us := func(ns int64) float64 { return float64(offset+ns) / 1000 }
 	meta := func(name string, tid int64, value string) {
 		main = append(main, pevent{Name: name, Ph: "M", PID: pid, TID: tid, Args: map[string]string{"name": value}})
 	}
-	pname := fmt.Sprintf("pid %d", pid)
+	pname := fmt.Sprintf("pid %d", s.Header.PID)
 	if s.Header.Rank >= 0 {
 		pname += fmt.Sprintf(" rank %d", s.Header.Rank)
 	}
@@ -114,10 +139,24 @@ func perfettoProcess(s *Summary, offset int64) (main, calls []pevent) {
 		pname += ": " + argvString(s.Header.Argv)
 	}
 	meta("process_name", 0, pname)
+	main = append(main, pevent{Name: "process_labels", Ph: "M", PID: pid,
+		Args: map[string]string{"labels": "device memory: " + s.Mem.Text()}})
+	// The figures themselves, exactly as text and JSON give them.
+	main = append(main, pevent{Name: "memory figures", Cat: "memory", Ph: "i", S: "p", TS: us(0), PID: pid, Args: s.Mem})
 
-	for _, p := range downsample(s.Device.Series, maxCounterPoints, s.Device.PeakAtNS) {
-		main = append(main, pevent{Name: "device memory", Ph: "C", TS: us(p.TS), PID: pid,
-			Args: map[string]uint64{"bytes": p.Bytes}})
+	counter := func(name string, pts []MemPoint, peakTS int64) {
+		for _, p := range downsample(pts, maxCounterPoints, peakTS) {
+			main = append(main, pevent{Name: name, Ph: "C", TS: us(p.TS), PID: pid,
+				Args: map[string]uint64{"bytes": p.Bytes}})
+		}
+	}
+	counter("device memory in use", s.Foot.InUse, s.Device.PeakAtNS)
+	counter("device memory held ("+s.Mem.Source+")", s.Device.Series, s.Device.PeakAtNS)
+	if s.Mem.SavedBytes > 0 {
+		counter("device memory without swap (implied)", s.Foot.NoSwap, s.Mem.PeakNoSwapAtNS)
+	}
+	if s.Reserved.Allocs > 0 {
+		counter("reserved address space (VMM)", s.Reserved.Series, s.Reserved.PeakAtNS)
 	}
 
 	groupTID := map[string]int64{}
@@ -141,7 +180,7 @@ func perfettoProcess(s *Summary, offset int64) (main, calls []pevent) {
 		if k, ok := f.Fields["kernel"].(string); ok {
 			name += " in " + k
 		}
-		var args any = f.Fields
+		var args any = hexAddrs(f.Fields)
 		if f.Fields == nil {
 			args = map[string]string{"record": string(f.Raw)}
 		}
@@ -189,6 +228,23 @@ func perfettoProcess(s *Summary, offset int64) (main, calls []pevent) {
 		}
 	}
 	return main, calls
+}
+
+// hexAddrs returns the fault record with its addresses as hex strings, as every output shows them.
+func hexAddrs(fields map[string]any) map[string]any {
+	if fields == nil {
+		return nil
+	}
+	out := make(map[string]any, len(fields))
+	for k, v := range fields {
+		if n, ok := v.(json.Number); ok && addrKeys[k] {
+			if u, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
+				v = fmt.Sprintf("%#x", u)
+			}
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // streamOf classifies a call by the team brief's argument layout: which stream it enqueues on (a kernel

@@ -4,6 +4,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"sort"
 	"strconv"
@@ -33,8 +34,9 @@ type Memory struct {
 	PeakBytes      uint64 `json:"peak_bytes"`
 	PeakAtNS       int64  `json:"peak_at_ns"`
 
-	live   map[uint64]uint64
-	Series []MemPoint `json:"-"`
+	live     map[uint64]uint64
+	noSeries bool
+	Series   []MemPoint `json:"-"`
 }
 
 func (m *Memory) alloc(ts int64, ptr, size uint64) {
@@ -52,18 +54,25 @@ func (m *Memory) alloc(ts int64, ptr, size uint64) {
 	if m.LiveBytes > m.PeakBytes {
 		m.PeakBytes, m.PeakAtNS = m.LiveBytes, ts
 	}
-	m.Series = append(m.Series, MemPoint{ts, m.LiveBytes})
+	if !m.noSeries {
+		m.Series = append(m.Series, MemPoint{ts, m.LiveBytes})
+	}
 }
 
-func (m *Memory) free(ts int64, ptr uint64) {
+// free forgets the block at ptr and returns its size; false when it was freed before the trace began,
+// or never ours.
+func (m *Memory) free(ts int64, ptr uint64) (uint64, bool) {
 	size, ok := m.live[ptr]
 	if !ok {
-		return // freed before the trace began, or never ours
+		return 0, false
 	}
 	delete(m.live, ptr)
 	m.Frees++
 	m.LiveBytes -= size
-	m.Series = append(m.Series, MemPoint{ts, m.LiveBytes})
+	if !m.noSeries {
+		m.Series = append(m.Series, MemPoint{ts, m.LiveBytes})
+	}
+	return size, true
 }
 
 // Fault is one KindFault record: the agent's JSON verbatim plus its decoded fields.
@@ -119,8 +128,14 @@ type Summary struct {
 	EndNS     int64         // timestamp of the last event
 
 	Calls      map[string]uint64
-	Device     Memory
+	Device     Memory // runtime allocations or VMM mappings: Foot.Held
 	HostPinned Memory
+	Reserved   Memory // VMM address space reserved (aclrtReserveMemAddress): not memory
+	VMM        bool   // the job mapped its device memory (aclrtMapMem)
+	Foot       Footprint
+	Mem        MemFigures  // the memory figures every format shows
+	Steps      []int64     // start of each step: a region_enter of the first swap group (a new forward pass)
+	Gaps       []trace.Gap // damaged stretches of the trace that were skipped (trace.Salvage)
 	Faults     []Fault
 	ABI        ABI
 	Spans      []Span
@@ -167,10 +182,12 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 
 	reason := make(map[int64]uint64)      // handle -> keep reason from KindClassify
 	handleGroup := make(map[int64]uint32) // handle -> group from KindSave/KindClassify
+	handleBase := make(map[int64]uint64)  // handle -> storage base from KindSave/KindClassify
 	var released []int64                  // handles that reached host (their device memory released)
 	moving := make(map[int64]int64)       // handle -> start of its copy in flight
 	var derived Stats
 	derived.Kept = zeroCounts(KeepReasons[1:])
+	firstGroup, haveFirst := uint32(0), false
 
 	for i := range events {
 		ev := &events[i]
@@ -189,11 +206,18 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 			s.call(ev)
 		case trace.KindRegionEnter:
 			s.ABI.RegionEnters++
+			if !haveFirst {
+				firstGroup, haveFirst = ev.Group, true
+			}
+			if ev.Group == firstGroup {
+				s.Steps = append(s.Steps, ev.TS)
+			}
 		case trace.KindRegionExit:
 			s.ABI.RegionExits++
 		case trace.KindSave:
 			s.ABI.Saves++
 			handleGroup[ev.Handle] = ev.Group
+			handleBase[ev.Handle] = ev.Args[0]
 		case trace.KindProtect:
 			s.ABI.Protects++
 		case trace.KindBackwardEnter:
@@ -207,6 +231,9 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 			r := ev.Args[2]
 			reason[ev.Handle] = r
 			handleGroup[ev.Handle] = ev.Group
+			if ev.Args[0] != 0 {
+				handleBase[ev.Handle] = ev.Args[0]
+			}
 			name := nameOf(KeepReasons[:], r)
 			s.ABI.KeepReasons[name]++
 			if r != 0 {
@@ -215,6 +242,7 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 		case trace.KindState:
 			from, to := ev.Args[0], ev.Args[1]
 			s.ABI.Transitions[nameOf(States[:], from)+"->"+nameOf(States[:], to)]++
+			s.Foot.State(ev.TS, from, to, handleBase[ev.Handle], ev.Args[3])
 			switch {
 			case to == 1 || to == 3: // a copy starts
 				moving[ev.Handle] = ev.TS
@@ -233,7 +261,9 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 				raw, _ := json.Marshal(ev.Text) // keep a non-JSON record as a JSON string
 				f.Raw = raw
 			} else {
-				_ = json.Unmarshal(f.Raw, &f.Fields) // stays nil unless it is an object
+				d := json.NewDecoder(bytes.NewReader(f.Raw))
+				d.UseNumber()           // addresses do not fit a float64
+				_ = d.Decode(&f.Fields) // stays nil unless it is an object
 			}
 			s.Faults = append(s.Faults, f)
 		case trace.KindStats:
@@ -256,6 +286,8 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 			derived.ReleasedExternal++
 		}
 	}
+	s.Device = s.Foot.Held
+	s.Mem = s.Foot.Figures(&s.Reserved, s.VMM)
 	derived.PeakDeviceBytes = s.Device.PeakBytes
 	for _, f := range s.Faults {
 		derived.Faults = append(derived.Faults, f.Raw)
@@ -272,11 +304,24 @@ func (s *Summary) call(ev *trace.Event) {
 	switch trace.ClassOf(name) {
 	case trace.ClassDeviceAlloc:
 		if ev.Ret == 0 && ev.Args[0] != 0 {
-			s.Device.alloc(ev.TS, ev.Args[0], ev.Args[1])
+			s.Foot.Alloc(ev.TS, ev.Args[0], ev.Args[1])
+			s.VMM = s.VMM || name == "aclrtMapMem"
 		}
 	case trace.ClassDeviceFree:
 		if ev.Ret == 0 {
-			s.Device.free(ev.TS, ev.Args[0])
+			s.Foot.Free(ev.TS, ev.Args[0])
+		}
+	case trace.ClassReserve:
+		if ev.Ret == 0 && ev.Args[0] != 0 {
+			s.Reserved.alloc(ev.TS, ev.Args[0], ev.Args[1])
+		}
+	case trace.ClassReserveRelease:
+		if ev.Ret == 0 {
+			s.Reserved.free(ev.TS, ev.Args[0])
+		}
+	case trace.ClassTensor:
+		if ev.Args[1] != 0 {
+			s.Foot.Touch(ev.TS, ev.Args[1])
 		}
 	case trace.ClassHostAlloc:
 		if ev.Ret == 0 && ev.Args[0] != 0 {

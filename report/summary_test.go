@@ -278,28 +278,37 @@ func TestLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	onlyBatch := writeTrace(t, dir, "one.swtrace", h, evs)
+	oneData, err := os.ReadFile(onlyBatch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oneData[hl+20] ^= 0xFF
+
 	cases := []struct {
 		name      string
 		path      string
 		wantErr   string // substring of the one-line error; "" for success
 		truncated bool
 		events    int
+		gaps      int
 	}{
-		{"good", good, "", false, len(evs)},
-		{"truncated after a good batch", write("killed.swtrace", data[:len(data)-3]), "", true, 11},
-		{"truncated in first batch", write("early.swtrace", data[:hl+10]), "first batch", false, 0},
-		{"corrupt", write("corrupt.swtrace", corrupt), "corrupt", false, 0},
-		{"absurd batch length", write("absurd.swtrace", absurd), "corrupt", false, 0},
-		{"absurd header length", write("absurdh.swtrace", absurdHeader), "not a readable trace", false, 0},
-		{"empty file", write("empty.swtrace", nil), "empty", false, 0},
-		{"header only", write("hdr.swtrace", data[:hl]), "", false, 0},
-		{"not a trace", write("notes.txt", []byte("hello, world\n")), "not a readable trace", false, 0},
-		{"missing", filepath.Join(dir, "nope.swtrace"), "no such file", false, 0},
-		{"dir without traces", emptyDir, "no trace files", false, 0},
+		{"good", good, "", false, len(evs), 0},
+		{"truncated after a good batch", write("killed.swtrace", data[:len(data)-3]), "", true, 11, 0},
+		{"truncated in first batch", write("early.swtrace", data[:hl+10]), "first batch", false, 0, 0},
+		{"corrupt first batch: salvaged", write("corrupt.swtrace", corrupt), "", false, len(evs) - 11, 1},
+		{"absurd batch length: salvaged", write("absurd.swtrace", absurd), "", false, len(evs) - 11, 1},
+		{"corrupt only batch", write("corrupt1.swtrace", oneData), "no event could be read", false, 0, 0},
+		{"absurd header length", write("absurdh.swtrace", absurdHeader), "not a readable trace", false, 0, 0},
+		{"empty file", write("empty.swtrace", nil), "empty", false, 0, 0},
+		{"header only", write("hdr.swtrace", data[:hl]), "", false, 0, 0},
+		{"not a trace", write("notes.txt", []byte("hello, world\n")), "not a readable trace", false, 0, 0},
+		{"missing", filepath.Join(dir, "nope.swtrace"), "no such file", false, 0, 0},
+		{"dir without traces", emptyDir, "no trace files", false, 0, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sums, err := Load(c.path)
+			sums, _, _, err := Load(c.path)
 			if c.wantErr != "" {
 				if err == nil {
 					t.Fatalf("no error, want %q", c.wantErr)
@@ -317,8 +326,12 @@ func TestLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := sums[0]
-			if s.Truncated != c.truncated || len(s.Events) != c.events {
-				t.Errorf("truncated %v events %d, want %v %d", s.Truncated, len(s.Events), c.truncated, c.events)
+			if s.Truncated != c.truncated || len(s.Events) != c.events || len(s.Gaps) != c.gaps {
+				t.Errorf("truncated %v events %d gaps %d, want %v %d %d", s.Truncated, len(s.Events), len(s.Gaps),
+					c.truncated, c.events, c.gaps)
+			}
+			if c.gaps > 0 && (len(s.Notes()) != 1 || !strings.Contains(s.Notes()[0], "batch 0 at offset")) {
+				t.Errorf("notes %q", s.Notes())
 			}
 			if c.truncated && !strings.Contains(s.TruncationNote(), "trace ends mid-batch (process killed?): 11 events read") {
 				t.Errorf("note %q", s.TruncationNote())
@@ -334,12 +347,41 @@ func TestLoadDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.1.log"), []byte("log"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sums, err := Load(dir)
+	if err := os.WriteFile(filepath.Join(dir, "c.3.swtrace"), []byte("not a trace"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sums, skipped, found, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sums) != 2 || filepath.Base(sums[0].Path) != "a.1.swtrace" {
-		t.Fatalf("got %d summaries", len(sums))
+	if len(sums) != 2 || filepath.Base(sums[0].Path) != "a.1.swtrace" || found != "" {
+		t.Fatalf("got %d summaries, found %q", len(sums), found)
+	}
+	// One bad file is named and skipped.
+	if len(skipped) != 1 || !strings.Contains(skipped[0].Error(), "c.3.swtrace: not a readable trace") {
+		t.Errorf("skipped %v", skipped)
+	}
+	// An msrun log directory: its traces are in swapagent-out.
+	logs := t.TempDir()
+	if err := os.WriteFile(filepath.Join(logs, "worker_0.log"), []byte("log"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(logs, OutDir)
+	if err := os.Mkdir(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeTrace(t, out, "node1.rank0.9.swtrace", header(), workload())
+	sums, _, found, err = Load(logs)
+	if err != nil || len(sums) != 1 || found != out {
+		t.Errorf("msrun log dir: %d summaries, found %q, %v", len(sums), found, err)
+	}
+	// Only bad files: an error.
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "x.1.swtrace"), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, skipped, _, err := Load(bad); err == nil || len(skipped) != 1 {
+		t.Errorf("directory of bad files: %v, skipped %v", err, skipped)
 	}
 }
 

@@ -7,21 +7,26 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+
+	"swapagent/internal/cli"
 )
 
 // faultKeys are the fault record's fields shown first, in this order (architecture.md, stats JSON).
 var faultKeys = []string{"kernel", "addr", "size", "storage", "released_by", "owner"}
 
-// WriteText writes one block per process.
+// WriteText writes one block per process. Everything goes through cli.Terminal: argv, names and log
+// lines come from the traced process and may hold control characters.
 func WriteText(w io.Writer, sums []*Summary) error {
 	bw := bufio.NewWriter(w)
+	tw := cli.Terminal(bw)
 	for i, s := range sums {
 		if i > 0 {
-			fmt.Fprintln(bw)
+			fmt.Fprintln(tw)
 		}
-		writeTextOne(bw, s)
+		writeTextOne(tw, s)
 	}
 	return bw.Flush()
 }
@@ -40,18 +45,30 @@ func writeTextOne(w io.Writer, s *Summary) {
 	if s.Truncated {
 		note = ", ends mid-batch"
 	}
-	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", s.Path, len(s.Events), durString(s.EndNS), note)
+	if len(s.Gaps) > 0 {
+		lost := 0
+		for _, g := range s.Gaps {
+			lost += max(g.Events, 0)
+		}
+		note += fmt.Sprintf(", %d damaged batches skipped (%d events lost)", len(s.Gaps), lost)
+	}
+	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", cli.Escape(displayPath(s.Path)), len(s.Events), durString(s.EndNS), note)
 	if p := s.Meta["policy"]; p != "" {
-		fmt.Fprintf(w, "  policy: %s\n", p)
+		fmt.Fprintf(w, "  policy: %s\n", cli.Escape(p))
 	}
 
+	fmt.Fprintf(w, "  device memory: %s\n", s.Mem.Text())
 	d := s.Device
-	fmt.Fprintf(w, "  device memory: %s allocated in %d calls, peak %s", Bytes(d.AllocatedBytes), d.Allocs,
+	fmt.Fprintf(w, "  %s: %s allocated in %d calls, peak %s", s.Mem.Source, Bytes(d.AllocatedBytes), d.Allocs,
 		Bytes(d.PeakBytes))
 	if d.PeakBytes > 0 {
 		fmt.Fprintf(w, " at +%s", durString(d.PeakAtNS))
 	}
 	fmt.Fprintf(w, ", %s live at end\n", Bytes(d.LiveBytes))
+	if s.Reserved.Allocs > 0 {
+		fmt.Fprintf(w, "  reserved address space (VMM): peak %s in %d reservations (address space, not memory)\n",
+			Bytes(s.Reserved.PeakBytes), s.Reserved.Allocs)
+	}
 	if hp := s.HostPinned; hp.Allocs > 0 {
 		fmt.Fprintf(w, "  host pinned: %s allocated in %d calls, peak %s\n", Bytes(hp.AllocatedBytes), hp.Allocs,
 			Bytes(hp.PeakBytes))
@@ -62,9 +79,9 @@ func writeTextOne(w io.Writer, s *Summary) {
 	if !s.StatsFromTrace {
 		src = "derived from events"
 	}
-	fmt.Fprintf(w, "  swap (%s): %d storages offloaded (%s), %s restored, released external %d, peak device %s\n",
-		src, st.OffloadedStorages, Bytes(st.OffloadedBytes), Bytes(st.RestoredBytes), st.ReleasedExternal,
-		Bytes(st.PeakDeviceBytes))
+	fmt.Fprintf(w, "  swap (%s): %d storages offloaded (%s), %s restored, at most %s swapped out at once, released external %d\n",
+		src, st.OffloadedStorages, Bytes(st.OffloadedBytes), Bytes(st.RestoredBytes), Bytes(s.Mem.SwappedOutPeak),
+		st.ReleasedExternal)
 	fmt.Fprintf(w, "  kept: %s\n", countList(st.Kept, KeepReasons[1:]))
 	if a := s.ABI; a.RegionEnters+a.Saves+a.Unpacks > 0 || len(a.Groups) > 0 {
 		fmt.Fprintf(w, "  abi: %d groups, %d regions, %d saves, %d unpacks, %d backward; classified %s\n",
@@ -80,7 +97,7 @@ func writeTextOne(w io.Writer, s *Summary) {
 		fmt.Fprintf(w, "  lost: %d runtime events dropped by the shim\n", s.Lost)
 	}
 	for _, l := range s.Logs {
-		fmt.Fprintf(w, "  log: %s\n", strings.TrimSpace(l))
+		fmt.Fprintf(w, "  log: %s\n", cli.Escape(strings.TrimSpace(l)))
 	}
 
 	if len(s.Calls) > 0 {
@@ -98,7 +115,7 @@ func writeTextOne(w io.Writer, s *Summary) {
 			return names[i] < names[j]
 		})
 		for _, n := range names {
-			fmt.Fprintf(w, "    %-*s %d\n", width, n, s.Calls[n])
+			fmt.Fprintf(w, "    %-*s %d\n", width, cli.Escape(n), s.Calls[n])
 		}
 	}
 }
@@ -113,15 +130,18 @@ func faultLines(s *Summary) []string {
 }
 
 // faultText renders one fault record as key=value pairs: the known fields first, then the rest sorted.
+// It is one line: control characters in the record are escaped.
 func faultText(raw []byte) string {
 	var fields map[string]any
-	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
-		return string(raw)
+	d := json.NewDecoder(strings.NewReader(string(raw)))
+	d.UseNumber() // addresses do not fit a float64
+	if err := d.Decode(&fields); err != nil || fields == nil {
+		return cli.Escape(string(raw))
 	}
 	var parts []string
 	for _, k := range faultKeys {
 		if v, ok := fields[k]; ok {
-			parts = append(parts, k+"="+scalar(v))
+			parts = append(parts, k+"="+scalar(k, v))
 			delete(fields, k)
 		}
 	}
@@ -131,26 +151,29 @@ func faultText(raw []byte) string {
 	}
 	sort.Strings(rest)
 	for _, k := range rest {
-		parts = append(parts, k+"="+scalar(fields[k]))
+		parts = append(parts, cli.Escape(k)+"="+scalar(k, fields[k]))
 	}
 	return strings.Join(parts, " ")
 }
 
-func scalar(v any) string {
+// addrKeys are the fault record's fields that hold device addresses: shown in hex, as everywhere.
+var addrKeys = map[string]bool{"addr": true, "storage": true, "base": true, "ptr": true}
+
+func scalar(key string, v any) string {
 	switch x := v.(type) {
 	case string:
 		if strings.ContainsAny(x, " \t\n") || x == "" {
-			return fmt.Sprintf("%q", x)
+			return strconv.Quote(x)
 		}
-		return x
-	case float64:
-		if x == float64(int64(x)) {
-			return fmt.Sprintf("%d", int64(x))
+		return cli.Escape(x)
+	case json.Number:
+		if n, err := strconv.ParseUint(x.String(), 10, 64); err == nil && addrKeys[key] {
+			return fmt.Sprintf("%#x", n)
 		}
-		return fmt.Sprint(x)
+		return x.String()
 	default:
 		b, _ := json.Marshal(x)
-		return string(b)
+		return cli.Escape(string(b))
 	}
 }
 
@@ -174,14 +197,16 @@ func countList(m map[string]uint64, order []string) string {
 	return strings.Join(parts, ", ")
 }
 
+// argvString shows argv as a shell would take it back: words with spaces, quotes or control characters
+// are quoted with Go's escapes, the others are shown as they are.
 func argvString(argv []string) string {
 	if len(argv) == 0 {
 		return "(argv unknown)"
 	}
 	parts := make([]string, len(argv))
 	for i, a := range argv {
-		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$") {
-			parts[i] = fmt.Sprintf("%q", a)
+		if a == "" || strings.ContainsAny(a, " '\"\\$") || cli.Escape(a) != a {
+			parts[i] = strconv.Quote(a)
 		} else {
 			parts[i] = a
 		}

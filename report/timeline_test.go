@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
-	"io"
 	"strings"
 	"testing"
 
@@ -39,8 +38,15 @@ func TestWritePerfetto(t *testing.T) {
 		ph, name := e["ph"].(string), e["name"].(string)
 		count[ph]++
 		switch {
-		case ph == "C" && name == "device memory":
+		case ph == "C" && name == "device memory held (runtime allocations)":
 			count["memory"]++
+		case ph == "C" && name == "device memory in use":
+			count["in use"]++
+		case ph == "i" && name == "memory figures":
+			count["figures"]++
+			if args := e["args"].(map[string]any); args["peak_in_use_bytes"] != float64(300) || args["saved_bytes"] != float64(0) {
+				t.Errorf("memory figures %v", args)
+			}
 		case ph == "X" && strings.HasPrefix(name, "offload layer.0"):
 			count["offload"]++
 		case ph == "X" && strings.HasPrefix(name, "restore layer.0"):
@@ -52,7 +58,7 @@ func TestWritePerfetto(t *testing.T) {
 			}
 		case ph == "i" && e["name"] == "fault in aclnnMul":
 			count["fault"]++
-			if args := e["args"].(map[string]any); args["released_by"] != "layer.0" {
+			if args := e["args"].(map[string]any); args["released_by"] != "layer.0" || args["addr"] != "0x0" || args["storage"] != "0x7f00" {
 				t.Errorf("fault args %v", args)
 			}
 		case ph == "M" && name == "thread_name" && strings.HasPrefix(e["args"].(map[string]any)["name"].(string), "stream "):
@@ -62,10 +68,53 @@ func TestWritePerfetto(t *testing.T) {
 			t.Errorf("second process not offset by its start time: %v", e)
 		}
 	}
-	for k, want := range map[string]int{"memory": 8, "offload": 2, "restore": 2, "launch": 3, "fault": 2, "stream tracks": 4} {
+	for k, want := range map[string]int{"memory": 8, "in use": 12, "figures": 2, "offload": 2, "restore": 2, "launch": 3, "fault": 2, "stream tracks": 4} {
 		if count[k] != want {
 			t.Errorf("%s: %d events, want %d (all: %v)", k, count[k], want, count)
 		}
+	}
+}
+
+// TestPerfettoSamePIDOnTwoHosts: two ranks on two nodes with the same pid are two processes.
+func TestPerfettoSamePIDOnTwoHosts(t *testing.T) {
+	h1, h2 := header(), header()
+	h2.Host, h2.Rank = "node2", 4
+	var buf bytes.Buffer
+	if err := WritePerfetto(&buf, []*Summary{Summarize("a", h1, workload(), false), Summarize("b", h2, workload(), false)}); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			PID  int            `json:"pid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	names := map[int]string{}
+	faults := map[int]int{}
+	for _, e := range doc.TraceEvents {
+		switch e.Name {
+		case "process_name":
+			names[e.PID] = e.Args["name"].(string)
+		case "fault in aclnnMul":
+			faults[e.PID]++
+		}
+	}
+	if len(names) != 2 || len(faults) != 2 {
+		t.Fatalf("processes %v, faults per process %v: want two processes", names, faults)
+	}
+	var hosts []string
+	for _, n := range names {
+		if !strings.HasPrefix(n, "pid 4242 ") {
+			t.Errorf("process name %q does not keep the real pid", n)
+		}
+		hosts = append(hosts, n)
+	}
+	if !(strings.Contains(hosts[0]+hosts[1], "on node1") && strings.Contains(hosts[0]+hosts[1], "on node2")) {
+		t.Errorf("process names %v", hosts)
 	}
 }
 
@@ -123,59 +172,6 @@ func (n *svgNode) walk(f func(*svgNode)) {
 	f(n)
 	for i := range n.Nodes {
 		n.Nodes[i].walk(f)
-	}
-}
-
-func TestWriteSVG(t *testing.T) {
-	s := Summarize("a", header(), workload(), false)
-	var buf bytes.Buffer
-	if err := WriteSVG(&buf, []*Summary{s, s}); err != nil {
-		t.Fatal(err)
-	}
-	var root svgNode
-	dec := xml.NewDecoder(bytes.NewReader(buf.Bytes()))
-	if err := dec.Decode(&root); err != nil {
-		t.Fatalf("not XML: %v\n%s", err, buf.String())
-	}
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			break
-		}
-		if cd, ok := tok.(xml.CharData); err != nil || !ok || strings.TrimSpace(string(cd)) != "" {
-			t.Fatalf("content after the root element: %v %v", tok, err)
-		}
-	}
-	if root.XMLName.Local != "svg" || root.XMLName.Space != "http://www.w3.org/2000/svg" {
-		t.Fatalf("root %v", root.XMLName)
-	}
-	count := map[string]int{}
-	root.walk(func(n *svgNode) {
-		class := n.attr("class")
-		count[n.XMLName.Local+"."+class]++
-		if n.XMLName.Local == "polyline" && class == "memory" {
-			pts := strings.Fields(n.attr("points"))
-			// start, two per change (4 changes), end
-			if len(pts) != 10 {
-				t.Errorf("memory curve has %d points: %v", len(pts), pts)
-			}
-		}
-		if n.XMLName.Local == "circle" && class == "fault" {
-			var title string
-			for _, c := range n.Nodes {
-				if c.XMLName.Local == "title" {
-					title = c.Text
-				}
-			}
-			if !strings.Contains(title, `owner="input of layer.1"`) {
-				t.Errorf("fault title %q", title)
-			}
-		}
-	})
-	for k, want := range map[string]int{"polyline.memory": 2, "circle.fault": 2, "rect.offload": 2, "rect.restore": 2, "g.process": 2} {
-		if count[k] != want {
-			t.Errorf("%s: %d, want %d", k, count[k], want)
-		}
 	}
 }
 

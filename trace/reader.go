@@ -27,6 +27,13 @@ type Reader struct {
 	left  uint32  // events not yet decoded in the current batch
 	c     codec
 	err   error // sticky
+
+	// What Resync needs to skip a damaged batch (salvage.go).
+	fr        [frameSize]byte // the last frame read
+	frN       int             // its bytes actually read
+	bad       *damage         // the batch that failed, nil while reading is fine
+	delivered int             // events returned by Next
+	lastTS    int64           // TS of the last event returned
 }
 
 // NewReader reads and checks the header. A file that is not a trace, a bad header or a version
@@ -91,13 +98,17 @@ func (r *Reader) Next(ev *Event) error {
 	}
 	if bad := r.c.decodeEvent(&r.d, ev); bad != "" {
 		r.err = r.corrupt(bad)
+		r.bad = &damage{start: r.start, batch: r.batch - 1, events: int(r.left), decoded: true}
 		return r.err
 	}
 	r.left--
 	if r.left == 0 && r.d.i != len(r.d.b) {
 		r.err = r.corrupt(fmt.Sprintf("%d bytes after the last event", len(r.d.b)-r.d.i))
+		r.bad = &damage{start: r.start, batch: r.batch - 1, events: 1, decoded: true}
 		return r.err
 	}
+	r.delivered++
+	r.lastTS = ev.TS
 	return nil
 }
 
@@ -107,9 +118,25 @@ func (r *Reader) corrupt(why string) error {
 
 // readBatch reads and verifies the next frame and its payload, and resets the delta state.
 func (r *Reader) readBatch() error {
+	err := r.readFrame()
+	if err != nil && err != io.EOF {
+		r.bad = &damage{start: r.off - int64(r.frN) - int64(len(r.buf)), batch: r.batch, events: -1}
+		if r.frN == frameSize && [4]byte(r.fr[:4]) == batchMagic {
+			r.bad.events = int(binary.LittleEndian.Uint32(r.fr[8:]))
+			r.bad.size = binary.LittleEndian.Uint32(r.fr[4:])
+			r.bad.sane = true
+		}
+	}
+	return err
+}
+
+// readFrame reads one frame and its payload into r.fr and r.buf and checks it.
+func (r *Reader) readFrame() error {
 	start := r.off
-	var fr [frameSize]byte
+	fr := &r.fr
+	r.buf = r.buf[:0]
 	n, err := io.ReadFull(r.r, fr[:])
+	r.frN = n
 	r.off += int64(n)
 	switch {
 	case err == io.EOF:
@@ -132,7 +159,6 @@ func (r *Reader) readBatch() error {
 		return errorf(ErrCorrupt, "batch %d at offset %d: %d events cannot fill %d bytes", r.batch, start, count, size)
 	}
 	// Grow the buffer as bytes arrive, so a damaged length at the end of a short file costs little.
-	r.buf = r.buf[:0]
 	for len(r.buf) < int(size) {
 		chunk := min(int(size)-len(r.buf), 1<<20)
 		if cap(r.buf)-len(r.buf) < chunk {

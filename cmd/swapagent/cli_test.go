@@ -60,6 +60,23 @@ func oneLine(t *testing.T, r result, want ...string) {
 	}
 }
 
+// usageErr checks a bad-usage result: exit 2, nothing on stdout, and on stderr one line naming the
+// problem (with each of want) followed by the command's usage.
+func usageErr(t *testing.T, r result, cmd string, want ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+	if r.code != 2 || r.stdout != "" || len(lines) != 3 || !strings.HasPrefix(lines[0], "swapagent "+cmd+": ") ||
+		!strings.HasPrefix(lines[1], "Usage: swapagent "+cmd) {
+		t.Errorf("exit %d stdout %q stderr %q: want exit 2, one error line and the usage on stderr", r.code, r.stdout, r.stderr)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(lines[0], w) {
+			t.Errorf("error line %q lacks %q", lines[0], w)
+		}
+	}
+}
+
 func TestUsageAndVersion(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -75,6 +92,7 @@ func TestUsageAndVersion(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
 		{"version", []string{"version"}, 0, "control ABI: 1", ""},
 		{"version extra arg", []string{"version", "x"}, 2, "", "unexpected argument"},
+		{"help of an unknown command", []string{"help", "frob"}, 2, "", `unknown command "frob"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -208,10 +226,15 @@ func TestReport(t *testing.T) {
 			}},
 		{"truncated in the first batch", []string{"report", writeFile(t, bad, "early.swtrace", data[:hl+8])}, 2,
 			func(t *testing.T, r result) { oneLine(t, r, "early.swtrace") }},
-		{"corrupt", []string{"report", writeFile(t, bad, "corrupt.swtrace", corrupt)}, 2,
-			func(t *testing.T, r result) { oneLine(t, r, "corrupt.swtrace", "corrupt") }},
-		{"absurd length", []string{"report", writeFile(t, bad, "absurd.swtrace", absurd), "--format", "json"}, 2,
-			func(t *testing.T, r result) { oneLine(t, r, "absurd.swtrace") }},
+		{"corrupt first batch: the rest is reported", []string{"report", writeFile(t, bad, "corrupt.swtrace", corrupt)}, 3,
+			func(t *testing.T, r result) {
+				oneLine(t, r, "corrupt.swtrace: corrupt batch 0 at offset", "20 events lost at the start", "checksum mismatch")
+				if !strings.Contains(r.stdout, "process 321") || !strings.Contains(r.stdout, "1 damaged batches skipped (20 events lost)") {
+					t.Errorf("no summary: %q", r.stdout)
+				}
+			}},
+		{"absurd length: the rest is reported", []string{"report", writeFile(t, bad, "absurd.swtrace", absurd), "--format", "json"}, 3,
+			func(t *testing.T, r result) { oneLine(t, r, "absurd.swtrace", "an unknown number of events lost") }},
 		{"empty", []string{"report", writeFile(t, bad, "empty.swtrace", nil)}, 2,
 			func(t *testing.T, r result) { oneLine(t, r, "empty.swtrace", "empty") }},
 		{"not a trace", []string{"report", writeFile(t, bad, "README", []byte("# hello\n"))}, 2,
@@ -220,9 +243,9 @@ func TestReport(t *testing.T) {
 			func(t *testing.T, r result) { oneLine(t, r, "nope", "no such file") }},
 		{"dir without traces", []string{"report", t.TempDir()}, 2,
 			func(t *testing.T, r result) { oneLine(t, r, "no trace files") }},
-		{"no path", []string{"report"}, 2, func(t *testing.T, r result) { oneLine(t, r, "missing TRACE or DIR") }},
-		{"bad format", []string{"report", good, "--format", "xml"}, 2, func(t *testing.T, r result) { oneLine(t, r, "xml") }},
-		{"unknown flag", []string{"report", good, "--frob"}, 2, func(t *testing.T, r result) { oneLine(t, r, "--frob") }},
+		{"no path", []string{"report"}, 2, func(t *testing.T, r result) { usageErr(t, r, "report", "missing TRACE, DIR or -") }},
+		{"bad format", []string{"report", good, "--format", "xml"}, 2, func(t *testing.T, r result) { usageErr(t, r, "report", "xml") }},
+		{"unknown flag", []string{"report", good, "--frob"}, 2, func(t *testing.T, r result) { usageErr(t, r, "report", "--frob") }},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -230,7 +253,7 @@ func TestReport(t *testing.T) {
 			if r.code != c.code {
 				t.Errorf("exit %d, want %d; stderr %q", r.code, c.code, r.stderr)
 			}
-			if r.code == 0 && c.code == 0 && r.stdout == "" {
+			if (r.code == 0 || r.code == 3) && r.code == c.code && r.stdout == "" {
 				t.Error("no output")
 			}
 			c.chk(t, r)
@@ -267,24 +290,29 @@ func TestRunUsage(t *testing.T) {
 	lib := agentLib(t)
 	cases := []struct {
 		name string
+		env  []string
 		args []string
 		want string
 	}{
-		{"no command", []string{"run"}, "missing CMD"},
-		{"nothing after --", []string{"run", "--lib", lib, "--"}, "missing CMD"},
-		{"unknown flag", []string{"run", "--frob", "--", "true"}, "unknown flag: --frob"},
-		{"bad policy", []string{"run", "--lib", lib, "--policy", "yolo", "--", "true"}, `bad --policy "yolo"`},
-		{"missing library", []string{"run", "--lib", "/nonexistent/libswapagent.so", "--", "true"}, "agent library not found: /nonexistent/libswapagent.so"},
+		{"no command", nil, []string{"run"}, "missing CMD"},
+		{"nothing after --", nil, []string{"run", "--lib", lib, "--"}, "missing CMD"},
+		{"unknown flag", nil, []string{"run", "--frob", "--", "true"}, "unknown flag: --frob"},
+		{"bad policy", nil, []string{"run", "--lib", lib, "--policy", "yolo", "--", "true"}, `bad --policy "yolo"`},
+		// Policy names are lower case everywhere: the agent, run and replay reject the same names.
+		{"policy in capitals", nil, []string{"run", "--lib", lib, "--policy", "SAFE", "--", "true"}, `bad --policy "SAFE"`},
+		{"policy in capitals in the environment", []string{"SWAPAGENT_POLICY=Safe"}, []string{"run", "--lib", lib, "--", "true"},
+			`bad SWAPAGENT_POLICY "Safe"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := swapagent(t, nil, c.args...)
-			if r.code != 2 {
-				t.Errorf("exit %d, want 2", r.code)
-			}
-			oneLine(t, r, c.want)
+			usageErr(t, swapagent(t, c.env, c.args...), "run", c.want)
 		})
 	}
+	r0 := swapagent(t, nil, "run", "--lib", "/nonexistent/libswapagent.so", "--", "true")
+	if r0.code != 2 {
+		t.Errorf("missing library: exit %d, want 2", r0.code)
+	}
+	oneLine(t, r0, "agent library not found: /nonexistent/libswapagent.so")
 	r := swapagent(t, []string{"SWAPAGENT_LIB=/nonexistent/env.so"}, "run", "--", "true")
 	if r.code != 2 || !strings.Contains(r.stderr, "/nonexistent/env.so (from SWAPAGENT_LIB") {
 		t.Errorf("SWAPAGENT_LIB missing: exit %d stderr %q", r.code, r.stderr)

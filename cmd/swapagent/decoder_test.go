@@ -5,9 +5,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,5 +111,66 @@ func TestReportAfterSIGKILL(t *testing.T) {
 	}
 	if r.stderr != "" {
 		oneLine(t, r, "trace ends mid-batch (process killed?)")
+	}
+}
+
+// TestMemoryFiguresAgree is the must-show of the memory figures: on decoder-sim --hidden 64 --steps 2,
+// run's summary, `report` text and `report --format json` give the same bytes saved, it matches replay's
+// "memory saved vs no swap" within 1%, and it is more than half the no-swap peak.
+func TestMemoryFiguresAgree(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	out := t.TempDir()
+	saved := regexp.MustCompile(`device memory: peak in use .* with swap, .* without swap \(implied by the trace\); saved (\d+) bytes`)
+	figure := func(what, s string) uint64 {
+		t.Helper()
+		m := saved.FindStringSubmatch(s)
+		if m == nil {
+			t.Fatalf("%s has no memory figures:\n%s", what, s)
+		}
+		v, _ := strconv.ParseUint(m[1], 10, 64)
+		return v
+	}
+	r := swapagent(t, nil, "run", "--lib", agentLib(t), "--policy", "safe", "--out", out, "--", sim, "--hidden", "64", "--steps", "2")
+	if r.code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	fromRun := figure("run's summary", r.stderr)
+
+	r = swapagent(t, nil, "report", out)
+	fromText := figure("report text", r.stdout)
+
+	r = swapagent(t, nil, "report", out, "--format", "json")
+	var doc struct {
+		Processes []struct {
+			Memory struct {
+				PeakInUse    uint64  `json:"peak_in_use_bytes"`
+				PeakNoSwap   uint64  `json:"peak_no_swap_bytes"`
+				SavedBytes   uint64  `json:"saved_bytes"`
+				SavedPercent float64 `json:"saved_percent"`
+			} `json:"memory"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
+		t.Fatalf("report json (%v): %s", err, r.stdout)
+	}
+	m := doc.Processes[0].Memory
+
+	r = swapagent(t, nil, "replay", out, "--policy", "safe")
+	rm := regexp.MustCompile(`memory saved vs no swap: (-?\d+) bytes`).FindStringSubmatch(r.stdout)
+	if r.code != 0 || rm == nil {
+		t.Fatalf("replay: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	fromReplay, _ := strconv.ParseInt(rm[1], 10, 64)
+
+	t.Logf("saved: run %d, text %d, json %d (%.1f%% of the no-swap peak %d, in use %d), replay %d",
+		fromRun, fromText, m.SavedBytes, m.SavedPercent, m.PeakNoSwap, m.PeakInUse, fromReplay)
+	if fromRun != fromText || fromText != m.SavedBytes {
+		t.Errorf("bytes saved differ: run %d, report text %d, report json %d", fromRun, fromText, m.SavedBytes)
+	}
+	if diff := math.Abs(float64(m.SavedBytes) - float64(fromReplay)); fromReplay <= 0 || diff > 0.01*float64(fromReplay) {
+		t.Errorf("report's %d bytes saved and replay's %d differ by more than 1%%", m.SavedBytes, fromReplay)
+	}
+	if m.SavedBytes*2 <= m.PeakNoSwap || m.PeakNoSwap != m.PeakInUse+m.SavedBytes {
+		t.Errorf("saved %d of a no-swap peak of %d: want more than half", m.SavedBytes, m.PeakNoSwap)
 	}
 }

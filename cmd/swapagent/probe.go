@@ -4,8 +4,10 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -15,44 +17,66 @@ import (
 	"time"
 
 	"swapagent/bpf"
+	"swapagent/internal/cli"
 )
 
-const probeSynopsis = "[--pid PID | -- CMD [ARG...]] [--lib PATH]... [--func NAME]... [--duration D]"
+var probeCmd = cli.Command{
+	Name:     "probe",
+	Synopsis: "[--pid PID | -- CMD [ARG...]] [--lib PATH]... [--func NAME]... [--duration D] [-o FILE]",
+	About: `Times functions of the runtime libraries (and any C or C++ function, --func) with eBPF uprobes and
+prints one latency histogram per function: in CMD, which it starts, in process PID, or in every
+process that maps the libraries. Needs root.
+
+Exit: with CMD, CMD's own status (128+N if it died of signal N, 126 if it cannot be run, 127 if it is
+not found); otherwise 0. 2 on bad usage, a library or --func that matches nothing, no root or no
+eBPF support; 1 if the histograms could not be read or written (with CMD: when CMD itself succeeded).`,
+}
 
 func cmdProbe(args []string) int {
-	flags := newFlags("probe")
+	c := probeCmd
+	flags := c.Flags()
 	flags.SetInterspersed(false) // everything from CMD on belongs to CMD
 	pid := flags.Int("pid", 0, "probe the running process `PID` until SIGINT, --duration or its exit")
 	libs := flags.StringArray("lib", nil, "library `PATH` to probe (repeatable; default libascendcl.so, libnnopbase.so and libopapi.so from $ASCEND_HOME_PATH/lib64, else from the emulator beside this program)")
 	funcs := flags.StringArray("func", nil, "also probe functions matching `NAME`: a symbol, a demangled C++ name, a glob or a substring of one (repeatable)")
 	duration := flags.Duration("duration", 0, "with --pid or alone, stop after `D` (e.g. 30s)")
-	if code, stop := parseFlags(flags, args, probeSynopsis); stop {
+	out := flags.StringP("output", "o", "", "write the histograms to `FILE` instead of standard output (which CMD shares)")
+	if code, stop := c.Parse(flags, args, os.Stdout, os.Stderr); stop {
 		return code
 	}
 	argv := flags.Args()
 	switch {
 	case *pid != 0 && len(argv) > 0:
-		return usageError("probe", "give --pid or CMD, not both (usage: swapagent probe %s)", probeSynopsis)
+		return c.UsageError(os.Stderr, "give --pid or CMD, not both")
 	case *pid < 0:
-		return usageError("probe", "bad --pid %d", *pid)
+		return c.UsageError(os.Stderr, "bad --pid %d", *pid)
 	case *duration < 0 || (*duration > 0 && len(argv) > 0):
-		return usageError("probe", "--duration needs a positive value and applies only without CMD")
+		return c.UsageError(os.Stderr, "--duration needs a positive value and applies only without CMD")
+	}
+	fail := func(format string, a ...any) int {
+		c.Errorf(os.Stderr, format, a...)
+		return exitUsage
 	}
 	if *pid != 0 {
 		if err := syscall.Kill(*pid, 0); errors.Is(err, syscall.ESRCH) {
-			return usageError("probe", "no process %d", *pid)
+			return fail("no process %d", *pid)
 		}
 	}
 	paths, err := probeLibraries(*libs)
 	if err != nil {
-		return usageError("probe", "%v", err)
+		return fail("%v", err)
 	}
-	targets, err := resolveProbes(paths, *funcs)
+	targets, skipped, err := resolveProbes(paths, *funcs)
 	if err != nil {
-		return usageError("probe", "%v", err)
+		return fail("%v", err)
+	}
+	for _, p := range skipped {
+		if len(*libs) > 0 { // the default layout has libraries without any of them (libnnopbase.so)
+			c.Errorf(os.Stderr, "warning: %s defines none of the probed functions: not probed", p)
+		}
 	}
 	if os.Geteuid() != 0 {
-		return usageError("probe", "eBPF probes need root")
+		return fail("eBPF probes need root")
 	}
 
 	sigs := make(chan os.Signal, 8)
@@ -63,9 +87,14 @@ func cmdProbe(args []string) int {
 	var resume func() error
 	if len(argv) > 0 {
 		cmd = exec.Command(argv[0], argv[1:]...)
+		if cmd.Err != nil { // not found on PATH, or not a file: as a shell says, 127
+			c.Errorf(os.Stderr, "%v", cmd.Err)
+			return 127
+		}
 		cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 		if resume, err = bpf.StartPaused(cmd); err != nil {
-			return usageError("probe", "%v", err)
+			c.Errorf(os.Stderr, "%v", err)
+			return 126
 		}
 		*pid = cmd.Process.Pid
 	}
@@ -75,6 +104,7 @@ func cmdProbe(args []string) int {
 			p.Close()
 		}
 	}()
+	nfuncs := 0
 	for _, t := range targets {
 		p, err := bpf.Attach(bpf.Options{Path: t.path, Funcs: t.funcs, PID: *pid})
 		if err != nil {
@@ -82,39 +112,75 @@ func cmdProbe(args []string) int {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
 			}
-			return usageError("probe", "%v", err)
+			return fail("%v", err)
 		}
 		probes = append(probes, p)
-		fmt.Fprintf(os.Stderr, "swapagent probe: %d functions of %s attached\n", len(t.funcs), t.path)
+		nfuncs += len(t.funcs)
+		c.Errorf(os.Stderr, "%d functions of %s attached", len(t.funcs), t.path)
 	}
 
+	code := exitOK
 	if cmd != nil {
 		if err := resume(); err != nil {
 			_ = cmd.Process.Kill()
 		}
 		done := make(chan struct{})
 		go forwardSignals(cmd.Process, sigs, done)
-		err := cmd.Wait()
+		werr := cmd.Wait()
 		close(done)
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			fmt.Fprintf(os.Stderr, "swapagent probe: %s: %v\n", argv[0], ee)
+		code = exitStatus(cmd.ProcessState, werr)
+		if code != 0 {
+			c.Errorf(os.Stderr, "%s exited with status %d", argv[0], code)
 		}
 	} else {
 		waitProbe(*pid, *duration, sigs)
 	}
+	failed := func() int { // the probe itself failed: say so in the status unless CMD's already does
+		if code == exitOK {
+			return exitFail
+		}
+		return code
+	}
 
 	var stats []bpf.Stats
+	var calls uint64
 	for _, p := range probes {
 		s, err := p.Stats()
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "swapagent probe: %v\n", err)
-			return exitFail
+			c.Errorf(os.Stderr, "%v", err)
+			return failed()
 		}
 		stats = append(stats, s...)
 	}
-	bpf.Write(os.Stdout, stats)
-	return exitOK
+	for _, s := range stats {
+		calls += s.Calls
+	}
+	if calls == 0 {
+		c.Errorf(os.Stderr, "warning: none of the %d probed functions was called: does the process load %s? "+
+			"(probes attach to those files; /proc/PID/maps names the ones it maps; give them with --lib)",
+			nfuncs, strings.Join(targetPaths(targets), ", "))
+	}
+	if *out == "" {
+		bpf.Write(os.Stdout, stats)
+		return code
+	}
+	if err := writeFileAtomic(*out, func(w io.Writer) error {
+		bw := bufio.NewWriter(w)
+		bpf.Write(bw, stats)
+		return bw.Flush()
+	}); err != nil {
+		c.Errorf(os.Stderr, "%v", err)
+		return failed()
+	}
+	return code
+}
+
+func targetPaths(ts []probeTarget) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.path
+	}
+	return out
 }
 
 // waitProbe returns on a signal, when d has passed (if set), or when process pid (if set) is gone.
@@ -191,15 +257,14 @@ type probeTarget struct {
 }
 
 // resolveProbes picks in each library the runtime calls it defines (bpf.RuntimeFuncs) and what each --func
-// pattern matches there; a library with nothing to probe is left out. A pattern that matches in no library,
-// or nothing to probe at all, is an error.
-func resolveProbes(paths, patterns []string) ([]probeTarget, error) {
+// pattern matches there; a library with nothing to probe is left out (skipped names it). A pattern that
+// matches in no library, or nothing to probe at all, is an error.
+func resolveProbes(paths, patterns []string) (out []probeTarget, skipped []string, err error) {
 	matched := make([]bool, len(patterns))
-	var out []probeTarget
 	for _, path := range paths {
 		syms, err := bpf.Symbols(path)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var here []string
 		for i, p := range patterns {
@@ -209,23 +274,25 @@ func resolveProbes(paths, patterns []string) ([]probeTarget, error) {
 			}
 		}
 		if len(here) == 0 && !definesAny(syms, bpf.RuntimeFuncs) {
+			skipped = append(skipped, path)
 			continue
 		}
 		funcs, err := bpf.Resolve(path, bpf.RuntimeFuncs, here)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		out = append(out, probeTarget{path, funcs})
 	}
 	for i, ok := range matched {
 		if !ok {
-			return nil, fmt.Errorf("pattern %q matches no function of %s", patterns[i], strings.Join(paths, ", "))
+			return nil, nil, fmt.Errorf("pattern %q matches no function of %s", patterns[i], strings.Join(paths, ", "))
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("no function to probe in %s", strings.Join(paths, ", "))
+		return nil, nil, fmt.Errorf("none of the probed functions (%s) is defined in %s", strings.Join(bpf.RuntimeFuncs, ", "),
+			strings.Join(paths, ", "))
 	}
-	return out, nil
+	return out, skipped, nil
 }
 
 func definesAny(syms []bpf.Symbol, names []string) bool {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -33,20 +34,50 @@ func TestProbeDecoderSim(t *testing.T) {
 func TestProbeUsageErrors(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	cases := []struct {
-		args []string
-		want string
+		args  []string
+		want  string
+		usage bool // bad usage: the usage follows the error line
 	}{
-		{[]string{"probe", "--lib", "/nonexistent/libascendcl.so", "--", sim}, "library not found"},
-		{[]string{"probe", "--func", "no_such_function_anywhere", "--", sim}, "matches no function"},
-		{[]string{"probe", "--pid", "1", "--", sim}, "not both"},
-		{[]string{"probe", "--duration", "1s", "--", sim}, "--duration"},
-		{[]string{"probe", "--bogus"}, "unknown flag"},
+		{[]string{"probe", "--lib", "/nonexistent/libascendcl.so", "--", sim}, "library not found", false},
+		{[]string{"probe", "--func", "no_such_function_anywhere", "--", sim}, "matches no function", false},
+		{[]string{"probe", "--lib", testenv.Path(t, testenv.DecoderSim), "--", sim}, "none of the probed functions", false},
+		{[]string{"probe", "--pid", "1", "--", sim}, "not both", true},
+		{[]string{"probe", "--duration", "1s", "--", sim}, "--duration", true},
+		{[]string{"probe", "--bogus"}, "unknown flag", true},
 	}
 	for _, c := range cases {
 		r := swapagent(t, nil, c.args...)
+		if c.usage {
+			usageErr(t, r, "probe", c.want)
+			continue
+		}
 		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
 		if r.code != 2 || len(lines) != 1 || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line with %q", c.args, r.code, r.stderr, c.want)
 		}
+	}
+}
+
+// TestProbeExitStatusAndOutput: probe -- CMD exits with CMD's status (127 when it cannot start), warns
+// when no probed function was called, and -o FILE keeps the histograms out of CMD's output.
+func TestProbeExitStatusAndOutput(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("swapagent probe needs root (unprivileged BPF is disabled here; CI runs as root)")
+	}
+	r := swapagent(t, nil, "probe", "--", "sh", "-c", "echo child; exit 3")
+	if r.code != 3 || !strings.Contains(r.stderr, "warning: none of the") || !strings.Contains(r.stderr, "was called") {
+		t.Errorf("exit %d stderr %q: want 3 and a warning that nothing was hit", r.code, r.stderr)
+	}
+	r = swapagent(t, nil, "probe", "--", "/nonexistent/program")
+	if r.code != 127 {
+		t.Errorf("missing program: exit %d, want 127; stderr %q", r.code, r.stderr)
+	}
+	out := filepath.Join(t.TempDir(), "hist.txt")
+	sim := testenv.Path(t, testenv.DecoderSim)
+	r = swapagent(t, nil, "probe", "-o", out, "--", sim, "--steps", "1", "--layers", "2")
+	b, err := os.ReadFile(out)
+	if r.code != 0 || err != nil || !strings.Contains(string(b), "aclnnMul: calls ") || strings.Contains(r.stdout, "aclnnMul: calls") ||
+		!strings.Contains(r.stdout, "calls aclnnMul ") {
+		t.Errorf("-o: exit %d, file %q (%v), stdout %q", r.code, b, err, r.stdout)
 	}
 }

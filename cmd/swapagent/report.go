@@ -7,10 +7,20 @@ import (
 	"os"
 	"path/filepath"
 
+	"swapagent/internal/cli"
 	"swapagent/report"
 )
 
-const reportSynopsis = "TRACE|DIR [TRACE|DIR...] [--format text|json|perfetto|svg] [-o FILE]"
+var reportCmd = cli.Command{
+	Name:     "report",
+	Synopsis: "TRACE|DIR|- [TRACE|DIR|-...] [--format text|json|perfetto|svg] [-o FILE]",
+	About: `Summarises traces, or renders them as JSON, a Perfetto timeline or an SVG chart. A directory gives
+its *.swtrace files (an msrun log directory: those in its swapagent-out); - reads one trace from
+standard input. Damaged batches are skipped and named; a bad file in a directory is named and skipped.
+
+Exit: 0 written; 1 the output could not be written; 2 bad usage, or nothing readable;
+3 written, but some input was left out (a bad file in a directory, or events lost in damaged batches).`,
+}
 
 // renderers maps --format to its renderer; each is a small function in package report.
 var renderers = map[string]func(io.Writer, []*report.Summary) error{
@@ -21,45 +31,57 @@ var renderers = map[string]func(io.Writer, []*report.Summary) error{
 }
 
 func cmdReport(args []string) int {
-	fs := newFlags("report")
+	c := reportCmd
+	fs := c.Flags()
 	format := fs.String("format", "text", "output `FORMAT`: text, json, perfetto (Chrome trace JSON) or svg")
 	out := fs.StringP("output", "o", "", "write to `FILE` instead of standard output")
-	if code, stop := parseFlags(fs, args, reportSynopsis); stop {
+	if code, stop := c.Parse(fs, args, os.Stdout, os.Stderr); stop {
 		return code
 	}
 	render, ok := renderers[*format]
 	if !ok {
-		return usageError("report", "unknown format %q (want text, json, perfetto or svg)", *format)
+		return c.UsageError(os.Stderr, "unknown --format %q (want text, json, perfetto or svg)", *format)
 	}
 	if fs.NArg() == 0 {
-		return usageError("report", "missing TRACE or DIR (usage: swapagent report %s)", reportSynopsis)
+		return c.UsageError(os.Stderr, "missing TRACE, DIR or - (standard input)")
 	}
 	var sums []*report.Summary
+	code := exitOK
 	for _, p := range fs.Args() {
-		s, err := report.Load(p)
+		s, skipped, found, err := report.Load(p)
+		for _, e := range skipped {
+			c.Errorf(os.Stderr, "skipped %v", e)
+			code = exitPartial
+		}
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "swapagent report: %v\n", err)
+			c.Errorf(os.Stderr, "%v", err)
 			return exitUsage
+		}
+		if found != "" {
+			c.Errorf(os.Stderr, "note: %s has no traces; reading those in %s", p, found)
 		}
 		sums = append(sums, s...)
 	}
 	for _, s := range sums {
-		if note := s.TruncationNote(); note != "" {
-			fmt.Fprintf(os.Stderr, "swapagent report: %s\n", note)
+		for _, n := range s.Notes() {
+			c.Errorf(os.Stderr, "%s", n)
+		}
+		if len(s.Gaps) > 0 {
+			code = exitPartial
 		}
 	}
 	if *out == "" {
 		if err := render(os.Stdout, sums); err != nil {
-			fmt.Fprintf(os.Stderr, "swapagent report: writing output: %v\n", err)
+			c.Errorf(os.Stderr, "writing output: %v", err)
 			return exitFail
 		}
-		return exitOK
+		return code
 	}
 	if err := writeFileAtomic(*out, func(w io.Writer) error { return render(w, sums) }); err != nil {
-		fmt.Fprintf(os.Stderr, "swapagent report: %v\n", err)
+		c.Errorf(os.Stderr, "%v", err)
 		return exitFail
 	}
-	return exitOK
+	return code
 }
 
 // writeFileAtomic writes through a temporary file beside path and renames it, so a failed render never

@@ -16,38 +16,54 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"swapagent/internal/cli"
+	"swapagent/offload"
 	"swapagent/report"
 	"swapagent/trace"
 )
 
-const runSynopsis = "[--policy P] [--out DIR] [--lib PATH] -- CMD [ARG...]"
+var runCmd = cli.Command{
+	Name:     "run",
+	Synopsis: "[--policy P] [--out DIR] [--lib PATH] -- CMD [ARG...]",
+	About: `Runs CMD with the agent preloaded and, once it has exited, prints on stderr a summary of every
+process that wrote a trace: its memory figures, swap activity, keep reasons and faults.
 
-// policies are the values SWAPAGENT_POLICY accepts (architecture.md, "Environment").
-var policies = []string{"safe", "outputs-only", "off"}
+Exit: CMD's own; 128+N if CMD died of signal N; 126 if CMD cannot be run, 127 if it is not found;
+2 on bad usage or a missing agent library.`,
+}
 
 // forwarded are the signals run passes on to CMD.
 var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
 
 func cmdRun(args []string) int {
-	flags := newFlags("run")
+	c := runCmd
+	flags := c.Flags()
 	flags.SetInterspersed(false) // everything from CMD on belongs to CMD, with or without "--"
 	policy := flags.String("policy", "", "swap policy `P`: safe, outputs-only or off (default $SWAPAGENT_POLICY, else safe)")
 	out := flags.String("out", "", "trace and log `DIR` (default $SWAPAGENT_OUT, else ./swapagent-out)")
 	lib := flags.String("lib", "", "agent library `PATH` (default $SWAPAGENT_LIB, else ../lib/libswapagent.so beside this program)")
-	if code, stop := parseFlags(flags, args, runSynopsis); stop {
+	if code, stop := c.Parse(flags, args, os.Stdout, os.Stderr); stop {
 		return code
 	}
 	argv := flags.Args()
 	if len(argv) == 0 {
-		return usageError("run", "missing CMD (usage: swapagent run %s)", runSynopsis)
+		return c.UsageError(os.Stderr, "missing CMD")
 	}
-	if flags.Changed("policy") && !contains(policies, *policy) {
-		return usageError("run", "bad --policy %q (want %s)", *policy, strings.Join(policies, ", "))
+	// The agent's own rule (offload.ParsePolicy: exact, lower-case names), so run never accepts a name
+	// the agent would then refuse, nor refuses one it accepts.
+	if flags.Changed("policy") {
+		if _, err := offload.ParsePolicy(*policy); err != nil {
+			return c.UsageError(os.Stderr, "bad --policy %q (want safe, outputs-only or off, in lower case)", *policy)
+		}
+	} else if env, ok := os.LookupEnv("SWAPAGENT_POLICY"); ok && env != "" {
+		if _, err := offload.ParsePolicy(env); err != nil {
+			return c.UsageError(os.Stderr, "bad SWAPAGENT_POLICY %q in the environment (want safe, outputs-only or off, in lower case)", env)
+		}
 	}
 
 	libPath, err := agentLibrary(*lib)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "swapagent run: %v\n", err)
+		c.Errorf(os.Stderr, "%v", err)
 		return exitUsage
 	}
 	outDir := *out
@@ -58,12 +74,12 @@ func cmdRun(args []string) int {
 		outDir = "swapagent-out" // the agent's own default, made absolute below
 	}
 	if outDir, err = filepath.Abs(outDir); err != nil {
-		return usageError("run", "bad --out: %v", err)
+		return c.UsageError(os.Stderr, "bad --out: %v", err)
 	}
 
 	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir())
 	if warn != "" {
-		fmt.Fprintf(os.Stderr, "swapagent run: %s\n", warn)
+		c.Errorf(os.Stderr, "%s", warn)
 	}
 	before := traceSet(outDir)
 	began := time.Now()
@@ -80,7 +96,7 @@ func cmdRun(args []string) int {
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
 			code = 127
 		}
-		fmt.Fprintf(os.Stderr, "swapagent run: %v\n", err)
+		c.Errorf(os.Stderr, "%v", err)
 		return code
 	}
 	done := make(chan struct{})
@@ -242,7 +258,7 @@ func inForeground() bool {
 // exitStatus maps the child's end to an exit code the way a shell does: its own code, or 128+signal.
 func exitStatus(ps *os.ProcessState, werr error) int {
 	if ps == nil {
-		fmt.Fprintf(os.Stderr, "swapagent run: %v\n", werr)
+		runCmd.Errorf(os.Stderr, "%v", werr)
 		return exitFail
 	}
 	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
@@ -272,19 +288,20 @@ func summarise(dir string, before map[string]bool, began time.Time) {
 		}
 		s, err := report.LoadFile(f)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "swapagent run: %v\n", err)
+			runCmd.Errorf(os.Stderr, "%v", err)
 			continue
 		}
-		if note := s.TruncationNote(); note != "" {
-			fmt.Fprintf(os.Stderr, "swapagent run: %s\n", note)
+		for _, n := range s.Notes() {
+			runCmd.Errorf(os.Stderr, "%s", n)
 		}
 		sums = append(sums, s)
 	}
 	if len(sums) == 0 {
-		fmt.Fprintf(os.Stderr, "swapagent run: no traces written to %s during this run\n", dir)
+		runCmd.Errorf(os.Stderr, "no traces written to %s during this run", dir)
 		return
 	}
-	fmt.Fprintf(os.Stderr, "\nswapagent run: %d traced process(es), traces in %s\n", len(sums), dir)
+	fmt.Fprintln(os.Stderr)
+	runCmd.Errorf(os.Stderr, "%d traced process(es), traces in %s", len(sums), dir)
 	_ = report.WriteText(os.Stderr, sums)
 }
 

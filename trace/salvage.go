@@ -1,0 +1,227 @@
+// salvage.go owns reading past damage: Reader.Resync skips a damaged batch and finds the next good one,
+// and Salvage reads a whole trace that way, saying what was lost and where. Reader.Next and ReadFile
+// still stop at the first damaged batch; only callers that ask for salvage get the events after it.
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+)
+
+// damage describes the batch that made Next fail, for Resync.
+type damage struct {
+	start   int64  // file offset of its frame
+	batch   int    // its index
+	events  int    // events it held that were not delivered; -1 when its frame is unreadable
+	size    uint32 // its frame's payload length (when sane)
+	sane    bool   // its frame had the batch magic (so events and size are what the writer wrote, unless damaged too)
+	decoded bool   // its checksum was good and a record did not decode: the stream is already past it
+}
+
+// Gap is a damaged stretch of a trace that Resync skipped.
+type Gap struct {
+	Batch  int   // index of the first damaged batch
+	Offset int64 // file offset where the damage starts
+	Bytes  int64 // bytes skipped
+	// Events lost: the damaged batch's own count from its frame (which the failed checksum cannot vouch
+	// for), or -1 when its frame is unreadable or the skipped bytes are not exactly that batch.
+	Events int
+	After  int   // events delivered before the gap: the index of the first event after it
+	FromTS int64 // TS of the last event before the gap (0 when none)
+	ToTS   int64 // TS of the first event after it, -1 when none followed (Salvage fills it)
+	Err    error // why the batch was bad (matches ErrCorrupt, or ErrTruncated for a damaged length)
+}
+
+// String says what was lost and where, in one line.
+func (g Gap) String() string {
+	lost := "an unknown number of events"
+	if g.Events >= 0 {
+		lost = fmt.Sprintf("%d events", g.Events)
+	}
+	var when string
+	switch {
+	case g.After == 0 && g.ToTS >= 0:
+		when = fmt.Sprintf("at the start, before +%s", tsString(g.ToTS))
+	case g.After == 0:
+		when = "with every event of the trace"
+	case g.ToTS < 0:
+		when = fmt.Sprintf("at the end, after event %d (+%s)", g.After, tsString(g.FromTS))
+	default:
+		when = fmt.Sprintf("between +%s and +%s (after event %d)", tsString(g.FromTS), tsString(g.ToTS), g.After)
+	}
+	return fmt.Sprintf("batch %d at offset %d (%d bytes) skipped: %s lost %s; %s", g.Batch, g.Offset, g.Bytes,
+		lost, when, cause(g.Err))
+}
+
+// cause is the error's text without the "trace: batch N at offset M: " prefix the gap already says.
+func cause(err error) string {
+	if err == nil {
+		return "damaged"
+	}
+	s := err.Error()
+	if i := bytes.LastIndex([]byte(s), []byte(": ")); i >= 0 {
+		return s[i+2:]
+	}
+	return s
+}
+
+func tsString(ns int64) string {
+	return fmt.Sprintf("%.6fs", float64(ns)/1e9)
+}
+
+// Resync skips the damaged batch that made Next fail and positions the reader at the next batch whose
+// frame and checksum are good, so Next continues from there. Batches decode on their own, so nothing
+// after the gap depends on what was lost, except names (KindFunc, KindGroup) written in it.
+//
+// It returns the gap and nil when reading can go on (with io.EOF from Next when the damage reached
+// the end of the file). When the last error cannot be skipped (a clean end, a bad header, an I/O error,
+// or a batch cut off by the end of the file with no good batch after it) it returns that error and the
+// reader stays where it was.
+func (r *Reader) Resync() (Gap, error) {
+	bad := r.bad
+	if r.err == nil || bad == nil || !(errors.Is(r.err, ErrCorrupt) || errors.Is(r.err, ErrTruncated)) {
+		return Gap{}, r.err
+	}
+	g := Gap{Batch: bad.batch, Offset: bad.start, Events: -1, After: r.delivered, FromTS: r.lastTS, ToTS: -1, Err: r.err}
+	// data holds the bytes from base on that are not yet ruled out as the start of a good batch.
+	var data []byte
+	base, pos := r.off, 0
+	if !bad.decoded {
+		data = append(append(data, r.fr[:r.frN]...), r.buf...)
+		base, pos = bad.start, 1
+	}
+	more := func(need int) bool { // read until data holds need bytes; false at the end of the input
+		for len(data) < need {
+			chunk := max(need-len(data), 64<<10)
+			old := len(data)
+			data = append(data, make([]byte, chunk)...)
+			n, err := io.ReadFull(r.r, data[old:])
+			data = data[:old+n]
+			if err != nil {
+				return len(data) >= need
+			}
+		}
+		return true
+	}
+	for {
+		i := bytes.Index(data[pos:], batchMagic[:])
+		if i < 0 {
+			// Keep the last bytes: a magic may straddle the next read.
+			drop := max(len(data)-len(batchMagic)+1, pos)
+			data, base, pos = data[drop:], base+int64(drop), 0
+			if !more(len(data) + 1) {
+				break
+			}
+			continue
+		}
+		c := pos + i
+		if !more(c + frameSize) {
+			pos = c + 1
+			continue
+		}
+		fr := data[c : c+frameSize]
+		size, count := binary.LittleEndian.Uint32(fr[4:]), binary.LittleEndian.Uint32(fr[8:])
+		if size > maxBatch || count == 0 || uint64(count)*2 > uint64(size) {
+			pos = c + 1
+			continue
+		}
+		end := c + frameSize + int(size)
+		// A batch is followed by the next one's magic (or the start of it) or by the end of the file:
+		// checking that first keeps random candidates inside damaged bytes from costing a checksum each.
+		more(end + len(batchMagic))
+		if end > len(data) || !bytes.HasPrefix(batchMagic[:], data[end:min(end+len(batchMagic), len(data))]) {
+			pos = c + 1
+			continue
+		}
+		fr = data[c : c+frameSize]
+		crc := crc32.Update(0, castagnoli, fr[4:12])
+		if crc32.Update(crc, castagnoli, data[c+frameSize:end]) != binary.LittleEndian.Uint32(fr[12:]) {
+			pos = c + 1
+			continue
+		}
+		// Found: skip to it and load it as the current batch.
+		at := base + int64(c)
+		g.Bytes = at - g.Offset
+		if bad.decoded {
+			g.Events = bad.events
+		} else if bad.sane && at == bad.start+frameSize+int64(bad.size) {
+			g.Events = bad.events
+		}
+		r.buf = append(r.buf[:0], data[c+frameSize:end]...)
+		if rest := data[end:]; len(rest) > 0 {
+			r.r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(rest)), r.r), 64<<10)
+		}
+		r.off = at + frameSize + int64(size)
+		r.start = at
+		r.batch = bad.batch + 1
+		r.d = decoder{b: r.buf}
+		r.left = count
+		r.c = codec{}
+		r.err, r.bad = nil, nil
+		return g, nil
+	}
+	// No good batch after the damage.
+	if errors.Is(r.err, ErrTruncated) {
+		return Gap{}, r.err // a batch cut off by the end of the file: plain truncation, nothing to skip
+	}
+	end := base + int64(len(data))
+	g.Bytes = end - g.Offset
+	if bad.decoded || (bad.sane && end == bad.start+frameSize+int64(bad.size)) {
+		g.Events = bad.events
+	}
+	r.off = end
+	r.err, r.bad = io.EOF, nil
+	return g, nil
+}
+
+// Salvage reads a whole trace from rd, skipping damaged batches (Resync). It returns every event it
+// could decode, the gaps it skipped (in file order, each with the TS of the first event after it), and
+// the error that ended reading: nil at the end of the input, one matching ErrTruncated when the input
+// ends inside its last batch (a killed process), ErrFormat for a bad header, or a read error.
+func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
+	r, err := NewReader(rd)
+	if err != nil {
+		return Header{}, nil, nil, err
+	}
+	var events []Event
+	var gaps []Gap
+	for {
+		var ev Event
+		err := r.Next(&ev)
+		if err == nil {
+			if n := len(gaps); n > 0 && gaps[n-1].ToTS < 0 && gaps[n-1].After == len(events) {
+				gaps[n-1].ToTS = ev.TS
+			}
+			events = append(events, ev)
+			continue
+		}
+		if err == io.EOF {
+			return r.h, events, gaps, nil
+		}
+		g, rerr := r.Resync()
+		if rerr != nil {
+			return r.h, events, gaps, rerr
+		}
+		gaps = append(gaps, g)
+	}
+}
+
+// SalvageFile is Salvage on a file; errors name the path.
+func SalvageFile(path string) (Header, []Event, []Gap, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Header{}, nil, nil, err
+	}
+	defer f.Close()
+	h, evs, gaps, err := Salvage(f)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", path, err)
+	}
+	return h, evs, gaps, err
+}

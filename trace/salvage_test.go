@@ -1,0 +1,159 @@
+// salvage_test.go proves Resync and Salvage: one damaged byte anywhere after the header costs at most
+// the batch it is in (never an earlier or later one, never a wrong event), and the gap says where.
+package trace
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// batchStarts returns the file offset of every batch frame in data.
+func batchStarts(t *testing.T, data []byte, headerEnd int) []int {
+	t.Helper()
+	var out []int
+	for off := headerEnd; off < len(data); {
+		out = append(out, off)
+		off += frameSize + int(binary.LittleEndian.Uint32(data[off+4:]))
+	}
+	return out
+}
+
+func TestSalvageFlippedByte(t *testing.T) {
+	want := kindEvents()
+	const per = 4
+	data := encode(t, testHeader, want, per)
+	headerEnd := len(encode(t, testHeader, nil, 0))
+	starts := batchStarts(t, data, headerEnd)
+	for off := headerEnd; off < len(data); off++ {
+		k := 0 // the damaged batch
+		for k+1 < len(starts) && starts[k+1] <= off {
+			k++
+		}
+		lo, hi := k*per, min((k+1)*per, len(want))
+		h, got, gaps, err := Salvage(bytes.NewReader(flip(data, off)))
+		if errors.Is(err, ErrTruncated) && k == len(starts)-1 && len(gaps) == 0 && len(got) == lo {
+			continue // a damaged length in the last batch reads as a batch cut off by the end of the file
+		}
+		if err != nil || h.PID != testHeader.PID {
+			t.Fatalf("flip at %d: err %v", off, err)
+		}
+		// Every event of the other batches, in order.
+		wantHere := append(append([]Event(nil), want[:lo]...), want[hi:]...)
+		if len(got) != len(wantHere) {
+			t.Fatalf("flip at %d (batch %d): %d events, want %d", off, k, len(got), len(wantHere))
+		}
+		for i := range got {
+			if !sameEvent(&got[i], &wantHere[i]) {
+				t.Fatalf("flip at %d: event %d differs", off, i)
+			}
+		}
+		if len(gaps) != 1 {
+			t.Fatalf("flip at %d: gaps %+v", off, gaps)
+		}
+		g := gaps[0]
+		inCount := off >= starts[k]+8 && off < starts[k]+12 // the frame's count itself is damaged
+		if g.Batch != k || g.Offset != int64(starts[k]) || g.After != lo || !errors.Is(g.Err, ErrCorrupt) && !errors.Is(g.Err, ErrTruncated) ||
+			(!inCount && g.Events != hi-lo && g.Events != -1) {
+			t.Fatalf("flip at %d: gap %+v, want batch %d at %d with %d events after event %d", off, g, k, starts[k], hi-lo, lo)
+		}
+		wantBytes := len(data) - starts[k]
+		if k+1 < len(starts) {
+			wantBytes = starts[k+1] - starts[k]
+		}
+		if g.Bytes != int64(wantBytes) {
+			t.Fatalf("flip at %d: gap of %d bytes, want %d", off, g.Bytes, wantBytes)
+		}
+		if hi < len(want) && g.ToTS != want[hi].TS || hi == len(want) && g.ToTS != -1 {
+			t.Fatalf("flip at %d: gap ToTS %d", off, g.ToTS)
+		}
+	}
+}
+
+func TestSalvagePayloadFlipNamesTheBatch(t *testing.T) {
+	want := kindEvents()
+	data := encode(t, testHeader, want, 4)
+	headerEnd := len(encode(t, testHeader, nil, 0))
+	starts := batchStarts(t, data, headerEnd)
+	_, got, gaps, err := Salvage(bytes.NewReader(flip(data, starts[2]+frameSize+2)))
+	if err != nil || len(got) != len(want)-4 || len(gaps) != 1 {
+		t.Fatalf("%d events, gaps %+v, err %v", len(got), gaps, err)
+	}
+	s := gaps[0].String()
+	for _, w := range []string{"batch 2 at offset", "4 events lost", "after event 8", "checksum mismatch"} {
+		if !strings.Contains(s, w) {
+			t.Errorf("gap %q lacks %q", s, w)
+		}
+	}
+	// Next alone still stops at the damage, as before.
+	if _, err := readPrefix(flip(data, starts[2]+frameSize+2)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Next without Resync: %v", err)
+	}
+}
+
+func TestSalvageTruncatedAndClean(t *testing.T) {
+	want := kindEvents()
+	data := encode(t, testHeader, want, 4)
+	// A cut last batch is truncation, not a gap.
+	_, got, gaps, err := Salvage(bytes.NewReader(data[:len(data)-2]))
+	if !errors.Is(err, ErrTruncated) || len(gaps) != 0 || len(got) != len(want)/4*4 {
+		t.Fatalf("cut: %d events, gaps %v, err %v", len(got), gaps, err)
+	}
+	// Damage and then a cut: the gap and the truncation are both reported.
+	headerEnd := len(encode(t, testHeader, nil, 0))
+	starts := batchStarts(t, data, headerEnd)
+	dc := flip(data, starts[1]+frameSize+1)[:len(data)-2]
+	_, got, gaps, err = Salvage(bytes.NewReader(dc))
+	if !errors.Is(err, ErrTruncated) || len(gaps) != 1 || len(got) != len(want)/4*4-4 {
+		t.Fatalf("damage then cut: %d events, gaps %v, err %v", len(got), gaps, err)
+	}
+	// A clean file has no gaps; Resync with nothing to skip reports io.EOF.
+	r, _ := NewReader(bytes.NewReader(data))
+	for {
+		var ev Event
+		if err := r.Next(&ev); err != nil {
+			break
+		}
+	}
+	if _, err := r.Resync(); err != io.EOF {
+		t.Errorf("Resync at a clean end: %v", err)
+	}
+}
+
+// TestSalvageGarbageBetweenBatches: bytes that are no batch at all (a damaged length swallowed or a
+// stray write) are skipped up to the next good batch.
+func TestSalvageGarbageBetweenBatches(t *testing.T) {
+	want := kindEvents()
+	data := encode(t, testHeader, want, 4)
+	headerEnd := len(encode(t, testHeader, nil, 0))
+	starts := batchStarts(t, data, headerEnd)
+	junk := append([]byte("SWBTSWBT"), bytes.Repeat([]byte{0xAB}, 100000)...)
+	mixed := append(append(bytes.Clone(data[:starts[3]]), junk...), data[starts[3]:]...)
+	_, got, gaps, err := Salvage(bytes.NewReader(mixed))
+	if err != nil || len(got) != len(want) || len(gaps) != 1 || gaps[0].Bytes != int64(len(junk)) || gaps[0].Events != -1 {
+		t.Fatalf("%d events, gaps %+v, err %v", len(got), gaps, err)
+	}
+}
+
+// FuzzSalvage: any input is salvaged without a panic, ending only with the documented errors, and
+// every gap lies inside the input.
+func FuzzSalvage(f *testing.F) {
+	good := encode(f, testHeader, kindEvents(), 4)
+	f.Add(good)
+	f.Add(flip(good, len(good)/2))
+	f.Add(append(bytes.Clone(good[:len(good)/2]), good...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _, gaps, err := Salvage(bytes.NewReader(data))
+		if err != nil && !errors.Is(err, ErrFormat) && !errors.Is(err, ErrTruncated) {
+			t.Fatalf("Salvage: %v", err)
+		}
+		for _, g := range gaps {
+			if g.Offset < 0 || g.Bytes <= 0 || g.Offset+g.Bytes > int64(len(data)) {
+				t.Fatalf("gap %+v outside %d bytes", g, len(data))
+			}
+		}
+	})
+}
