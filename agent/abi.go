@@ -2,30 +2,84 @@
 // trace, and any decision, sees every earlier runtime event), checks its arguments, delegates to the
 // engine without holding the agent's lock (the engine calls storage ops and the observer, which may
 // re-enter), records itself as a trace event and returns a SWAPAGENT_E* code. Without an engine every
-// call but the stats returns EDISABLED, and is still recorded.
+// call but the stats returns EDISABLED, and is still recorded. Every refused call is counted by code
+// (the stats' "rejected"); what each call answers to each bad argument is docs/design.md's table "Bad
+// arguments at the ABI".
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"go.uber.org/zap"
 
 	"swapagent/offload"
 	"swapagent/trace"
+	"swapagent/tracker"
 )
+
+// MaxGroup is the longest group name accepted, in bytes: module paths are far shorter, and a bound is what
+// lets a C string be read without trusting it.
+const MaxGroup = 4096
+
+// checkGroup is the rule for group names: 1 to MaxGroup bytes, no ASCII control character (a name ends up
+// in logs, reports and terminals).
+func checkGroup(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty group", offload.ErrInvalid)
+	case len(name) > MaxGroup:
+		return fmt.Errorf("%w: group name of %d bytes (at most %d)", offload.ErrInvalid, len(name), MaxGroup)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: group name %q holds a control character", offload.ErrInvalid, name)
+		}
+	}
+	return nil
+}
 
 // misuseOnce logs each kind of misuse once, so a buggy caller cannot flood the log.
 var misuseOnce sync.Map
 
 func (a *Agent) misuse(call string, code int, err error) {
 	key := fmt.Sprintf("%s/%d", call, code)
+	if errors.Is(err, tracker.ErrPointer) { // a bad pointer is worth its own line, whatever came before
+		key += "/pointer"
+	}
 	if _, dup := misuseOnce.LoadOrStore(key, true); dup {
 		return
 	}
 	a.lg.Warn(fmt.Sprintf("swapagent_%s: %v (code %d); further errors of this kind are not logged", call, err, code))
 }
+
+// rejected counts refused calls by code (index -code-1), and refused unpacks apart (they return 0).
+type rejected struct {
+	codes  [8]atomic.Uint64
+	unpack atomic.Uint64
+}
+
+var codeNames = [8]string{"einval", "egroup", "ehandle", "eorder", "estate", "enoops", "eruntime", "edisabled"}
+
+func (r *rejected) snapshot() map[string]uint64 {
+	m := make(map[string]uint64, len(codeNames)+1)
+	for i, n := range codeNames {
+		m[n] = r.codes[i].Load()
+	}
+	m["unpack"] = r.unpack.Load()
+	return m
+}
+
+// Invalid refuses a call whose C arguments could not be converted (NULL, unreadable, too many).
+func (a *Agent) Invalid(call, detail string) int {
+	return a.result(call, fmt.Errorf("%w: %s", offload.ErrInvalid, detail))
+}
+
+// HostMaps is the index of the process's readable memory, for the C glue's conversions.
+func (a *Agent) HostMaps() *tracker.HostMaps { return a.hostMem }
 
 // begin drains and returns the engine; record appends an ABI event.
 func (a *Agent) begin() *offload.Engine {
@@ -53,6 +107,9 @@ func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []
 
 func (a *Agent) result(call string, err error) int {
 	c := Code(err)
+	if c < 0 && -c <= len(a.rejected.codes) {
+		a.rejected.codes[-c-1].Add(1)
+	}
 	switch c {
 	case OK:
 	case EDisabled: // expected without an engine: not a misuse
@@ -78,7 +135,7 @@ func (a *Agent) SetStorageOps(ops StorageOps) int {
 	e := a.engine
 	a.mu.Unlock()
 	if e == nil {
-		return EDisabled
+		return a.result("set_storage_ops", errNoEngine)
 	}
 	e.SetStorageOps(ops)
 	a.lg.Debug("storage ops registered", zap.Bool("set", ops != nil))
@@ -88,9 +145,12 @@ func (a *Agent) SetStorageOps(ops StorageOps) int {
 // RegionEnter: inputs are the region's input storages; the first nPositional came from positional
 // arguments.
 func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int {
-	if group == "" || nPositional < 0 || nPositional > len(inputs) {
-		return a.result("region_enter", fmt.Errorf("%w: group %q, %d inputs, %d positional", offload.ErrInvalid,
-			group, len(inputs), nPositional))
+	if err := checkGroup(group); err != nil {
+		return a.result("region_enter", err)
+	}
+	if nPositional < 0 || nPositional > len(inputs) {
+		return a.result("region_enter", fmt.Errorf("%w: %d inputs, %d positional", offload.ErrInvalid,
+			len(inputs), nPositional))
 	}
 	if a.cfg.InjectPanic == "region_enter" {
 		panic("injected by SWAPAGENT_TEST_PANIC")
@@ -108,8 +168,8 @@ func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int 
 
 // Save registers a saved storage and returns its handle (or a negative code).
 func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
-	if group == "" {
-		return int64(a.result("save", fmt.Errorf("%w: empty group", offload.ErrInvalid)))
+	if err := checkGroup(group); err != nil {
+		return int64(a.result("save", err))
 	}
 	e := a.begin()
 	var h int64
@@ -128,8 +188,8 @@ func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
 
 // RegionExit closes a region with its output storages.
 func (a *Agent) RegionExit(group string, outputs []uint64) int {
-	if group == "" {
-		return a.result("region_exit", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	if err := checkGroup(group); err != nil {
+		return a.result("region_exit", err)
 	}
 	e := a.begin()
 	err := errNoEngine
@@ -143,8 +203,8 @@ func (a *Agent) RegionExit(group string, outputs []uint64) int {
 
 // Protect keeps ptrs on device for group.
 func (a *Agent) Protect(group string, ptrs []uint64) int {
-	if group == "" {
-		return a.result("protect", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	if err := checkGroup(group); err != nil {
+		return a.result("protect", err)
 	}
 	e := a.begin()
 	err := errNoEngine
@@ -158,8 +218,8 @@ func (a *Agent) Protect(group string, ptrs []uint64) int {
 
 // GroupStreams states the streams group's kernels run on (swapagent_group_streams).
 func (a *Agent) GroupStreams(group string, streams []uint64) int {
-	if group == "" {
-		return a.result("group_streams", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	if err := checkGroup(group); err != nil {
+		return a.result("group_streams", err)
 	}
 	e := a.begin()
 	err := errNoEngine
@@ -171,8 +231,8 @@ func (a *Agent) GroupStreams(group string, streams []uint64) int {
 
 // BackwardEnter marks the start of group's backward.
 func (a *Agent) BackwardEnter(group string) int {
-	if group == "" {
-		return a.result("backward_enter", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	if err := checkGroup(group); err != nil {
+		return a.result("backward_enter", err)
 	}
 	e := a.begin()
 	err := errNoEngine
@@ -194,6 +254,7 @@ func (a *Agent) Unpack(handle int64) uint64 {
 	}
 	ret := int64(base)
 	if err != nil {
+		a.rejected.unpack.Add(1)
 		ret, base = int64(a.result("unpack", err)), 0
 	}
 	a.record(trace.KindUnpack, "", handle, ret, nil)
@@ -202,8 +263,8 @@ func (a *Agent) Unpack(handle int64) uint64 {
 
 // BackwardExit marks the end of group's backward.
 func (a *Agent) BackwardExit(group string) int {
-	if group == "" {
-		return a.result("backward_exit", fmt.Errorf("%w: empty group", offload.ErrInvalid))
+	if err := checkGroup(group); err != nil {
+		return a.result("backward_exit", err)
 	}
 	e := a.begin()
 	err := errNoEngine
@@ -219,7 +280,7 @@ func (a *Agent) BackwardExit(group string) int {
 func (a *Agent) State(handle int64) int {
 	e := a.begin()
 	if e == nil {
-		return EDisabled
+		return a.result("state", errNoEngine)
 	}
 	s, err := e.State(handle)
 	if err != nil {
@@ -232,7 +293,7 @@ func (a *Agent) State(handle int64) int {
 func (a *Agent) KeepReason(handle int64) int {
 	e := a.begin()
 	if e == nil {
-		return EDisabled
+		return a.result("keep_reason", errNoEngine)
 	}
 	r, err := e.KeepReason(handle)
 	if err != nil {

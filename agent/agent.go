@@ -46,6 +46,9 @@ type Agent struct {
 
 	lg *zap.Logger // stderr at the configured level, plus the log file once open
 
+	hostMem  *tracker.HostMaps // the process's readable memory: host storages and C arguments are proven here
+	rejected rejected          // refused control calls, by code
+
 	// Lock order: the engine's lock, then mu, then the tracker's. Nothing holding mu calls the engine.
 	mu        sync.Mutex // guards everything below
 	engine    *offload.Engine
@@ -56,7 +59,6 @@ type Agent struct {
 	peakDev   uint64               // highest live device bytes seen (runtime allocations)
 	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
 	racing    map[uint64]inflight  // storages an agent copy is moving (by storage ID)
-	reserved  map[uint64]uint64    // VMM reservations: base -> end
 	faults    []offload.Fault
 	faultIx   map[string]int // fault key -> index in faults
 	exception [6]uint64      // the last exception callback's info (task, stream, thread, device, code)
@@ -89,7 +91,7 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 	}
 	a := &Agent{cfg: cfg, native: native, stderr: stderr, host: host, pid: os.Getpid(), argv: os.Args,
 		t0: time.Now(), buf: make([]Raw, drainBatch), fnSeen: make([]bool, 1024), calls: make([]uint64, 1024),
-		groups: map[string]uint32{}, stop: make(chan struct{})}
+		groups: map[string]uint32{}, stop: make(chan struct{}), hostMem: tracker.NewHostMaps(tracker.ProcMaps)}
 	a.off = native.Now() - native.StartMono()
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))
@@ -486,6 +488,7 @@ func (a *Agent) statsLocked(es *offload.Stats) []byte {
 		faults = append(faults, f)
 	}
 	m["faults"] = faults
+	m["rejected"] = a.rejected.snapshot()
 	defaults := map[string]any{"offloaded_storages": 0, "offloaded_bytes": 0, "restored_bytes": 0,
 		"kept": map[string]int{"input": 0, "output": 0, "protected": 0, "param": 0, "shared": 0, "small": 0,
 			"duplicate": 0},

@@ -38,7 +38,8 @@ func Code(err error) int {
 }
 
 // StartEngine builds the offload engine the control ABI delegates to. The policy, prefetch depth and
-// small threshold come from the configuration; mover copies the bytes.
+// small threshold come from the configuration; mover copies the bytes. Its tracker applies the pointer
+// rule (tracker/place.go) to every saved and restored storage.
 func (a *Agent) StartEngine(mover offload.Mover) {
 	p, err := offload.ParsePolicy(a.cfg.Policy)
 	if err != nil { // LoadConfig already replaced a bad value; keep the default rather than fail
@@ -46,6 +47,7 @@ func (a *Agent) StartEngine(mover offload.Mover) {
 	}
 	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
 		Unordered: a.cfg.TestUnordered}, mover, nil, a)
+	e.Tracker().CheckPointers(a.hostMem)
 	a.mu.Lock()
 	a.engine, a.tracker, a.streams = e, e.Tracker(), e.Streams()
 	ops := a.ops

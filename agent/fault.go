@@ -47,12 +47,9 @@ func (a *Agent) feedLocked(r *Raw) {
 	case trace.ClassStreamDestroy:
 		a.streams.Destroyed(r.Args[0])
 	case trace.ClassReserve:
-		if a.reserved == nil {
-			a.reserved = map[uint64]uint64{}
-		}
-		a.reserved[r.Args[0]] = r.Args[0] + r.Args[1]
+		a.tracker.Reserve(r.Args[0], r.Args[1])
 	case trace.ClassReserveRelease:
-		delete(a.reserved, r.Args[0])
+		a.tracker.Unreserve(r.Args[0])
 	default:
 		if s, ok := k.Stream(r.Args); ok && a.streams != nil {
 			a.streams.Use(s)
@@ -60,27 +57,14 @@ func (a *Agent) feedLocked(r *Raw) {
 	}
 }
 
-// IsDevice reports whether addr lies in a live device allocation of the runtime (as far as drained).
-func (a *Agent) IsDevice(addr uint64) bool {
+// Place says where [addr, addr+n) is by the pointer rule (tracker/place.go), as far as drained: the mover
+// asks before each copy (write: bytes are to be copied into it).
+func (a *Agent) Place(addr, n uint64, write bool) (tracker.Place, error) {
 	t := a.trackerRef()
 	if t == nil {
-		return false
+		return tracker.Nowhere, fmt.Errorf("%w: no tracker", offload.ErrDisabled)
 	}
-	_, ok := t.Lookup(addr)
-	return ok
-}
-
-// IsReserved reports whether addr lies in device address space reserved for VMM (mapped or not): such
-// an address is never host memory.
-func (a *Agent) IsReserved(addr uint64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for lo, hi := range a.reserved {
-		if addr >= lo && addr < hi {
-			return true
-		}
-	}
-	return false
+	return t.Place(addr, n, write)
 }
 
 // watch adds a released external storage to the ranges the C launch check inspects; unwatch removes it

@@ -509,6 +509,10 @@ func (e *Engine) complete(units []*unit) {
 		case e.ops == nil:
 			e.st.KeptNoOps++
 			why = "no storage ops registered: not released"
+		case e.cfg.Policy == PolicySafe && e.tr.SavedByOthers(u.sid, u.owner.name):
+			// Another region saved it while the copy ran (regions may nest): shared, so it stays.
+			u.pinned = true
+			why = "saved by another live group since its copy began (shared): not released"
 		default:
 			// The tracker learns of the release first: the framework's release may free memory, and a
 			// drain that delivers that free before Released would mark the storage freed under its holder.
@@ -551,6 +555,12 @@ func (e *Engine) unwind(u *unit, grp string) {
 	if u.released {
 		return
 	}
+	if u.state == H2D && !u.devValid {
+		// Restored, its copy back in flight (or failed): it lands, and the streams wait for it, before the
+		// storage counts as on device.
+		_ = e.finishRestore(u, grp)
+		return
+	}
 	if u.state == D2H {
 		_ = e.mover.Wait(u.copy)
 		_ = e.move(u, Host, grp)
@@ -565,16 +575,14 @@ func (e *Engine) unwind(u *unit, grp string) {
 	u.host, u.copy = HostBuf{}, 0
 }
 
-// unitOf is the unit deciding where h's bytes are: its own, or, for a handle kept by this group while
-// another group swaps the same storage (possible only off safe), that group's.
+// unitOf is the unit deciding where h's bytes are: its own, or, for a handle that does not move with it
+// (kept by this group while another group swaps the same storage, possible only off safe, or saved in a
+// region still open while another group's copy of it runs), that group's.
 func (e *Engine) unitOf(h *handle) *unit {
 	if h.u != nil {
 		return h.u
 	}
-	if h.classified {
-		return e.units[h.sid]
-	}
-	return nil
+	return e.units[h.sid]
 }
 
 func (e *Engine) completePending() {
@@ -798,6 +806,10 @@ func (e *Engine) Unpack(id int64) (uint64, error) {
 		}
 	}
 	base, _ := e.tr.Base(h.sid)
+	if base == 0 {
+		return 0, fmt.Errorf("%w: handle %d: its storage was released and cannot be restored through it",
+			ErrState, id)
+	}
 	return base, nil
 }
 

@@ -3,9 +3,14 @@
 package offload
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"sync"
+	"sync/atomic"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // HostBuf is a host buffer from Mover.AllocHost (pinned memory for a runtime mover).
@@ -50,7 +55,8 @@ type TimelineMover interface {
 
 // MemcpyMover copies with memcpy: for storages whose pointers are real host addresses (CPU tensors with
 // include_cpu, tests, dry runs). Its host buffers are Go memory kept alive until FreeHost. Copies are
-// synchronous, so Wait returns at once.
+// synchronous, so Wait returns at once. Where the kernel allows it they go through process_vm_readv and
+// process_vm_writev on this process, so a storage whose memory went away is an error, not a fault.
 type MemcpyMover struct {
 	mu   sync.Mutex
 	bufs map[uint64][]byte
@@ -92,12 +98,12 @@ func (m *MemcpyMover) Buffers() int {
 
 // CopyOut copies n bytes from srcDevice to dstHost.
 func (m *MemcpyMover) CopyOut(dstHost, srcDevice, n uint64) (Copy, error) {
-	return 0, memcpy(dstHost, srcDevice, n)
+	return 0, memcpy(dstHost, srcDevice, n, false)
 }
 
 // CopyIn copies n bytes from srcHost to dstDevice.
 func (m *MemcpyMover) CopyIn(dstDevice, srcHost, n uint64) (Copy, error) {
-	return 0, memcpy(dstDevice, srcHost, n)
+	return 0, memcpy(dstDevice, srcHost, n, true)
 }
 
 // Wait returns nil: memcpy copies are complete when launched.
@@ -109,11 +115,63 @@ func (m *MemcpyMover) After([]uint64) error { return nil }
 // Before returns nil: a memcpy is complete when it returns.
 func (m *MemcpyMover) Before(Copy, []uint64) error { return nil }
 
-func memcpy(dst, src, n uint64) error {
+// vmRefused is set once the kernel refused process_vm_readv/writev (a seccomp filter): plain copies then.
+var vmRefused atomic.Bool
+
+// memcpy copies n bytes; the storage is the destination when in, else the source (the other side is a
+// buffer of ours). Through the kernel where it can, so a storage whose memory went away is an error.
+func memcpy(dst, src, n uint64, in bool) error {
 	if dst == 0 || src == 0 {
 		return fmt.Errorf("%w: memcpy with address 0 (dst %#x, src %#x)", ErrRuntime, dst, src)
 	}
+	if n == 0 {
+		return nil
+	}
+	if !vmRefused.Load() {
+		err := kernelCopy(dst, src, n, in)
+		if err == nil || !errors.Is(err, errKernelRefused) {
+			return err
+		}
+		vmRefused.Store(true)
+	}
 	copy(Bytes(dst, n), Bytes(src, n))
+	return nil
+}
+
+var errKernelRefused = errors.New("process_vm_readv/writev refused")
+
+// kernelCopy copies with process_vm_readv (out) or process_vm_writev (in) on this process, in pieces of
+// 1 GiB (a call moves less than 2 GiB).
+func kernelCopy(dst, src, n uint64, in bool) error {
+	const chunk = 1 << 30
+	for off := uint64(0); off < n; {
+		c := min(n-off, chunk)
+		local, remote := Bytes(dst+off, c), src+off
+		if in {
+			local, remote = Bytes(src+off, c), dst+off
+		}
+		iov := []unix.Iovec{{Base: &local[0]}}
+		iov[0].SetLen(int(c))
+		rio := []unix.RemoteIovec{{Base: uintptr(remote), Len: int(c)}}
+		var got int
+		var err error
+		if in {
+			got, err = unix.ProcessVMWritev(os.Getpid(), iov, rio, 0)
+		} else {
+			got, err = unix.ProcessVMReadv(os.Getpid(), iov, rio, 0)
+		}
+		switch {
+		case err == nil && uint64(got) == c:
+			off += c
+		case err == nil || errors.Is(err, unix.EFAULT) || errors.Is(err, unix.ENOMEM):
+			return fmt.Errorf("%w: memcpy of %d bytes (dst %#x, src %#x): the storage's memory is not there",
+				ErrRuntime, n, dst, src)
+		case off > 0: // it worked a moment ago
+			return fmt.Errorf("%w: memcpy of %d bytes: %v", ErrRuntime, n, err)
+		default:
+			return errKernelRefused
+		}
+	}
 	return nil
 }
 

@@ -1,6 +1,7 @@
 // exports.go owns the Go implementations behind the control ABI's C wrappers (shim/c/control.c): C
-// argument conversion only; the agent checks, records and delegates. The wrappers have already refused
-// in a forked child, so these never run there.
+// argument conversion only (a group name or pointer array is read only from memory proven readable; what
+// cannot be read is EINVAL, counted by the agent); the agent checks, records and delegates. The wrappers
+// have already refused in a forked child, so these never run there.
 package main
 
 /*
@@ -10,6 +11,8 @@ package main
 import "C"
 
 import (
+	"bytes"
+	"fmt"
 	"unsafe"
 
 	"swapagent/agent"
@@ -17,23 +20,74 @@ import (
 
 const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a reason to copy gigabytes
 
-func goString(p *C.char) string {
+// The C arguments are read through the kernel (tracker.HostMaps.Read), so a bad pointer is EINVAL rather
+// than a fault; where the kernel refuses such reads the index of readable mappings decides, and without
+// /proc nothing can be proven and C's convention (the caller passes valid memory) is all there is.
+
+// cGroup reads a group name: NULL, memory the process cannot read, and a string that does not end before
+// unreadable memory are refused (a reason is returned). A name longer than agent.MaxGroup comes back cut
+// at MaxGroup+1 bytes, for the agent's group rule to refuse.
+func cGroup(a *agent.Agent, p *C.char) (string, string) {
 	if p == nil {
-		return ""
+		return "", "NULL group"
 	}
-	return C.GoString(p)
+	addr := uint64(uintptr(unsafe.Pointer(p)))
+	hm := a.HostMaps()
+	var buf [agent.MaxGroup + 1]byte
+	n, exact := hm.Read(buf[:], addr)
+	for fresh := false; !exact; fresh = true {
+		if !hm.Available() {
+			return C.GoString(p), ""
+		}
+		end, ok := hm.ReadableEnd(addr, uint64(len(buf)))
+		if !ok {
+			break
+		}
+		n = copy(buf[:], unsafe.Slice((*byte)(unsafe.Pointer(p)), end-addr))
+		if bytes.IndexByte(buf[:n], 0) >= 0 || n == len(buf) || fresh {
+			break
+		}
+		hm.Refresh() // the string may go on in memory mapped since the index was read
+	}
+	if i := bytes.IndexByte(buf[:n], 0); i >= 0 {
+		return string(buf[:i]), ""
+	}
+	switch {
+	case n > agent.MaxGroup:
+		return string(buf[:n]), ""
+	case n == 0:
+		return "", fmt.Sprintf("group pointer %#x is not readable memory", addr)
+	}
+	return "", fmt.Sprintf("group name at %#x runs into unreadable memory", addr)
 }
 
-// ptrSlice copies n pointers (ok false for NULL with n > 0, or an absurd n).
-func ptrSlice(p *C.uintptr_t, n C.size_t) ([]uint64, bool) {
+// ptrSlice copies n pointers; NULL with n > 0, n beyond the trace limit and an array the process cannot
+// read are refused (a reason is returned).
+func ptrSlice(a *agent.Agent, p *C.uintptr_t, n C.size_t, what string) ([]uint64, string) {
 	if n == 0 {
-		return nil, true
+		return nil, ""
 	}
-	if p == nil || n > maxPtrs {
-		return nil, false
+	if p == nil {
+		return nil, fmt.Sprintf("NULL %s with n = %d", what, uint64(n))
 	}
-	src := unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n))
-	return append([]uint64(nil), src...), true
+	if n > maxPtrs {
+		return nil, fmt.Sprintf("%s: n = %d is above the limit of %d", what, uint64(n), maxPtrs)
+	}
+	addr, hm := uint64(uintptr(unsafe.Pointer(p))), a.HostMaps()
+	bad := fmt.Sprintf("%s: %d pointers at %#x are not readable memory", what, uint64(n), addr)
+	out := make([]uint64, int(n))
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*len(out))
+	if got, exact := hm.Read(b, addr); exact {
+		if got != len(b) {
+			return nil, bad
+		}
+		return out, ""
+	}
+	if hm.Available() && !hm.Covers(addr, uint64(len(b)), false) {
+		return nil, bad
+	}
+	copy(out, unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n)))
+	return out, ""
 }
 
 // guard contains a panic inside the agent: the agent goes inert (the C side passes every call through
@@ -68,7 +122,7 @@ func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) (ret C.int) {
 		return agent.EDisabled
 	}
 	if (release == 0) != (restore == 0) {
-		return agent.EInvalid
+		return C.int(a.Invalid("set_storage_ops", "one of release and restore is NULL"))
 	}
 	if release == 0 {
 		return C.int(a.SetStorageOps(nil))
@@ -83,11 +137,18 @@ func sa_go_region_enter(group *C.char, ptrs *C.uintptr_t, n, npos C.size_t) (ret
 	if a == nil {
 		return agent.EDisabled
 	}
-	ps, ok := ptrSlice(ptrs, n)
-	if group == nil || !ok || npos > n {
-		return agent.EInvalid
+	g, bad := cGroup(a, group)
+	var ps []uint64
+	if bad == "" {
+		ps, bad = ptrSlice(a, ptrs, n, "input_ptrs")
 	}
-	return C.int(a.RegionEnter(goString(group), ps, int(npos)))
+	if bad == "" && npos > n {
+		bad = fmt.Sprintf("n_positional %d > n %d", uint64(npos), uint64(n))
+	}
+	if bad != "" {
+		return C.int(a.Invalid("region_enter", bad))
+	}
+	return C.int(a.RegionEnter(g, ps, int(npos)))
 }
 
 //export sa_go_save
@@ -97,10 +158,11 @@ func sa_go_save(group *C.char, ptr C.uintptr_t, nbytes C.size_t, flags C.uint32_
 	if a == nil {
 		return agent.EDisabled
 	}
-	if group == nil {
-		return agent.EInvalid
+	g, bad := cGroup(a, group)
+	if bad != "" {
+		return C.int64_t(a.Invalid("save", bad))
 	}
-	return C.int64_t(a.Save(goString(group), uint64(ptr), uint64(nbytes), uint32(flags)))
+	return C.int64_t(a.Save(g, uint64(ptr), uint64(nbytes), uint32(flags)))
 }
 
 //export sa_go_region_exit
@@ -110,11 +172,15 @@ func sa_go_region_exit(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int)
 	if a == nil {
 		return agent.EDisabled
 	}
-	ps, ok := ptrSlice(ptrs, n)
-	if group == nil || !ok {
-		return agent.EInvalid
+	g, bad := cGroup(a, group)
+	var ps []uint64
+	if bad == "" {
+		ps, bad = ptrSlice(a, ptrs, n, "output_ptrs")
 	}
-	return C.int(a.RegionExit(goString(group), ps))
+	if bad != "" {
+		return C.int(a.Invalid("region_exit", bad))
+	}
+	return C.int(a.RegionExit(g, ps))
 }
 
 //export sa_go_protect
@@ -124,11 +190,15 @@ func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
 	if a == nil {
 		return agent.EDisabled
 	}
-	ps, ok := ptrSlice(ptrs, n)
-	if group == nil || !ok {
-		return agent.EInvalid
+	g, bad := cGroup(a, group)
+	var ps []uint64
+	if bad == "" {
+		ps, bad = ptrSlice(a, ptrs, n, "ptrs")
 	}
-	return C.int(a.Protect(goString(group), ps))
+	if bad != "" {
+		return C.int(a.Invalid("protect", bad))
+	}
+	return C.int(a.Protect(g, ps))
 }
 
 //export sa_go_group_streams
@@ -138,29 +208,34 @@ func sa_go_group_streams(group *C.char, streams *C.uintptr_t, n C.size_t) (ret C
 	if a == nil {
 		return agent.EDisabled
 	}
-	ss, ok := ptrSlice(streams, n)
-	if group == nil || !ok {
-		return agent.EInvalid
+	g, bad := cGroup(a, group)
+	var ps []uint64
+	if bad == "" {
+		ps, bad = ptrSlice(a, streams, n, "streams")
 	}
-	return C.int(a.GroupStreams(goString(group), ss))
+	if bad != "" {
+		return C.int(a.Invalid("group_streams", bad))
+	}
+	return C.int(a.GroupStreams(g, ps))
 }
 
 // groupCall runs a control call that takes only a group name.
-func groupCall(group *C.char, call func(*agent.Agent, string) int) C.int {
+func groupCall(name string, group *C.char, call func(*agent.Agent, string) int) C.int {
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
 	}
-	if group == nil {
-		return agent.EInvalid
+	g, bad := cGroup(a, group)
+	if bad != "" {
+		return C.int(a.Invalid(name, bad))
 	}
-	return C.int(call(a, goString(group)))
+	return C.int(call(a, g))
 }
 
 //export sa_go_backward_enter
 func sa_go_backward_enter(group *C.char) (ret C.int) {
 	defer guard("swapagent_backward_enter", &ret, agent.EDisabled)
-	return groupCall(group, (*agent.Agent).BackwardEnter)
+	return groupCall("backward_enter", group, (*agent.Agent).BackwardEnter)
 }
 
 //export sa_go_unpack
@@ -176,7 +251,7 @@ func sa_go_unpack(handle C.int64_t) (ret C.uintptr_t) {
 //export sa_go_backward_exit
 func sa_go_backward_exit(group *C.char) (ret C.int) {
 	defer guard("swapagent_backward_exit", &ret, agent.EDisabled)
-	return groupCall(group, (*agent.Agent).BackwardExit)
+	return groupCall("backward_exit", group, (*agent.Agent).BackwardExit)
 }
 
 //export sa_go_state
@@ -210,10 +285,14 @@ func sa_go_stats_json(buf *C.char, capacity C.size_t) (ret C.int) {
 		return agent.EDisabled
 	}
 	if buf == nil && capacity > 0 {
-		return agent.EInvalid
+		return C.int(a.Invalid("stats_json", "NULL buf with cap > 0"))
 	}
 	js := a.StatsJSON()
 	if buf != nil && uint64(len(js)) < uint64(capacity) {
+		addr, hm := uint64(uintptr(unsafe.Pointer(buf))), a.HostMaps()
+		if hm.Available() && !hm.Covers(addr, uint64(len(js))+1, true) {
+			return C.int(a.Invalid("stats_json", fmt.Sprintf("buf %#x is not writable memory", addr)))
+		}
 		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(js)+1)
 		copy(dst, js)
 		dst[len(js)] = 0

@@ -11,10 +11,12 @@ import "C"
 
 import (
 	"fmt"
+	"runtime/debug"
 	"sync"
 
 	"swapagent/agent"
 	"swapagent/offload"
+	"swapagent/tracker"
 )
 
 // cStorageOps calls the release/restore callbacks of swapagent_set_storage_ops.
@@ -203,6 +205,13 @@ func (m *runtimeMover) findLocked(c offload.Copy) *flight {
 	return nil
 }
 
+// latest returns the token of the latest copy launched.
+func (m *runtimeMover) latest() offload.Copy {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return offload.Copy(m.seq)
+}
+
 // Wait synchronizes on c's end event; copies complete in launch order on the mover's stream, so every
 // earlier copy is complete too and their events return to the pool.
 func (m *runtimeMover) Wait(c offload.Copy) error {
@@ -298,15 +307,17 @@ func (m *runtimeMover) Timeline() offload.Timeline {
 	return m.tl
 }
 
-// hybridMover copies a storage with the runtime when its address is device memory the runtime handed
-// out, and with memcpy when it is host memory: CPU tensors of companions run with include_cpu, and dry
-// runs in processes that never load a runtime. Host buffers are pinned when a runtime is present.
+// hybridMover copies a storage with the runtime when the pointer rule places it in device memory the
+// runtime handed out, and with memcpy when it places it in host memory: CPU tensors of companions run with
+// include_cpu, and dry runs in processes that never load a runtime. Anything else is refused, so a failed
+// copy is a failed offload (the storage stays on device), never a fault. Host buffers are pinned when a
+// runtime is present.
 type hybridMover struct {
-	rt       runtimeMover
-	mem      *offload.MemcpyMover
-	isDevice func(addr uint64) bool // a live allocation or mapping of the runtime
-	reserved func(addr uint64) bool // VMM address space: device, mapped or not, never host memory
-	goBufs   sync.Map               // Addr -> true for buffers the memcpy mover owns
+	rt  runtimeMover
+	mem *offload.MemcpyMover
+	// place is the tracker's pointer rule, as far as drained.
+	place  func(addr, n uint64, write bool) (tracker.Place, error)
+	goBufs sync.Map // Addr -> true for buffers the memcpy mover owns
 }
 
 var _ offload.Mover = (*hybridMover)(nil)
@@ -330,31 +341,50 @@ func (m *hybridMover) FreeHost(b offload.HostBuf) error {
 }
 
 func (m *hybridMover) CopyOut(dstHost, src, n uint64) (offload.Copy, error) {
-	if m.isDevice(src) {
+	switch p, err := m.place(src, n, false); p {
+	case tracker.OnDevice:
 		return m.rt.CopyOut(dstHost, src, n)
+	case tracker.OnHost:
+		if err := m.settle(); err != nil {
+			return 0, err
+		}
+		return 0, hostCopy(func() error { _, err := m.mem.CopyOut(dstHost, src, n); return err })
+	default:
+		return 0, fmt.Errorf("%w: copy out refused: %v", offload.ErrRuntime, err)
 	}
-	if err := m.hostOnly(src); err != nil {
-		return 0, err
-	}
-	return m.mem.CopyOut(dstHost, src, n)
 }
 
 func (m *hybridMover) CopyIn(dst, srcHost, n uint64) (offload.Copy, error) {
-	if m.isDevice(dst) {
+	switch p, err := m.place(dst, n, true); p {
+	case tracker.OnDevice:
 		return m.rt.CopyIn(dst, srcHost, n)
+	case tracker.OnHost:
+		if err := m.settle(); err != nil {
+			return 0, err
+		}
+		return 0, hostCopy(func() error { _, err := m.mem.CopyIn(dst, srcHost, n); return err })
+	default:
+		return 0, fmt.Errorf("%w: copy in refused: %v", offload.ErrRuntime, err)
 	}
-	if err := m.hostOnly(dst); err != nil {
-		return 0, err
-	}
-	return m.mem.CopyIn(dst, srcHost, n)
 }
 
-// hostOnly refuses a device address that is not a live allocation or mapping: memcpy there would fault.
-func (m *hybridMover) hostOnly(addr uint64) error {
-	if m.reserved(addr) {
-		return fmt.Errorf("%w: %#x is reserved device address space with no memory mapped", offload.ErrRuntime, addr)
-	}
-	return nil
+// settle waits for every runtime copy launched so far: host buffers are pooled across both paths, and a
+// memcpy runs on the host at once, so it must not overwrite a buffer a queued copy back still reads from
+// (or one a copy out still fills).
+func (m *hybridMover) settle() error {
+	return m.rt.Wait(m.rt.latest())
+}
+
+// hostCopy runs a memcpy the pointer rule allowed. Should the memory go away between the check and the
+// copy (another thread unmapping it), the fault becomes an error here instead of the end of the process.
+func hostCopy(cp func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: host copy faulted: %v", offload.ErrRuntime, r)
+		}
+	}()
+	return cp()
 }
 
 // Wait: memcpy copies are complete when they return (token 0); runtime copies have events.
@@ -376,5 +406,5 @@ func (m *hybridMover) Timeline() offload.Timeline { return m.rt.Timeline() }
 
 // wireEngine starts the offload engine with the hybrid mover.
 func wireEngine(a *agent.Agent) {
-	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), isDevice: a.IsDevice, reserved: a.IsReserved})
+	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), place: a.Place})
 }

@@ -42,5 +42,14 @@
 // address (FindRecent) or by size (FindSize). Lookup answers "which live allocation holds address A"
 // with a binary search over a sorted slice: cheap enough to run at every kernel launch.
 //
+// # Pointers
+//
+// The agent copies a saved storage's bytes, so a pointer the framework got wrong must never reach a copy
+// (a memcpy on it kills the process). With CheckPointers, a save and a restored base are accepted only
+// when the whole range lies in one live device allocation (or adjacent VMM mappings of one reservation),
+// or else in host memory the process has mapped readable (HostMaps: /proc/self/maps, read again on a
+// miss); Place answers the same question for the mover right before each copy. VMM address space with
+// nothing mapped is device address space, never host memory.
+//
 // A Tracker is safe for concurrent use; lookups take a read lock.
 package tracker

@@ -76,9 +76,10 @@ func (t *Tracker) EnterRegion(name string, inputs []uint64, nPositional int) err
 	return nil
 }
 
-// Save registers a storage saved inside group's open region. A pointer that is the base of a held
-// storage of the same size is that storage; otherwise it is a new storage, whose generation counts the
-// storages seen at that base (a reused address is never confused with its previous owner).
+// Save registers a storage saved inside group's open region; once CheckPointers was called its range must
+// pass the pointer rule (place.go). A pointer that is the base of a held storage of the same size is that
+// storage; otherwise it is a new storage, whose generation counts the storages seen at that base (a reused
+// address is never confused with its previous owner).
 func (t *Tracker) Save(name string, ptr, nbytes uint64, flags uint32) (Saved, error) {
 	if ptr == 0 || nbytes == 0 {
 		return Saved{}, fmt.Errorf("%w: save of an empty storage (ptr %#x, %d bytes)", ErrInvalid, ptr, nbytes)
@@ -88,6 +89,11 @@ func (t *Tracker) Save(name string, ptr, nbytes uint64, flags uint32) (Saved, er
 	g := t.getGroup(name, false)
 	if g == nil || !g.inRegion {
 		return Saved{}, fmt.Errorf("%w: save in group %q outside its region", ErrOrder, name)
+	}
+	if t.host != nil {
+		if _, err := t.placeLocked(ptr, nbytes, false); err != nil {
+			return Saved{}, err
+		}
 	}
 	seq := t.tick()
 	var s *storage
@@ -276,6 +282,21 @@ func (t *Tracker) Forget(name string) error {
 	}
 	*g = group{name: name}
 	return nil
+}
+
+// SavedByOthers reports whether a live group other than group holds storage id: the shared rule, asked
+// again when an offload is about to release it (another region may have saved it since the copy began).
+func (t *Tracker) SavedByOthers(id uint64, group string) bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if s := t.storages[id]; s != nil {
+		for g := range s.holds {
+			if g != group {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Known reports whether group ever entered a region.

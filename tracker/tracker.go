@@ -17,8 +17,10 @@ type Tracker struct {
 	now  func() int64
 	hist history
 
-	allocs    spans // live device allocations; span.id = the Alloc's sequence number
+	allocs    spans // live device allocations and VMM mappings; span.id = the Alloc's sequence number
 	liveBytes uint64
+	resv      spans     // VMM reservations (address space, not memory)
+	host      *HostMaps // set by CheckPointers: storages must pass the pointer rule (place.go)
 
 	storages map[uint64]*storage // held storages by ID
 	mapped   spans               // storages with a current base; span.id = storage ID
@@ -298,7 +300,8 @@ func (t *Tracker) Released(id uint64, group string) error {
 	return nil
 }
 
-// Restored records that a released storage has device memory again at base.
+// Restored records that a released storage has device memory again at base (which must pass the pointer
+// rule, writable, once CheckPointers was called).
 func (t *Tracker) Restored(id, base uint64) error {
 	if base == 0 {
 		return fmt.Errorf("%w: restore to address 0", ErrInvalid)
@@ -308,6 +311,11 @@ func (t *Tracker) Restored(id, base uint64) error {
 	s := t.storages[id]
 	if s == nil || !s.released {
 		return fmt.Errorf("%w: storage %d is not released", ErrInvalid, id)
+	}
+	if t.host != nil { // the agent copies the storage's bytes into it next
+		if _, err := t.placeLocked(base, s.size, true); err != nil {
+			return err
+		}
 	}
 	seq := t.tick()
 	for _, sp := range t.mapped.insert(span{base: base, end: spanEnd(base, s.size), id: id}) {
