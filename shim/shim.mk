@@ -38,7 +38,7 @@ $(BUILD)/include/swapagent.h: shim/c/swapagent.h
 
 # Test programs: plain C against the ACL headers; --as-needed links the emulator only into those that call it
 # directly (sa-latedl must load it itself, late).
-$(BUILD)/test/sa-%: shim/c/test/sa_%.c shim/c/swapagent.h $(ASCEND)/lib64/libopapi.so
+$(BUILD)/test/sa-%: shim/c/test/sa_%.c shim/c/test/sa_test.h shim/c/swapagent.h $(ASCEND)/lib64/libopapi.so
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I$(ACL_INC) -Ishim/c -o $@ $< -Wl,--as-needed -L$(ASCEND)/lib64 -lopapi -lnnopbase -lascendcl \
 		-Wl,-rpath,'$$ORIGIN/../ascend/latest/lib64' -Wl,--enable-new-dtags -ldl -lpthread

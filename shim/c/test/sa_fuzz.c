@@ -25,6 +25,7 @@
 
 #include "acl/acl.h"
 #include "swapagent.h"
+#include "test/sa_test.h"
 
 #define NDEV 24          /* device storages */
 #define NHOST 4          /* host storages: CPU tensors of a companion run with include_cpu */
@@ -643,32 +644,8 @@ static void on_alarm(int sig) {
   _exit(3);
 }
 
-/* json_num: as in sa_regress.c. */
-static long long json_num(const char *js, const char *obj, const char *key) {
-  char k[64], o[64];
-  snprintf(k, sizeof k, "\"%s\":", key);
-  snprintf(o, sizeof o, "\"%s\":{", obj != NULL ? obj : "");
-  int depth = 0, want = obj != NULL ? 2 : 1, inside = obj == NULL;
-  for (const char *p = js; *p; p++) {
-    if (depth == 1 && obj != NULL && strncmp(p, o, strlen(o)) == 0) inside = 1;
-    if (*p == '{') depth++;
-    if (*p == '}') {
-      if (depth == want && obj != NULL && inside) return -1;
-      depth--;
-    }
-    if (depth == want && inside && strncmp(p, k, strlen(k)) == 0) return strtoll(p + strlen(k), NULL, 10);
-  }
-  return -1;
-}
 
-#define LOOKUP(field, sym)                                                                   \
-  do {                                                                                       \
-    *(void **)&abi.field = dlsym(RTLD_DEFAULT, sym);                                         \
-    if (abi.field == NULL) {                                                                 \
-      fprintf(stderr, "sa-fuzz: %s not found: is libswapagent.so preloaded?\n", sym);        \
-      return 2;                                                                              \
-    }                                                                                        \
-  } while (0)
+#define LOOKUP(field, sym) SA_LOOKUP("sa-fuzz", abi.field, sym)
 
 int main(int argc, char **argv) {
   if (argc != 3 || atoll(argv[2]) < 0) {

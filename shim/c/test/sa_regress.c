@@ -19,6 +19,7 @@
 
 #include "acl/acl.h"
 #include "swapagent.h"
+#include "test/sa_test.h"
 
 #define BIG (256u * 1024u) /* above the default 64 KiB threshold */
 #define TINY 4096u         /* below it */
@@ -211,34 +212,8 @@ static const char *reason_name(int r) {
   return r >= 0 && r < 8 ? names[r] : "error";
 }
 
-/* json_num returns the number under key in the stats object (obj NULL) or in its member object obj; -1 when
- * absent. Keys are matched at their own depth only, so "offloaded_bytes" of a group never answers for the
- * top level. The stats JSON has no braces inside strings. */
-static long long json_num(const char *js, const char *obj, const char *key) {
-  char k[64], o[64];
-  snprintf(k, sizeof k, "\"%s\":", key);
-  snprintf(o, sizeof o, "\"%s\":{", obj != NULL ? obj : "");
-  int depth = 0, want = obj != NULL ? 2 : 1, inside = obj == NULL;
-  for (const char *p = js; *p; p++) {
-    if (depth == 1 && obj != NULL && strncmp(p, o, strlen(o)) == 0) inside = 1;
-    if (*p == '{') depth++;
-    if (*p == '}') {
-      if (depth == want && obj != NULL && inside) return -1;
-      depth--;
-    }
-    if (depth == want && inside && strncmp(p, k, strlen(k)) == 0) return strtoll(p + strlen(k), NULL, 10);
-  }
-  return -1;
-}
 
-#define LOOKUP(field, sym)                                                     \
-  do {                                                                         \
-    *(void **)&abi.field = dlsym(RTLD_DEFAULT, sym);                           \
-    if (abi.field == NULL) {                                                   \
-      fprintf(stderr, "sa-regress: %s not found: is libswapagent.so preloaded?\n", sym); \
-      return 2;                                                                \
-    }                                                                          \
-  } while (0)
+#define LOOKUP(field, sym) SA_LOOKUP("sa-regress", abi.field, sym)
 
 int main(int argc, char **argv) {
   int layers = argc > 1 ? atoi(argv[1]) : 4;
