@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import threading
 import warnings
 import weakref
@@ -57,10 +58,53 @@ def group_name(index):
     return "layer.%d" % index
 
 
+LIB_NAME = "libswapagent.so"
+
+
 def _repo_library():
-    # shim/python/swapagent/core.py -> <repo>/build/lib/libswapagent.so
+    """<repo>/build/lib/libswapagent.so when this package is the source tree's shim/python/swapagent, else
+    None (an installed wheel has no build tree beside it)."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.normpath(os.path.join(here, "..", "..", "..", "build", "lib", "libswapagent.so"))
+    python = os.path.dirname(here)
+    if os.path.basename(python) != "python" or os.path.basename(os.path.dirname(python)) != "shim":
+        return None
+    return os.path.normpath(os.path.join(python, "..", "..", "build", "lib", LIB_NAME))
+
+
+def _path_library():
+    """<dir>/../lib/libswapagent.so beside the `swapagent` command found on PATH (symbolic links followed):
+    the layout of the release archive (bin/swapagent, lib/libswapagent.so), or None."""
+    cli = shutil.which("swapagent")
+    if cli is None:
+        return None
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(cli)), "..", "lib", LIB_NAME))
+
+
+def library_candidates():
+    """(origin, path) of every place load() looks for the agent when it is not preloaded, in order:
+    $SWAPAGENT_LIB, $SWAPAGENT_HOME/lib, the source tree's build (only when this package is the source
+    tree's), then beside the `swapagent` on PATH. An explicit setting (the first two) is never skipped:
+    a missing file there is an error, not a reason to look further."""
+    out = []
+    if os.environ.get("SWAPAGENT_LIB"):
+        out.append(("SWAPAGENT_LIB", os.environ["SWAPAGENT_LIB"]))
+    if os.environ.get("SWAPAGENT_HOME"):
+        out.append(("SWAPAGENT_HOME", os.path.join(os.environ["SWAPAGENT_HOME"], "lib", LIB_NAME)))
+    for origin, path in (("source tree", _repo_library()), ("swapagent on PATH", _path_library())):
+        if path is not None:
+            out.append((origin, path))
+    return out
+
+
+def _find_library():
+    cands = library_candidates()
+    for origin, path in cands:
+        if os.path.exists(path) or origin in ("SWAPAGENT_LIB", "SWAPAGENT_HOME"):
+            return path
+    tried = "; ".join("%s: %s" % c for c in cands) or "nothing to try"
+    raise AgentError("swapagent: libswapagent.so is not preloaded and was not found (tried %s). Run the job "
+                     "under `swapagent run`, or set SWAPAGENT_LIB to the library or SWAPAGENT_HOME to the "
+                     "unpacked release (or `make build` in the source tree)" % tried)
 
 
 class Agent:
@@ -182,7 +226,9 @@ _agent_lock = threading.Lock()
 
 
 def load():
-    """The agent: preloaded if it is, else $SWAPAGENT_LIB, else <repo>/build/lib/libswapagent.so.
+    """The agent: preloaded if it is, else the first of library_candidates(): $SWAPAGENT_LIB,
+    $SWAPAGENT_HOME/lib/libswapagent.so, <repo>/build/lib/libswapagent.so (source tree only), or
+    ../lib/libswapagent.so beside the `swapagent` command on PATH (the release archive's layout).
 
     Loading it here (not preloaded) is fine for tests and dry runs with include_cpu=True, but only a
     preloaded agent intercepts the runtime's calls."""
@@ -198,10 +244,10 @@ def load():
         except OSError:
             pass
         if lib is None:
-            path = os.environ.get("SWAPAGENT_LIB") or _repo_library()
+            path = _find_library()
             if not os.path.exists(path):
                 raise AgentError("swapagent: libswapagent.so is not preloaded and %s does not exist "
-                                 "(set SWAPAGENT_LIB or run `make build`)" % path)
+                                 "(set SWAPAGENT_LIB or SWAPAGENT_HOME, or run `make build`)" % path)
             try:
                 lib = ctypes.CDLL(path)
             except OSError as e:
