@@ -141,10 +141,23 @@ class Agent:
             self._group_streams.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]
         self._warned = set()
         self._warn_lock = threading.Lock()
+        self._names = {}  # group name -> its bytes (the C string every call takes)
+        # The C functions of the hot path (Layer), bound once: a saved tensor costs one swapagent_save and
+        # one swapagent_unpack; everything around them is Python and must stay small.
+        self.save_c = lib.swapagent_save
+        self._unpack_c = lib.swapagent_unpack
+        self._benter_c = lib.swapagent_backward_enter
+        self._bexit_c = lib.swapagent_backward_exit
 
     @staticmethod
     def _array(ptrs):
         return (_uintptr * len(ptrs))(*ptrs) if ptrs else None
+
+    def _name(self, group):
+        b = self._names.get(group)
+        if b is None:
+            b = self._names[group] = group.encode()
+        return b
 
     def check(self, call, rc):
         """Logs a failed call once per (call, code); the job goes on, as the agent itself does."""
@@ -168,7 +181,7 @@ class Agent:
         return self.check("set_storage_ops", self.lib.swapagent_set_storage_ops(release, restore, None))
 
     def region_enter(self, group, ptrs, n_positional):
-        g = group.encode()
+        g = self._name(group)
         if self._enter_kw is not None:
             rc = self._enter_kw(g, self._array(ptrs), len(ptrs), n_positional)
         else:
@@ -176,11 +189,11 @@ class Agent:
         return self.check("region_enter(%s)" % group, rc)
 
     def save(self, group, ptr, nbytes, flags):
-        return self.check("save", self.lib.swapagent_save(group.encode(), ptr, nbytes, flags))
+        return self.check("save", self.save_c(self._name(group), ptr, nbytes, flags))
 
     def region_exit(self, group, ptrs):
         return self.check("region_exit(%s)" % group,
-                          self.lib.swapagent_region_exit(group.encode(), self._array(ptrs), len(ptrs)))
+                          self.lib.swapagent_region_exit(self._name(group), self._array(ptrs), len(ptrs)))
 
     def protect(self, group, ptrs):
         return self.check("protect", self.lib.swapagent_protect(group.encode(), self._array(ptrs), len(ptrs)))
@@ -195,13 +208,15 @@ class Agent:
                           self._group_streams(group.encode(), self._array(list(streams)), len(streams)))
 
     def backward_enter(self, group):
-        return self.check("backward_enter(%s)" % group, self.lib.swapagent_backward_enter(group.encode()))
+        rc = self._benter_c(self._name(group))
+        return rc if rc == 0 else self.check("backward_enter(%s)" % group, rc)
 
     def unpack(self, handle):
-        return self.lib.swapagent_unpack(handle)
+        return self._unpack_c(handle)
 
     def backward_exit(self, group):
-        return self.check("backward_exit(%s)" % group, self.lib.swapagent_backward_exit(group.encode()))
+        rc = self._bexit_c(self._name(group))
+        return rc if rc == 0 else self.check("backward_exit(%s)" % group, rc)
 
     def state(self, handle):
         return self.lib.swapagent_state(handle)
@@ -270,6 +285,47 @@ def stats():
 
 # ---- storage pointers over nested arguments -------------------------------------------------------
 
+_ATOMS = frozenset((str, bytes, int, float, bool, complex, type(None)))
+_MAX_DEPTH = 64
+
+
+def walk(obj, is_tensor, out, _depth=0, _seen=None):
+    """Appends to out every object found in obj for which is_tensor(x) is true (each occurrence, in
+    order), however nested in tuples, lists, namedtuples, dicts and dataclasses; a tensor is not looked
+    into. The common containers are told by their exact type first: this runs on every forward of every
+    wrapped layer, for its inputs and outputs. Returns out."""
+    if is_tensor(obj):
+        out.append(obj)
+        return out
+    t = type(obj)
+    if t in _ATOMS or _depth > _MAX_DEPTH:
+        return out
+    if t is tuple or t is list:
+        items = obj
+    elif t is dict:
+        items = obj.values()
+    elif isinstance(obj, (tuple, list)):  # namedtuples, list subclasses
+        items = obj
+    elif isinstance(obj, dict):
+        items = obj.values()
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        items = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+    else:
+        return out
+    if _seen is None:
+        _seen = set()
+    elif id(obj) in _seen:  # a container that holds itself
+        return out
+    _seen.add(id(obj))
+    d = _depth + 1
+    for v in items:
+        if is_tensor(v):
+            out.append(v)
+        elif type(v) not in _ATOMS:
+            walk(v, is_tensor, out, d, _seen)
+    return out
+
+
 def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
     """Appends to out the storage pointer (a plain int, 0 for an empty storage) of every tensor found in
     obj, however nested in tuples, lists, namedtuples, dicts and dataclasses. ptr_of(x) returns the
@@ -277,27 +333,9 @@ def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
     No reference to any tensor is kept."""
     if out is None:
         out = []
-    p = ptr_of(obj)
-    if p is not None:
-        out.append(p)
-        return out
-    if _depth > 64 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
-        return out
-    if _seen is None:
-        _seen = set()
-    if id(obj) in _seen:
-        return out
-    if isinstance(obj, (tuple, list, dict)) or dataclasses.is_dataclass(obj):
-        _seen.add(id(obj))
-    if isinstance(obj, (tuple, list)):  # namedtuples are tuples
-        for v in obj:
-            collect(v, ptr_of, out, _depth + 1, _seen)
-    elif isinstance(obj, dict):
-        for v in obj.values():
-            collect(v, ptr_of, out, _depth + 1, _seen)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            collect(getattr(obj, f.name, None), ptr_of, out, _depth + 1, _seen)
+    found = []
+    walk(obj, lambda x: ptr_of(x) is not None, found, _depth, _seen)
+    out.extend(ptr_of(x) for x in found)
     return out
 
 
@@ -305,15 +343,10 @@ def tensors(obj, is_tensor):
     """The distinct tensors found in obj (same traversal as collect), in order; for the caller to hook
     right away (the list itself is not kept)."""
     out, ids = [], set()
-
-    def keep(x):
-        if not is_tensor(x):
-            return None
+    for x in walk(obj, is_tensor, []):
         if id(x) not in ids:
             ids.add(id(x))
             out.append(x)
-        return 0
-    collect(obj, keep)
     return out
 
 
@@ -322,13 +355,18 @@ def tensors(obj, is_tensor):
 class Registry:
     """handle -> storage of every saved tensor the agent may ask to release or restore.
 
-    Holds storage objects (never the tensors) from swapagent_save until the group's backward_exit. The
-    framework part supplies resize(storage, nbytes) and data_ptr(storage)."""
+    Holds storage objects (never the tensors) from swapagent_save until the group's backward_exit, or until
+    the framework freed every saved tensor of the handle. Plain dicts whose single operations are atomic
+    under the GIL (the pack hook takes no lock) and no object made per entry (a saved tensor costs the
+    garbage collector its Packed and its alias, nothing more): _entries maps a handle to its storage,
+    _extra counts the saved tensors beyond the first that share a handle (a storage saved again in the same
+    forward). The agent's release and restore use the framework part's resize(storage, nbytes) and
+    storage_ptr(storage) (ops: the part of the latest Layer; every framework part shares them today)."""
 
     def __init__(self):
-        self._lock = threading.Lock()
-        self._entries = {}  # handle -> (storage, resize, data_ptr)
-        self._by_group = collections.defaultdict(list)
+        self._entries = {}  # handle -> storage
+        self._extra = {}  # handle -> saved tensors on it beyond the first
+        self.ops = Framework()
         self.errors = []  # one line per failed release/restore, for diagnosis and tests
         # Kept alive for as long as the agent may call them: the process lifetime.
         self._release_cb = RELEASE_FN(self._release)
@@ -341,28 +379,34 @@ class Registry:
         agent.set_storage_ops(self._release_cb, self._restore_cb)
         self._installed = True
 
-    def add(self, group, handle, storage, resize, data_ptr):
-        with self._lock:
-            self._entries[handle] = (storage, resize, data_ptr)
-            self._by_group[group].append(handle)
+    def add(self, handle, storage):
+        """One more saved tensor on handle's storage."""
+        if handle in self._entries:
+            self._extra[handle] = self._extra.get(handle, 0) + 1
+        else:
+            self._entries[handle] = storage
 
     def discard(self, handle):
-        """The framework dropped the saved tensor (its graph was freed): nothing left to release or restore."""
-        with self._lock:
+        """The framework dropped a saved tensor of handle (its graph was freed): once it dropped all of them
+        there is nothing left to release or restore."""
+        n = self._extra.get(handle)
+        if n:
+            if n > 1:
+                self._extra[handle] = n - 1
+            else:
+                self._extra.pop(handle, None)
+        else:
             self._entries.pop(handle, None)
 
-    def forget_group(self, group):
-        with self._lock:
-            for h in self._by_group.pop(group, ()):
-                self._entries.pop(h, None)
+    def forget(self, handles):
+        """The group's backward exit: the agent forgot these handles."""
+        pop, extra = self._entries.pop, self._extra.pop
+        for h in handles:
+            pop(h, None)
+            extra(h, None)
 
     def __len__(self):
-        with self._lock:
-            return len(self._entries)
-
-    def _get(self, handle):
-        with self._lock:
-            return self._entries.get(handle)
+        return len(self._entries)
 
     def _fail(self, msg):
         self.errors.append(msg)
@@ -372,16 +416,16 @@ class Registry:
     def _release(self, _ctx, handle, ptr, nbytes):
         # Called by the agent (any thread): an exception must never cross back into C.
         try:
-            e = self._get(handle)
-            if e is None:
+            storage = self._entries.get(handle)
+            if storage is None:
                 self._fail("swapagent: release of unknown handle %d" % handle)
                 return -1
-            storage, resize, data_ptr = e
-            cur = data_ptr(storage)
+            ops = self.ops
+            cur = ops.storage_ptr(storage)
             if cur != ptr:
                 self._fail("swapagent: release of handle %d at %#x, but its storage is at %#x" % (handle, ptr, cur))
                 return -1
-            resize(storage, 0)
+            ops.resize(storage, 0)
             return 0
         except BaseException as ex:  # noqa: BLE001 - reported to the agent as a failed op
             self._fail("swapagent: release of handle %d failed: %s" % (handle, ex))
@@ -389,19 +433,16 @@ class Registry:
 
     def _restore(self, _ctx, handle, nbytes):
         try:
-            e = self._get(handle)
-            if e is None:
+            storage = self._entries.get(handle)
+            if storage is None:
                 self._fail("swapagent: restore of unknown handle %d" % handle)
                 return 0
-            storage, resize, data_ptr = e
-            resize(storage, nbytes)
-            return data_ptr(storage)
+            ops = self.ops
+            ops.resize(storage, nbytes)
+            return ops.storage_ptr(storage)
         except BaseException as ex:  # noqa: BLE001
             self._fail("swapagent: restore of handle %d failed: %s" % (handle, ex))
             return 0
-
-
-registry = Registry()
 
 
 # ---- the per-layer reporter -----------------------------------------------------------------------
@@ -417,11 +458,22 @@ class Packed:
 
     def __del__(self):
         # Autograd frees saved tensors after their backward (or with a discarded graph): so does the
-        # registry, so no storage outlives the graph that saved it; a freed tensor is never unpacked.
+        # registry, so no storage outlives the graph that saved it; a freed tensor is never unpacked
+        # (Layer.freed: no agent call from here, this may run inside one, from the garbage collector).
+        # Registry.discard and Layer.freed inline: plain dict/set operations under the GIL, no lock.
         try:
-            registry.discard(self.handle)
-            if self.pass_ is not None:
-                self.pass_.layer.freed(self.handle)
+            h = self.handle
+            n = _extra.get(h)
+            if n:
+                if n > 1:
+                    _extra[h] = n - 1
+                else:
+                    _extra.pop(h, None)
+            else:
+                _entries.pop(h, None)
+            p = self.pass_
+            if p is not None:
+                p.layer._waiting.discard(id(self))  # pylint: disable=protected-access
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -429,10 +481,16 @@ class Packed:
 class Framework:
     """What a framework part supplies to Layer; every method takes or returns plain values."""
     name = "?"
+    tensor_type = None  # the framework's tensor class: what walk() looks for in arguments and outputs
 
     def storage(self, t):
         """The storage of tensor t, or None when t is not a tensor this companion reports."""
         raise NotImplementedError
+
+    def is_tensor(self, x):
+        if self.tensor_type is not None:
+            return isinstance(x, self.tensor_type)
+        return self.storage(x) is not None
 
     # torch and MindSpore (>= 2.8) storages share this API: untyped_storage() objects with data_ptr(),
     # nbytes() and resize_(n). A framework part overrides these only where its storages differ.
@@ -445,7 +503,28 @@ class Framework:
     def resize(self, s, nbytes):
         s.resize_(nbytes)
 
-    def param_ptrs(self, module):
+    def saved(self, t):
+        """(storage, pointer, nbytes) of a tensor saved for backward, or None when it is not one this
+        companion reports: the pack hook's one call into the framework part (it runs for every saved
+        tensor, so a framework part may inline it)."""
+        s = self.storage(t)
+        if s is None:
+            return None
+        return s, self.storage_ptr(s), self.storage_nbytes(s)
+
+    def ptr(self, t):
+        """The storage pointer of tensor t as the region calls report it: 0 for an empty storage (an
+        emptied storage has no usable address, whatever the framework still stores, and the agent must see
+        a released storage come back in), None when t is not reported."""
+        s = self.storage(t)
+        if s is None:
+            return None
+        return self.storage_ptr(s) if self.storage_nbytes(s) > 0 else 0
+
+    def param_ptrs(self, module, cache=None):
+        """The storage pointers of module's parameters and buffers. cache is a dict the caller keeps for
+        the module between calls (None: no cache): a framework part may keep there what lets it answer
+        without walking the module tree again, as long as what it returns is that of the module now."""
         raise NotImplementedError
 
     def alias(self, t):
@@ -470,6 +549,10 @@ class Framework:
         """Queues fn() to run once the backward pass running now is over; False when none is running (or
         the framework cannot tell)."""
         return False
+
+
+registry = Registry()
+_entries, _extra = registry._entries, registry._extra  # pylint: disable=protected-access
 
 
 # ---- gradient hooks on the tensors crossing a region ----------------------------------------------
@@ -622,98 +705,171 @@ class Layer:
         self.agent, self.fw, self.module, self.group = agent, fw, module, group
         self.include_cpu = include_cpu
         self._params = frozenset()
-        self._ptr_of = self._make_ptr_of()
-        # (handle, storage ptr, nbytes, flags) of every save of the latest forward: plain ints, for
-        # inspection (keep reasons, states) and tests.
-        self.saved = []
+        self._param_cache = {}  # Framework.param_ptrs's, for this module
+        # The hot path (pack, once per saved tensor) calls the C function itself when the agent is the
+        # library (with the group's name as bytes), else the agent object's save().
+        self._gb = group.encode()
+        self._is_tensor = fw.is_tensor
+        registry.ops = fw
+        self._ptr = fw.ptr
+        # handle, storage ptr, nbytes, flags of every swapagent_save of the latest forward (one per storage
+        # it saved), flat: plain ints, for inspection (keep reasons, states) and tests (saved).
+        self._saved = []
         self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
         self.latest = None  # the Pass of the latest forward
-        self._waiting = set()  # handles saved (by any forward) neither unpacked nor freed yet
+        # The saved tensors (ids of their Packed) of any forward neither unpacked nor freed yet. Single set
+        # operations are atomic under the GIL: pack, unpack and Packed.__del__ take no lock; maybe_exit
+        # reads it under the lock.
+        self._waiting = set()
+        self._region = {}  # storage ptr -> handle, of what the open region saved
+        self._handles = []  # handles in the registry since the group's last backward exit
+        self._unpacked = set()  # handles unpacked since then (the agent hears of each one once)
+        self._hot_path()
         self._lock = threading.RLock()  # re-entrant: Packed.__del__ may run inside a locked section
 
-    def _make_ptr_of(self):
-        fw = self.fw
+    @property
+    def saved(self):
+        """(handle, storage ptr, nbytes, flags) of every swapagent_save of the latest forward."""
+        f = self._saved
+        return [tuple(f[i:i + 4]) for i in range(0, len(f), 4)]
 
-        def ptr_of(x):
-            s = fw.storage(x)
-            if s is None:
-                return None
-            # An empty storage has no usable address whatever the framework still stores: report 0 so
-            # the agent sees a released storage being passed in.
-            return fw.storage_ptr(s) if fw.storage_nbytes(s) > 0 else 0
-        return ptr_of
-
-    def pointers(self, obj):
-        return collect(obj, self._ptr_of)
+    def pointers(self, obj, out=None):
+        """The storage pointers of the tensors in obj (collect's rule: every occurrence, 0 for an empty
+        storage), plain integers."""
+        if out is None:
+            out = []
+        ptr = self._ptr
+        for t in walk(obj, self._is_tensor, []):
+            p = ptr(t)
+            if p is not None:
+                out.append(p)
+        return out
 
     def forward_pre(self, args, kwargs):
         self.maybe_exit()  # a previous forward that only waited for a freed tensor ends now
-        self._params = frozenset(self.fw.param_ptrs(self.module))
-        self.saved = []
+        self._params = self.fw.param_ptrs(self.module, self._param_cache)
+        self._saved.clear()
+        self._region.clear()
         p = Pass(self)
         with self._lock:
             self.latest = p
+        ins = walk(args, self._is_tensor, [])
         # Backward exit waits for the gradient of each positional input that takes one.
-        for t in tensors(args, self.fw.takes_grad):
-            ch = chain(self.fw, t)
-            if ch is not None:
-                with self._lock:
-                    p.inputs_left += 1
-                ch.add(_Call(p, INPUT))
-        ptrs = collect(args, self._ptr_of)
+        if ins:
+            fw, seen = self.fw, set()
+            for t in ins:
+                if id(t) in seen or not fw.takes_grad(t):
+                    continue
+                seen.add(id(t))
+                ch = chain(fw, t)
+                if ch is not None:
+                    with self._lock:
+                        p.inputs_left += 1
+                    ch.add(_Call(p, INPUT))
+        ptr = self._ptr
+        ptrs = [q for q in map(ptr, ins) if q is not None]
         n_pos = len(ptrs)
-        collect(kwargs or {}, self._ptr_of, ptrs)
+        if kwargs:
+            self.pointers(kwargs, ptrs)
         self.agent.region_enter(self.group, ptrs, n_pos)
 
     def forward_post(self, output):
-        self.agent.region_exit(self.group, collect(output, self._ptr_of))
+        outs = walk(output, self._is_tensor, [])
+        ptr = self._ptr
+        self.agent.region_exit(self.group, [q for q in map(ptr, outs) if q is not None])
         self._params = frozenset()
+        self._region.clear()
         p = self.latest
         if p is None:
             return
         # Backward enter: the first gradient of an output (however nested) to arrive.
-        for t in tensors(output, self.fw.takes_grad):
-            ch = chain(self.fw, t)
+        fw, seen = self.fw, set()
+        for t in outs:
+            if id(t) in seen or not fw.takes_grad(t):
+                continue
+            seen.add(id(t))
+            ch = chain(fw, t)
             if ch is not None:
                 ch.add(_Call(p, OUTPUT))
 
+    # pack and unpack run once per saved tensor each, Packed.__del__ once more: they are closures over what
+    # they use (no attribute lookups), made in _hot_path; these methods are their documented entry points.
     def pack(self, t):
-        fw = self.fw
-        s = fw.storage(t)
-        if s is None:
-            return t
-        nbytes = fw.storage_nbytes(s)
-        ptr = fw.storage_ptr(s)
-        if nbytes == 0 or ptr == 0:  # nothing to move (hyper-parallel skips empty storages too)
-            return t
-        flags = SAVE_PARAM if ptr in self._params else 0
-        h = self.agent.save(self.group, ptr, nbytes, flags)
-        if h < 0:
-            return t
-        registry.add(self.group, h, s, fw.resize, fw.storage_ptr)
-        self.saved.append((h, ptr, nbytes, flags))
-        with self._lock:
-            self._waiting.add(h)
-        return Packed(h, fw.alias(t), self.latest)
+        """The saved-tensor pack hook: reports t's storage (once per storage and region: a storage the
+        region already saved, such as a layer input read by several operations or a tensor and its views,
+        shares the first save's handle, which is all the agent would make of the others: duplicates) and
+        returns a Packed holding an alias of t. Each saved tensor still waits for its own unpack."""
+        return self._pack(t)
 
     def unpack(self, p):
-        if not isinstance(p, Packed):
-            return p
-        if p.pass_ is not None:
-            self.enter(p.pass_)  # the first unpack of a forward not yet entered enters it (and prefetches)
-        base = self.agent.unpack(p.handle)
-        if base == 0:
-            self.agent.check("unpack(%d)" % p.handle, ERUNTIME)
-        with self._lock:
-            self._waiting.discard(p.handle)
-        self.maybe_exit()
-        return p.tensor
+        """The saved-tensor unpack hook: enters the forward's backward at its first unpack, tells the agent
+        the first unpack of each handle (it brings the storage back if it left; later unpacks of the
+        handle find it there), returns the tensor."""
+        return self._unpack(p)
 
-    def freed(self, handle):
-        """The framework freed a saved tensor (Packed.__del__): it will never be unpacked. No agent call
-        from here (it may run inside one, from the garbage collector): the next hook reports the exit."""
-        with self._lock:
-            self._waiting.discard(handle)
+    def _hot_path(self):
+        fw, agent, group, gb = self.fw, self.agent, self.group, self._gb
+        saved_of, alias = fw.saved, fw.alias
+        save_c = getattr(agent, "save_c", None)
+        waiting, unpacked, region = self._waiting, self._unpacked, self._region
+        handles, saved = self._handles, self._saved
+        entries, extra = _entries, _extra
+        new = object.__new__
+
+        def pack(t):
+            info = saved_of(t)
+            if info is None:
+                return t
+            s, ptr, nbytes = info
+            if not nbytes or not ptr:  # nothing to move (hyper-parallel skips empty storages too)
+                return t
+            h = region.get(ptr)
+            if h is not None and h in entries:
+                # The region saved this storage already, and the registry still holds it (so its memory
+                # cannot have been handed to another storage since): the same handle.
+                extra[h] = extra.get(h, 0) + 1
+            else:
+                flags = SAVE_PARAM if ptr in self._params else 0
+                if save_c is not None:
+                    h = save_c(gb, ptr, nbytes, flags)
+                    if h < 0:
+                        agent.check("save", h)
+                        return t
+                else:
+                    h = agent.save(group, ptr, nbytes, flags)
+                    if h < 0:
+                        return t
+                region[ptr] = h
+                entries[h] = s
+                handles.append(h)
+                saved.extend((h, ptr, nbytes, flags))
+            pk = new(Packed)
+            pk.handle, pk.tensor, pk.pass_ = h, alias(t), self.latest
+            waiting.add(id(pk))
+            return pk
+
+        def unpack(p):
+            if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck
+                return p
+            ps = p.pass_
+            if ps is not None and not ps.entered:
+                self.enter(ps)  # the first unpack of a forward not yet entered enters it (and prefetches)
+            h = p.handle
+            if h not in unpacked:
+                unpacked.add(h)
+                if not self.agent.unpack(h):  # looked up each time: a wrapper (tests, the bench) may replace it
+                    self.agent.check("unpack(%d)" % h, ERUNTIME)
+            waiting.discard(id(p))
+            if not waiting:
+                self.maybe_exit()
+            return p.tensor
+        self._pack, self._unpack = pack, unpack
+
+    def freed(self, packed):
+        """The framework freed a saved tensor (Packed.__del__ does this inline): it will never be unpacked.
+        No agent call from here (it may run inside one, from the garbage collector): the next hook reports
+        the exit."""
+        self._waiting.discard(id(packed))
 
     # gradient hook calls (_Call.fire) and the framework's end-of-backward callback
     def output_grad(self, p):
@@ -756,8 +912,11 @@ class Layer:
             if p.inputs_left > 0 and not p.ended:
                 return
             p.exited = True
+            handles = self._handles[:]
+            self._handles.clear()
+            self._unpacked.clear()
         self.agent.backward_exit(self.group)
-        registry.forget_group(self.group)
+        registry.forget(handles)
 
 
 class Handle:

@@ -35,6 +35,7 @@ def _check_version():
 
 class Torch(core.Framework):
     name = "torch"
+    tensor_type = _torch.Tensor
 
     def __init__(self, include_cpu):
         self.include_cpu = include_cpu
@@ -42,25 +43,50 @@ class Torch(core.Framework):
     def storage(self, t):
         if not isinstance(t, _torch.Tensor):
             return None
-        if t.device.type == "cpu" and not self.include_cpu:
+        if not self.include_cpu and t.is_cpu:
             return None
-        if t.is_sparse or t.device.type == "meta":
+        if t.is_meta:
             return None
         try:
             return t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # sparse layouts, functional wrappers: no storage
             return None
 
-    def param_ptrs(self, module):
-        ptrs = set()
-        for t in list(module.parameters()) + list(module.buffers()):
-            s = self.storage(t)
-            if s is not None and s.nbytes() > 0:
-                ptrs.add(s.data_ptr())
-        return ptrs
+    def saved(self, t):
+        # Framework.saved, inlined: it runs for every saved tensor (a meta tensor's storage has pointer 0:
+        # not reported).
+        if not isinstance(t, _torch.Tensor) or (not self.include_cpu and t.is_cpu):
+            return None
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return None
+        return s, s.data_ptr(), s.nbytes()
 
-    def alias(self, t):
-        return t.detach()  # same storage and version counter, no grad_fn
+    def param_ptrs(self, module, cache=None):
+        """The parameters' and buffers' storage pointers. With a cache: the submodules are walked again
+        only after a module was registered anywhere (module.modules() is most of the cost; torch's module
+        registration hook counts them), and the pointer set is rebuilt only when a parameter or buffer was
+        added, replaced or moved (module.to(), FSDP's flat parameters, p.data = ...): every call reads the
+        current _parameters and _buffers of every submodule and their data_ptr."""
+        if cache is None:
+            return _ptrs(self, list(module.parameters()) + list(module.buffers()))
+        if cache.get("gen") != _modules_registered[0] or _register is None:
+            mods = list(module.modules())
+            cache["gen"] = _modules_registered[0]
+            cache["dicts"] = [d for m in mods for d in (m._parameters, m._buffers)]  # pylint: disable=protected-access
+        ts = [t for d in cache["dicts"] for t in d.values() if t is not None]
+        try:
+            key = tuple([t.data_ptr() for t in ts])
+        except (RuntimeError, NotImplementedError):
+            return _ptrs(self, ts)
+        if key != cache.get("key"):
+            cache["key"], cache["ptrs"] = key, _ptrs(self, ts)
+        return cache["ptrs"]
+
+    # Framework.alias: t.detach(), the same storage and version counter without grad_fn; the method itself,
+    # so the pack hook calls into torch directly.
+    alias = staticmethod(_torch.Tensor.detach)
 
     # Tensor.register_hook puts the hook on the tensor's grad_fn (or, for a leaf, its gradient
     # accumulator) as a pre-hook that sees the fully summed gradient: no node is added, so the order in
@@ -77,6 +103,30 @@ class Torch(core.Framework):
         except RuntimeError:  # "Final callbacks can only be installed during backward pass"
             return False
         return True
+
+
+# Modules registered (assigned as an attribute, add_module, register_module) anywhere since import: a
+# wrapped layer's cached list of submodules is made again when this moved. The global hook stays for the
+# process (it only counts). Without it (older torch) every forward walks the submodules again.
+_modules_registered = [0]
+
+
+def _module_registered(_module, _name, _submodule):
+    _modules_registered[0] += 1
+
+
+_register = getattr(_torch.nn.modules.module, "register_module_module_registration_hook", None)
+if _register is not None:
+    _register(_module_registered)
+
+
+def _ptrs(fw, ts):
+    ptrs = set()
+    for t in ts:
+        s = fw.storage(t)
+        if s is not None and s.nbytes() > 0:
+            ptrs.add(s.data_ptr())
+    return frozenset(ptrs)
 
 
 def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
@@ -107,7 +157,7 @@ def _install(module, layer, always):
 
     def pre(_mod, args, kwargs):
         layer.forward_pre(args, kwargs)
-        ctx = _torch.autograd.graph.saved_tensors_hooks(layer.pack, layer.unpack)
+        ctx = _torch.autograd.graph.saved_tensors_hooks(layer._pack, layer._unpack)  # pylint: disable=protected-access
         ctx.__enter__()
         active.append(ctx)
         return None

@@ -1,0 +1,575 @@
+"""companions.py: what the framework companions (swapagent.torch, swapagent.mindspore) cost a training step,
+and where that time goes. `make bench-companions` runs it; figures only, never an assertion.
+
+The workload is llama.py's Llama-shaped decoder (12 layers, hidden 64, RoPE cos/sin passed as a keyword to
+every layer), layers 0-10 wrapped, on CPU with one thread, include_cpu=True (the agent moves CPU storages
+with memcpy). Each framework runs in three processes under the preloaded agent, one per agent setting (the
+agent reads SWAPAGENT_POLICY and SWAPAGENT_MIN_BYTES at load):
+
+    off        none | hooks | python | off      (SWAPAGENT_POLICY=off)
+    still      none | safe                      (safe, SWAPAGENT_MIN_BYTES above every storage: nothing moves)
+    moves      none | safe                      (safe, SWAPAGENT_MIN_BYTES=1024: internal storages move)
+
+none is the model without companion; hooks the framework's own cost of the hooks the companion uses, with
+empty bodies (forward pre-hook with kwargs and forward hook, saved-tensor hooks that return the tensor,
+one gradient hook per tensor crossing a layer); python the companion against a null agent (its Python
+only: the ABI calls are Python functions that return at once); off and safe the companion against the
+agent. Within a process the configurations take turns, blocks of --steps steps, --rounds rounds; each
+figure is the best block. Time is wall-clock and the main thread's CPU time (time.thread_time, which a
+loaded machine disturbs less: it does not count the time the thread waits for a core).
+
+µs per saved tensor is (step time with it - step time without) / saved tensors per step: everything the
+companion adds (hooks, Python, ABI, agent) divided over the saves. The profile is measured directly on
+extra steps: the time spent inside the companion's hooks (timers around its entry points) and inside each
+ABI call (timers around the C functions), so that
+
+    all-in = framework hooks (hooks - none) + companion Python (in hooks - in ABI) + ABI and agent (in ABI)
+
+Under safe with moves the added time is split into the transfer work (moves - still: the storage ops
+that release and restore, and the agent's copies) and the rest (still - none, the same work as off).
+
+    python shim/python/bench/companions.py [--framework torch,mindspore] [--rounds N] [--steps N]
+"""
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG = os.path.normpath(os.path.join(HERE, ".."))
+REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
+
+PROCESSES = {  # name -> (agent environment, configurations)
+    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "hooks", "python", "off"]),
+    "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe"]),
+    "moves": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": "1024"}, ["none", "safe"]),
+}
+# rounds, steps per block: short blocks and many rounds, so that the best block of each configuration is
+# one that ran undisturbed on a shared machine
+DEFAULTS = {"torch": (30, 2), "mindspore": (20, 1)}
+
+
+# ---- one process: one framework, one agent setting --------------------------------------------------
+
+class NullAgent:
+    """The agent's Python interface with nothing behind it: the companion's own Python cost."""
+    _next = 1 << 50  # far from the agent's handles: both share the process's storage-ops registry
+
+    def save_c(self, _group, _ptr, _nbytes, _flags):
+        NullAgent._next += 1
+        return NullAgent._next
+
+    def save(self, _group, _ptr, _nbytes, _flags):
+        return self.save_c(None, 0, 0, 0)
+
+    def region_enter(self, _group, _ptrs, _npos):
+        return 0
+
+    def region_exit(self, _group, _ptrs):
+        return 0
+
+    def unpack(self, _handle):
+        return 1
+
+    def backward_enter(self, _group):
+        return 0
+
+    def backward_exit(self, _group):
+        return 0
+
+    def check(self, _call, rc):
+        return rc
+
+
+class Torch:
+    name = "torch"
+
+    def __init__(self):
+        import torch
+        self.torch = torch
+        torch.set_num_threads(1)
+        torch.manual_seed(0)
+        import llama
+        self.model = llama.torch_model()
+        self.layers = [self.model.layers[i] for i in llama.SWAP]
+        self.version = "torch " + torch.__version__.split("+")[0]
+
+    def step(self):
+        for p in self.model.parameters():
+            p.grad = None
+        loss = self.model()
+        loss.backward()
+        return loss
+
+    def digest(self, loss):
+        h = hashlib.sha256(loss.detach().numpy().tobytes())
+        for p in self.model.parameters():
+            h.update(p.grad.numpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def companion(self):
+        import swapagent.torch as sa
+        return sa
+
+    def install_null(self):
+        import inspect
+        import swapagent.torch as sa
+        from swapagent import core
+        fw, agent, layers, removers = sa.Torch(True), NullAgent(), [], []
+        always = "always_call" in inspect.signature(self.torch.nn.Module.register_forward_hook).parameters
+        for i, m in enumerate(self.layers):
+            layers.append(core.Layer(agent, fw, m, core.group_name(i), True))
+            removers += sa._install(m, layers[-1], always)  # pylint: disable=protected-access
+        return core.Handle(layers, removers)
+
+    def install_hooks(self):
+        """The hooks the torch companion registers, each with an empty body (the pack hook counts, and
+        returns t.detach() as the companion does: returning t itself makes a reference cycle through
+        every operation that saves its own output, and the graph of every step stays)."""
+        torch = self.torch
+        hooks = []
+        count = self.packs = [0]
+
+        def pack(t):
+            count[0] += 1
+            return t.detach()
+
+        def grad_hooks(obj):
+            for t in obj if isinstance(obj, (tuple, list)) else (obj,):
+                if isinstance(t, torch.Tensor) and t.requires_grad and not t._backward_hooks:  # pylint: disable=protected-access
+                    t.register_hook(lambda _g: None)
+
+        for m in self.layers:
+            active = []
+
+            def pre(_m, args, _kwargs, active=active):
+                grad_hooks(args)
+                ctx = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+                ctx.__enter__()
+                active.append(ctx)
+
+            def post(_m, _args, out, active=active):
+                active.pop().__exit__(None, None, None)
+                grad_hooks(out)
+            hooks.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+            hooks.append(m.register_forward_hook(post, always_call=True))
+        return Removable(h.remove for h in hooks)
+
+
+class MindSpore:
+    name = "mindspore"
+
+    def __init__(self):
+        import mindspore as ms
+        self.ms = ms
+        ms.set_device("CPU")
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+        # Synchronous launches: MindSpore's asynchronous pipeline threads spin against the main thread on
+        # a machine with few cores, which makes a step 20x slower and its time meaningless.
+        ms.runtime.launch_blocking()
+        ms.set_seed(0)
+        import llama
+        self.model = llama.ms_model()
+        self.layers = [self.model.layers[i] for i in llama.SWAP]
+        self.grad = ms.value_and_grad(self.model, None, self.model.trainable_params())
+        self.version = "MindSpore " + ms.__version__
+        self.grads = None
+
+    def step(self):
+        loss, self.grads = self.grad()
+        loss.asnumpy()
+        return loss
+
+    def digest(self, loss):
+        h = hashlib.sha256(loss.asnumpy().tobytes())
+        for g in self.grads:
+            h.update(g.asnumpy().tobytes())
+        return h.hexdigest()[:16]
+
+    def companion(self):
+        import swapagent.mindspore as sa
+        return sa
+
+    def install_null(self):
+        import swapagent.mindspore as sa
+        from swapagent import core
+        fw, agent, layers, removers = sa.MindSpore(True), NullAgent(), [], []
+        for i, c in enumerate(self.layers):
+            layers.append(core.Layer(agent, fw, c, core.group_name(i), True))
+            removers += sa._install(c, layers[-1])  # pylint: disable=protected-access
+        return core.Handle(layers, removers)
+
+    def install_hooks(self):
+        """The hooks the MindSpore companion registers, each with an empty body (the pack hook counts, and
+        returns the alias the companion returns, t.data, for the reason given in Torch.install_hooks)."""
+        ms = self.ms
+        hooks, hooked = [], []
+        count = self.packs = [0]
+
+        def pack(t):
+            count[0] += 1
+            return t.data
+
+        def grad_hooks(obj):
+            for t in obj if isinstance(obj, (tuple, list)) else (obj,):
+                if isinstance(t, ms.Tensor) and getattr(t, "_requires_grad", False) and \
+                        not any(x is t for x in hooked):
+                    hooked.append(t)
+                    hooks.append(t.register_hook(lambda _g: None))
+
+        for c in self.layers:
+            def pre(_c, args, _kwargs):
+                grad_hooks(args)
+
+            def post(_c, _args, out):
+                grad_hooks(out)
+            hooks.append(c.register_forward_pre_hook(pre, with_kwargs=True))
+            hooks.append(c.register_forward_hook(post))
+            c.register_saved_tensors_hooks(pack, lambda t: t)
+
+        def remove():
+            for c in self.layers:
+                object.__setattr__(c, "_saved_tensors_pack_hook", None)
+                object.__setattr__(c, "_saved_tensors_unpack_hook", None)
+            hooked.clear()
+        return Removable([h.remove for h in hooks] + [remove])
+
+
+class Removable:
+    def __init__(self, fns):
+        self.fns = list(fns)
+
+    def remove(self):
+        for f in self.fns:
+            f()
+
+
+def install(fw, config):
+    if config == "none":
+        return Removable([])
+    if config == "hooks":
+        return fw.install_hooks()
+    if config == "python":
+        return fw.install_null()
+    import llama
+    return fw.companion().layer_swap(fw.layers, swap=range(len(llama.SWAP)), prefetch=None, include_cpu=True)
+
+
+class Profile:
+    """Timers around the companion's entry points (the hooks it registers call these) and around the
+    agent's C functions, for a few extra steps."""
+    ENTRY = ("forward_pre", "forward_post", "pack", "unpack", "backward_end")
+    ABI = ("swapagent_region_enter_kw", "swapagent_save", "swapagent_region_exit", "swapagent_backward_enter",
+           "swapagent_unpack", "swapagent_backward_exit")
+
+    def __init__(self):
+        from swapagent import core
+        self.core = core
+        self.hook_s, self.hook_calls = 0.0, 0
+        self.calls = collections.defaultdict(list)
+        self.undo = []
+
+    def timed(self, fn, sink):
+        perf = time.perf_counter
+
+        def call(*args):
+            t = perf()
+            try:
+                return fn(*args)
+            finally:
+                sink(perf() - t)
+        return call
+
+    def add_hook_time(self, d):
+        self.hook_s += d
+        self.hook_calls += 1
+
+    @staticmethod
+    def overhead():
+        """What one timed call adds to the time measured around it (best of many): subtracted."""
+        prof = Profile.__new__(Profile)
+        prof.hook_s, prof.hook_calls = 0.0, 0
+        inner = prof.timed(lambda *a: None, prof.add_hook_time)
+        outer = prof.timed(inner, lambda d: None)
+        best = 1.0
+        for _ in range(20):
+            t = time.perf_counter()
+            for _ in range(2000):
+                inner(1)
+            t1 = time.perf_counter()
+            for _ in range(2000):
+                (lambda *a: None)(1)
+            best = min(best, ((t1 - t) - (time.perf_counter() - t1)) / 2000)
+        del outer
+        return max(best, 0.0)
+
+    def wrap_companion(self):
+        """Before layer_swap: the layers make their pack and unpack closures when they are made."""
+        core = self.core
+        entry = self.ENTRY
+        if "_hot_path" in core.Layer.__dict__:
+            entry = tuple(n for n in entry if n not in ("pack", "unpack"))
+            orig_hot = core.Layer.__dict__["_hot_path"]
+
+            def hot_path(layer):
+                orig_hot(layer)
+                layer._pack = self.timed(layer._pack, self.add_hook_time)  # pylint: disable=protected-access
+                layer._unpack = self.timed(layer._unpack, self.add_hook_time)  # pylint: disable=protected-access
+            core.Layer._hot_path = hot_path  # pylint: disable=protected-access
+            self.undo.append(lambda: setattr(core.Layer, "_hot_path", orig_hot))
+        for cls, names in ((core.Layer, entry), (core._Chain, ("__call__",)),  # pylint: disable=protected-access
+                           (core.Packed, ("__del__",))):
+            for n in names:
+                orig = cls.__dict__[n]
+                setattr(cls, n, self.timed(orig, self.add_hook_time))
+                self.undo.append(lambda cls=cls, n=n, orig=orig: setattr(cls, n, orig))
+
+    def wrap_agent(self, agent):
+        """Before layer_swap (the layers bind save_c when they are made)."""
+        for name in self.ABI:
+            fn = getattr(agent.lib, name, None)
+            if fn is None:
+                continue
+            w = self.timed(fn, self.calls[name].append)
+            attr = {"swapagent_region_enter_kw": "_enter_kw", "swapagent_save": "save_c",
+                    "swapagent_unpack": "_unpack_c", "swapagent_backward_enter": "_benter_c",
+                    "swapagent_backward_exit": "_bexit_c"}.get(name)
+            if attr and hasattr(agent, attr):
+                old = getattr(agent, attr)
+                setattr(agent, attr, w)
+                self.undo.append(lambda attr=attr, old=old: setattr(agent, attr, old))
+            else:
+                setattr(agent.lib, name, w)
+                self.undo.append(lambda name=name, fn=fn: setattr(agent.lib, name, fn))
+
+    def restore(self):
+        while self.undo:
+            self.undo.pop()()
+
+    def reset(self):
+        for v in self.calls.values():
+            v.clear()
+        self.hook_s, self.hook_calls = 0.0, 0
+
+    def block(self, steps, over):
+        """Per step: the time inside the companion's entry points and inside the ABI calls, and the timers'
+        own cost (over per timed call), which the block's time also holds."""
+        n_abi = sum(len(v) for v in self.calls.values())
+        return {"hook_s": (self.hook_s - over * (self.hook_calls + n_abi)) / steps,
+                "abi_s": (sum(sum(v) for v in self.calls.values()) - over * n_abi) / steps,
+                "timers_s": over * (self.hook_calls + n_abi) / steps,
+                "calls": {k: [max(x - over, 0.0) for x in v] for k, v in self.calls.items()}}
+
+
+def worker(opt):
+    sys.path.insert(0, HERE)
+    sys.path.insert(0, PKG)
+    fw = Torch() if opt.framework == "torch" else MindSpore()
+    configs = opt.configs.split(",")
+    res = {"framework": opt.framework, "version": fw.version, "configs": {}, "process": opt.process}
+    digests = {}
+    for c in configs:  # warm up, and the numerics of one step under each configuration
+        h = install(fw, c)
+        fw.step()
+        if c == "hooks":
+            fw.packs[0] = 0
+        loss = fw.step()
+        if c == "hooks":
+            res["saved_tensors"] = fw.packs[0]
+        digests[c] = fw.digest(loss)
+        res["configs"][c] = {"wall": [], "cpu": []}
+        h.remove()
+    res["digests"] = digests
+    timed = "off" in configs  # the profile's block: the companion under the agent, with timers
+    if timed:
+        res["configs"]["timed"] = {"wall": [], "cpu": [], "blocks": []}
+        over = Profile.overhead()
+    for _ in range(opt.rounds):
+        for c in configs + (["timed"] if timed else []):
+            prof = None
+            if c == "timed":
+                prof = Profile()
+                prof.wrap_agent(prof.core.load())
+                prof.wrap_companion()
+            try:
+                h = install(fw, "off" if c == "timed" else c)
+                fw.step()
+                if prof is not None:
+                    prof.reset()
+                w0, c0 = time.perf_counter(), time.thread_time()
+                for _ in range(opt.steps):
+                    fw.step()
+                r = res["configs"][c]
+                r["wall"].append((time.perf_counter() - w0) / opt.steps)
+                r["cpu"].append((time.thread_time() - c0) / opt.steps)
+                h.remove()
+            finally:
+                if prof is not None:
+                    prof.restore()
+            if prof is not None:
+                r["blocks"].append(prof.block(opt.steps, over))
+    if timed:
+        r = res["configs"]["timed"]
+        res["profile"] = r["blocks"][r["cpu"].index(min(r["cpu"]))]
+        calls = collections.defaultdict(list)
+        for b in r["blocks"]:
+            for k, v in b.pop("calls").items():
+                calls[k].extend(v)
+        res["profile"]["medians"] = {k: sorted(v)[len(v) // 2] for k, v in calls.items()}
+        res["profile"]["counts"] = {k: len(v) / (len(r["blocks"]) * opt.steps) for k, v in calls.items()}
+        del r["blocks"]
+    real = [c for c in configs if c in ("off", "safe")]
+    if real:
+        res["stats"] = stats_per_step(fw, real[0], max(3, 3 * opt.steps))
+    with open(opt.out, "w") as f:
+        json.dump(res, f)
+
+
+def stats_per_step(fw, config, steps):
+    """The agent's stats over steps more steps, and the time spent in the storage ops (resize_)."""
+    from swapagent import core
+    spent = [0.0, 0]
+    sa = fw.companion()
+    cls = sa.Torch if fw.name == "torch" else sa.MindSpore
+    orig = cls.resize
+
+    def resize(self, s, nbytes):
+        t = time.perf_counter()
+        try:
+            return orig(self, s, nbytes)
+        finally:
+            spent[0] += time.perf_counter() - t
+            spent[1] += 1
+    h = install(fw, config)
+    fw.step()
+    before = core.stats()
+    cls.resize = resize
+    try:
+        for _ in range(steps):
+            fw.step()
+    finally:
+        cls.resize = orig
+        h.remove()
+    after = core.stats()
+    keys = ("saves", "offloaded_bytes", "restored_bytes", "offloaded_storages", "restored_storages")
+    out = {k: (after.get(k, 0) - before.get(k, 0)) / steps for k in keys}
+    out["resize_s"], out["resizes"] = spent[0] / steps, spent[1] / steps
+    out["policy"] = after.get("policy")
+    return out
+
+
+# ---- the driver: processes, then the figures ---------------------------------------------------------
+
+def run_process(framework, process, rounds, steps):
+    env_add, configs = PROCESSES[process]
+    env = dict(os.environ)
+    env.update(env_add)
+    out_dir = tempfile.mkdtemp(prefix="swapagent-bench-")
+    env.update({"LD_PRELOAD": LIB, "SWAPAGENT_OUT": out_dir, "PYTHONPATH": PKG, "GLOG_v": "3",
+                "SWAPAGENT_PREFETCH": "1"})
+    out = os.path.join(out_dir, "result.json")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--framework", framework, "--process", process,
+           "--configs", ",".join(configs), "--rounds", str(rounds), "--steps", str(steps), "--out", out]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0 or not os.path.exists(out):
+        sys.stderr.write(p.stdout[-2000:] + p.stderr[-4000:])
+        raise SystemExit("bench-companions: %s/%s failed (rc %d)" % (framework, process, p.returncode))
+    with open(out) as f:
+        res = json.load(f)
+    subprocess.run(["rm", "-rf", out_dir], check=False)
+    return res
+
+
+def best(r, kind):
+    return min(r[kind])
+
+
+def report(framework, runs, rounds, steps):
+    off, still, moves = runs["off"], runs["still"], runs["moves"]
+    saves = off["saved_tensors"]
+    print("%s: %d saved tensors per step in layers 0-10 (of 12), %.0f swapagent_save calls; best of %d x %d "
+          "steps" % (off["version"], saves, off["stats"]["saves"], rounds, steps))
+    rows = [("none", off, "none", off), ("hooks (empty)", off, "hooks", off),
+            ("companion, null agent", off, "python", off), ("companion, off", off, "off", off),
+            ("none", still, "none", still), ("companion, safe, nothing moves", still, "safe", still),
+            ("none", moves, "none", moves), ("companion, safe, moves", moves, "safe", moves)]
+    print("  %-32s %9s %7s %9s   %9s %7s %9s" % ("", "wall ms", "vs none", "us/saved", "cpu ms", "vs none",
+                                                "us/saved"))
+    for label, run, c, base_run in rows:
+        r, b = run["configs"][c], base_run["configs"]["none"]
+        cells = []
+        for kind in ("wall", "cpu"):
+            t, t0 = best(r, kind), best(b, kind)
+            if c == "none":
+                cells.append("%9.2f %7s %9s" % (t * 1e3, "", ""))
+            else:
+                cells.append("%9.2f %+6.1f%% %9.2f" % (t * 1e3, (t / t0 - 1) * 100, (t - t0) / saves * 1e6))
+        print("  %-32s %s   %s" % (label, cells[0], cells[1]))
+    # the profile: where the time of a saved tensor goes (main-thread CPU, per saved tensor), from the
+    # timed block that ran fastest, against none's fastest block
+    cfg = off["configs"]
+    us = lambda sec: sec / saves * 1e6  # noqa: E731
+    none_cpu = best(cfg["none"], "cpu")
+    prof = off["profile"]
+    timed_cpu = best(cfg["timed"], "cpu") - prof["timers_s"]
+    allin, py, abi = us(timed_cpu - none_cpu), us(prof["hook_s"] - prof["abi_s"]), us(prof["abi_s"])
+    print("  split under off, per saved tensor (cpu; a block with timers, their own cost taken out): +%.2f us = "
+          "companion Python %.2f + ABI and agent %.2f + the framework's hook calls and the rest %.2f" % (
+              allin, py, abi, allin - py - abi))
+    print("    for comparison: empty hooks %+.2f us, the companion against a null agent %+.2f us (its Python "
+          "without the agent)" % (us(best(cfg["hooks"], "cpu") - none_cpu), us(best(cfg["python"], "cpu") - none_cpu)))
+    parts = []
+    for name in Profile.ABI:
+        if name in prof["medians"]:
+            parts.append("%s %d x %.1f us" % (name.replace("swapagent_", ""), round(prof["counts"][name]),
+                                               prof["medians"][name] * 1e6))
+    print("    ABI calls per step (median): " + ", ".join(parts))
+    # safe: transfer work vs the rest
+    sc, mc = still["configs"], moves["configs"]
+    rest = best(sc["safe"], "wall") - best(sc["none"], "wall")
+    total = best(mc["safe"], "wall") - best(mc["none"], "wall")
+    st = moves.get("stats", {})
+    print("  safe with moves: +%.2f ms per step (wall) = transfer work %.2f ms (%.0f storages out, %.0f back, "
+          "%.2f MB; storage ops %.2f ms of it) + the rest %.2f ms (safe with nothing to move)" % (
+              total * 1e3, (total - rest) * 1e3, st.get("offloaded_storages", 0), st.get("restored_storages", 0),
+              st.get("offloaded_bytes", 0) / 1e6, st.get("resize_s", 0) * 1e3, rest * 1e3))
+    nones = [best(r["configs"]["none"], "cpu") for r in runs.values()]
+    print("  noise: none's best block differs by %.2f ms (%.1f us per saved tensor) between the three processes" % (
+        (max(nones) - min(nones)) * 1e3, (max(nones) - min(nones)) / saves * 1e6))
+    same = all(d == r["digests"]["none"] for r in runs.values() for d in r["digests"].values())
+    print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--framework", default="torch,mindspore")
+    ap.add_argument("--rounds", type=int, default=0, help="blocks per configuration (best of)")
+    ap.add_argument("--steps", type=int, default=0, help="steps per block")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--process", help=argparse.SUPPRESS)
+    ap.add_argument("--configs", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    opt = ap.parse_args()
+    if opt.worker:
+        worker(opt)
+        return
+    if not os.path.exists(LIB):
+        raise SystemExit("bench-companions: %s is missing: run `make build` first" % LIB)
+    print("== companions: Llama-shaped decoder (12 layers, hidden 64, RoPE cos/sin as keyword), CPU, one thread, "
+          "include_cpu=True")
+    for framework in opt.framework.split(","):
+        rounds, steps = DEFAULTS[framework]
+        rounds, steps = opt.rounds or rounds, opt.steps or steps
+        runs = {p: run_process(framework, p, rounds, steps) for p in PROCESSES}
+        report(framework, runs, rounds, steps)
+
+
+if __name__ == "__main__":
+    main()
