@@ -168,42 +168,25 @@ func sa_go_save(group *C.char, ptr C.uintptr_t, nbytes C.size_t, flags C.uint32_
 //export sa_go_region_exit
 func sa_go_region_exit(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
 	defer guard("swapagent_region_exit", &ret, agent.EDisabled)
-	a := theAgent
-	if a == nil {
-		return agent.EDisabled
-	}
-	g, bad := cGroup(a, group)
-	var ps []uint64
-	if bad == "" {
-		ps, bad = ptrSlice(a, ptrs, n, "output_ptrs")
-	}
-	if bad != "" {
-		return C.int(a.Invalid("region_exit", bad))
-	}
-	return C.int(a.RegionExit(g, ps))
+	return groupPtrsCall("region_exit", group, ptrs, n, "output_ptrs", (*agent.Agent).RegionExit)
 }
 
 //export sa_go_protect
 func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
 	defer guard("swapagent_protect", &ret, agent.EDisabled)
-	a := theAgent
-	if a == nil {
-		return agent.EDisabled
-	}
-	g, bad := cGroup(a, group)
-	var ps []uint64
-	if bad == "" {
-		ps, bad = ptrSlice(a, ptrs, n, "ptrs")
-	}
-	if bad != "" {
-		return C.int(a.Invalid("protect", bad))
-	}
-	return C.int(a.Protect(g, ps))
+	return groupPtrsCall("protect", group, ptrs, n, "ptrs", (*agent.Agent).Protect)
 }
 
 //export sa_go_group_streams
 func sa_go_group_streams(group *C.char, streams *C.uintptr_t, n C.size_t) (ret C.int) {
 	defer guard("swapagent_group_streams", &ret, agent.EDisabled)
+	return groupPtrsCall("group_streams", group, streams, n, "streams", (*agent.Agent).GroupStreams)
+}
+
+// groupPtrsCall runs a control call that takes a group name and an array of n pointers (named arg in the
+// misuse line): both are read safely first, and a bad one is refused as EINVAL.
+func groupPtrsCall(call string, group *C.char, ptrs *C.uintptr_t, n C.size_t, arg string,
+	do func(*agent.Agent, string, []uint64) int) C.int {
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
@@ -211,12 +194,12 @@ func sa_go_group_streams(group *C.char, streams *C.uintptr_t, n C.size_t) (ret C
 	g, bad := cGroup(a, group)
 	var ps []uint64
 	if bad == "" {
-		ps, bad = ptrSlice(a, streams, n, "streams")
+		ps, bad = ptrSlice(a, ptrs, n, arg)
 	}
 	if bad != "" {
-		return C.int(a.Invalid("group_streams", bad))
+		return C.int(a.Invalid(call, bad))
 	}
-	return C.int(a.GroupStreams(g, ps))
+	return C.int(do(a, g, ps))
 }
 
 // groupCall runs a control call that takes only a group name.
