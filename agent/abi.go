@@ -92,12 +92,19 @@ func (a *Agent) begin() *offload.Engine {
 }
 
 func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, args ...uint64) {
+	a.recordText(kind, group, handle, ret, ptrs, "", args...)
+}
+
+// recordText is record with the event's Text.
+func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, text string,
+	args ...uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed || a.w == nil {
 		return
 	}
-	ev := trace.Event{Kind: kind, TS: a.ts(), TID: uint32(syscall.Gettid()), Handle: handle, Ret: ret, Ptrs: ptrs}
+	ev := trace.Event{Kind: kind, TS: a.ts(), TID: uint32(syscall.Gettid()), Handle: handle, Ret: ret, Ptrs: ptrs,
+		Text: text}
 	if group != "" {
 		ev.Group = a.groupLocked(group)
 	}
@@ -145,6 +152,13 @@ func (a *Agent) SetStorageOps(ops StorageOps) int {
 // RegionEnter: inputs are the region's input storages; the first nPositional came from positional
 // arguments.
 func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int {
+	return a.RegionEnterDesc(group, inputs, nPositional, nil)
+}
+
+// RegionEnterDesc is RegionEnter with the inputs' descriptions (trace.Tensor wire lines, one per input;
+// nil when none were given): fault reports name the argument, its dtype and shape
+// (swapagent_region_enter_desc).
+func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, descs []string) int {
 	if err := checkGroup(group); err != nil {
 		return a.result("region_enter", err)
 	}
@@ -152,18 +166,66 @@ func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int 
 		return a.result("region_enter", fmt.Errorf("%w: %d inputs, %d positional", offload.ErrInvalid,
 			len(inputs), nPositional))
 	}
+	tensors, err := parseTensors(descs, len(inputs))
+	if err != nil {
+		return a.result("region_enter", err)
+	}
 	if a.cfg.InjectPanic == "region_enter" {
 		panic("injected by SWAPAGENT_TEST_PANIC")
 	}
 	e := a.begin()
-	a.checkInputs(group, inputs, nPositional)
-	err := errNoEngine
+	a.checkInputs(group, inputs, nPositional, tensors)
+	err = errNoEngine
 	if e != nil {
 		err = e.RegionEnter(group, inputs, nPositional)
 	}
+	if err == nil && descs != nil {
+		if t := a.trackerRef(); t != nil {
+			err = t.Describe(group, inputs, tensors)
+		}
+	}
 	c := a.result("region_enter", err)
-	a.record(trace.KindRegionEnter, group, 0, int64(c), inputs, uint64(nPositional))
+	a.recordText(trace.KindRegionEnter, group, 0, int64(c), inputs, trace.JoinTensors(tensors), uint64(nPositional))
 	return c
+}
+
+// Describe tells what the tensors on ptrs of group's open region are (its outputs, what it saved): one
+// trace.Tensor wire line per pointer (swapagent_describe). The tracker keeps them for fault reports and
+// owners; the trace keeps them for report and doctor.
+func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
+	if err := checkGroup(group); err != nil {
+		return a.result("describe", err)
+	}
+	tensors, err := parseTensors(descs, len(ptrs))
+	if err != nil {
+		return a.result("describe", err)
+	}
+	err = errNoEngine
+	if e := a.begin(); e != nil {
+		err = a.trackerRef().Describe(group, ptrs, tensors)
+	}
+	c := a.result("describe", err)
+	a.recordText(trace.KindDescribe, group, 0, int64(c), ptrs, trace.JoinTensors(tensors))
+	return c
+}
+
+// parseTensors reads n descriptions (none: n zero Tensors); a malformed one refuses the call.
+func parseTensors(descs []string, n int) ([]trace.Tensor, error) {
+	out := make([]trace.Tensor, n)
+	if descs == nil {
+		return out, nil
+	}
+	if len(descs) != n {
+		return nil, fmt.Errorf("%w: %d descriptions for %d pointers", offload.ErrInvalid, len(descs), n)
+	}
+	for i, d := range descs {
+		t, err := trace.ParseTensor(d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: description %d: %v", offload.ErrInvalid, i, err)
+		}
+		out[i] = t
+	}
+	return out, nil
 }
 
 // Save registers a saved storage and returns its handle (or a negative code).

@@ -172,31 +172,53 @@ func (a *Agent) SyncFault(call string, code int) {
 // checkInputs reports a region input whose storage is gone: address 0 (a storage resized to zero) or
 // inside a watched range. On a CPU framework the next kernel on it is a segmentation fault, so the
 // diagnosis has to come now.
-func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int) {
+// tensors[i] is what the companion said of input i (zero when nothing).
+func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int, tensors []trace.Tensor) {
 	for i, p := range inputs {
-		keyword := i >= nPositional
+		keyword, tn := i >= nPositional, tensors[i]
 		var cands []tracker.StorageInfo
 		switch {
 		case p == 0:
-			cands = a.releasedInputs(keyword)
+			cands = a.releasedInputs(keyword, tn.Path)
 		case a.watched(p):
 			cands = a.attribute(p, 0)
 		default:
 			continue
 		}
-		kind := "positional"
-		if keyword {
-			kind = "keyword"
-		}
 		f := offload.Fault{Kernel: fmt.Sprintf("region_enter(%s)", group), TensorIndex: i, Addr: p,
-			Detected: "region_enter", Detail: fmt.Sprintf("%s input %d of %s has no device memory", kind, i, group)}
+			Detected: "region_enter", Arg: tn.Path, Tensor: tn.String(),
+			Detail: fmt.Sprintf("%s of %s has no device memory", inputName(i, keyword, tn), group)}
 		if p == 0 && len(cands) > 0 {
 			if t := a.trackerRef(); t != nil { // the likely storage was needed here too: its owner grows
-				t.NoteInput(cands[0].ID, group, keyword)
+				t.NoteInput(cands[0].ID, group, keyword, tn.Path)
+				if s, ok := t.Storage(cands[0].ID); ok {
+					cands[0] = s
+				}
 			}
 		}
 		a.report(f, cands)
 	}
+}
+
+// inputName is how a fault names input i of a region: "keyword input rotary_cos_sin[0] (float32
+// [32, 1, 1, 16], 2048 bytes)" when the companion described it, else "keyword input 4".
+func inputName(i int, keyword bool, tn trace.Tensor) string {
+	kind := "positional input "
+	if keyword {
+		kind = "keyword input "
+	}
+	if tn.Path == "" {
+		kind += fmt.Sprint(i)
+	} else {
+		kind += tn.Path
+	}
+	switch b := tn.Bytes(); {
+	case tn.Known() && b > 0:
+		kind += fmt.Sprintf(" (%s, %d bytes)", tn, b)
+	case tn.Known():
+		kind += " (" + tn.String() + ")"
+	}
+	return kind
 }
 
 func (a *Agent) watched(p uint64) bool {
@@ -260,8 +282,9 @@ func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
 }
 
 // releasedInputs returns released storages that were region inputs of the same kind (keyword or
-// positional): the likely owners of an input that arrives with address 0.
-func (a *Agent) releasedInputs(keyword bool) []tracker.StorageInfo {
+// positional): the likely owners of an input that arrives with address 0. When the companion named the
+// argument (arg), the storages that were that same argument of earlier groups come first.
+func (a *Agent) releasedInputs(keyword bool, arg string) []tracker.StorageInfo {
 	t := a.trackerRef()
 	if t == nil {
 		return nil
@@ -284,7 +307,20 @@ func (a *Agent) releasedInputs(keyword bool) []tracker.StorageInfo {
 			}
 		}
 	}
-	return rankCandidates(out)
+	out = rankCandidates(out)
+	if arg != "" {
+		sort.SliceStable(out, func(i, j int) bool { return wasArg(out[i], arg) && !wasArg(out[j], arg) })
+	}
+	return out
+}
+
+func wasArg(s tracker.StorageInfo, arg string) bool {
+	for _, in := range s.Inputs {
+		if in.Arg == arg {
+			return true
+		}
+	}
+	return false
 }
 
 // rankCandidates puts storages still released and owned outside their groups (inputs) first, keeping
@@ -316,6 +352,7 @@ func (a *Agent) report(f offload.Fault, cands []tracker.StorageInfo) {
 	if len(cands) > 0 {
 		s := cands[0]
 		f.Storage, f.Generation, f.Nbytes, f.Owner = s.Name(), s.Gen, s.Size, s.Owner()
+		f.StorageTensor = s.Tensor.String()
 		if s.ReleasedBy != "" {
 			f.ReleasedBy = s.ReleasedBy
 		}
@@ -383,8 +420,8 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 			lead = "also possible"
 		}
 		shape := ""
-		if si := acllog.ExplainSize(s.Size); len(si.Shapes) > 0 {
-			shape = ": " + si.Shapes[0].String()
+		if d := s.Describe(guessShape); d != "" {
+			shape = ": " + d
 		}
 		p("=========   %s: storage %s (%d bytes%s) was released by %s", lead, s.Name(), s.Size, shape, s.ReleasedBy)
 		if owner := s.Owner(); owner != "" {
@@ -399,6 +436,15 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 		}
 	}
 	return b.String()
+}
+
+// guessShape is the most likely transformer shape of a storage of size bytes (acllog.ExplainSize), for
+// storages the companion did not describe.
+func guessShape(size uint64) string {
+	if si := acllog.ExplainSize(size); len(si.Shapes) > 0 {
+		return si.Shapes[0].String()
+	}
+	return ""
 }
 
 // inflight is a storage an agent copy is moving: out (D2H, until its release) or back (H2D, until the

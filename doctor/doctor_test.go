@@ -37,7 +37,7 @@ func TestRopeFixtureText(t *testing.T) {
 		"error code 0x800000", "The DDR address of the MTE instruction is out of range", "subErrType 4",
 		"retCode 0x26", "507015", "RuntimeError: SyncStream failed for op aclnnMul",
 		"index 0, addr 0x0 (null), size 1048576 bytes",
-		"size:    1048576 bytes (262144 float32 or 524288 bf16/fp16 elements), one of (most likely first):\n" +
+		"size:    1048576 bytes (262144 float32 or 524288 bf16/fp16 elements), guessed from the size as one of (most likely first):\n" +
 			"             4096 x 64 float32: the size of one RoPE cos/sin table at seq 4096, rope dim 64\n",
 		"swapagent run --policy safe", "input-protection fix", "swap less in this job",
 	} {
@@ -254,7 +254,13 @@ func writeRopeTrace(t *testing.T, path string, rank int, withFault bool) {
 		Argv: []string{"python", "run_mindformer.py"}}, withFault)
 }
 
+// writeTrace writes that run's trace; described adds the companion's descriptions (region inputs and
+// layer.0's saved cos table) as swapagent_region_enter_desc and swapagent_describe record them.
 func writeTrace(t *testing.T, path string, h trace.Header, withFault bool, extra ...trace.Event) {
+	writeTraceDescribed(t, path, h, withFault, false, extra...)
+}
+
+func writeTraceDescribed(t *testing.T, path string, h trace.Header, withFault, described bool, extra ...trace.Event) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -278,7 +284,11 @@ func writeTrace(t *testing.T, path string, h trace.Header, withFault bool, extra
 	}
 	hd := int64(1)
 	for g := uint32(0); g <= 10; g++ {
-		add(trace.Event{Kind: trace.KindRegionEnter, Group: g, Ptrs: []uint64{hiddenIn + uint64(g)<<20, ropeCos, ropeSin}, Args: [6]uint64{1}})
+		enter := trace.Event{Kind: trace.KindRegionEnter, Group: g, Ptrs: []uint64{hiddenIn + uint64(g)<<20, ropeCos, ropeSin}, Args: [6]uint64{1}}
+		if described {
+			enter.Text = "args[0]\tbfloat16\t2,4096,7168\nrotary_cos_sin[0]\tfloat32\t4096,1,1,64\nrotary_cos_sin[1]\tfloat32\t4096,1,1,64"
+		}
+		add(enter)
 		// an internal activation of the same size as a RoPE table, released too (matching by size must
 		// prefer the storage somebody else owns)
 		add(trace.Event{Kind: trace.KindClassify, Group: g, Handle: hd, Args: [6]uint64{attnScore + uint64(g)<<24, 1048576, 0, 1}})
@@ -287,6 +297,9 @@ func writeTrace(t *testing.T, path string, h trace.Header, withFault bool, extra
 		hd++
 		if g == 0 {
 			add(trace.Event{Kind: trace.KindSave, Group: g, Handle: 100, Args: [6]uint64{ropeCos, 1048576, 0, 3}})
+			if described {
+				add(trace.Event{Kind: trace.KindDescribe, Group: g, Ptrs: []uint64{ropeCos}, Text: "\tfloat32\t4096,1,1,64"})
+			}
 			add(trace.Event{Kind: trace.KindClassify, Group: g, Handle: 100, Args: [6]uint64{ropeCos, 1048576, 0, 3}})
 			add(trace.Event{Kind: trace.KindState, Handle: 100, Args: [6]uint64{0, 1, ropeCos, 1048576}})
 			add(trace.Event{Kind: trace.KindState, Handle: 100, Args: [6]uint64{1, 2, 0, 1048576}})
@@ -517,15 +530,34 @@ func TestCorruptTraceIsANote(t *testing.T) {
 	}
 }
 
-func TestCompressNames(t *testing.T) {
-	for in, want := range map[string]string{
-		"layer.0,layer.1,layer.2,layer.3,layer.4,layer.5,layer.6,layer.7,layer.8,layer.9,layer.10": "layer.0..layer.10",
-		"layer.3,layer.1":         "layer.1, layer.3",
-		"layer.1,layer.2,mlp":     "mlp, layer.1, layer.2",
-		"layer.4,layer.5,layer.6": "layer.4..layer.6",
-	} {
-		if got := compressNames(strings.Split(in, ",")); got != want {
-			t.Errorf("compressNames(%s) = %q, want %q", in, got, want)
+// TestDescribedTrace: with the companion's descriptions in the trace, the storage and its owner are named
+// by argument, dtype and shape, and the size is not guessed.
+func TestDescribedTrace(t *testing.T) {
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	copyFixture(t, logs)
+	writeTraceDescribed(t, filepath.Join(logs, "node-1.rank0.31200.swtrace"), trace.Header{Version: 1, PID: 31200,
+		Host: "node-1", Rank: 0, StartUnix: fixtureStart.UnixNano()}, false, true)
+	res, err := Diagnose(logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := res.Faults[0].StorageRef
+	if ref == nil || ref.Tensor != "float32 [4096, 1, 1, 64]" ||
+		ref.Owner != "keyword input rotary_cos_sin[0] of layer.0..layer.10" {
+		t.Fatalf("storage ref %+v", ref)
+	}
+	var out bytes.Buffer
+	res.Render(&out)
+	for _, want := range []string{"size:    1048576 bytes = float32 [4096, 1, 1, 64] (as the framework described",
+		"storage: 0x12c000000000 generation 3, 1048576 bytes (float32 [4096, 1, 1, 64])",
+		"owner:   keyword input rotary_cos_sin[0] of layer.0..layer.10"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q\n%s", want, out.String())
 		}
+	}
+	rank0, _, _ := strings.Cut(out.String(), "rank 3 (") // rank 3 has no trace: its size is a guess
+	if strings.Contains(rank0, "guessed") {
+		t.Errorf("a described storage's size is guessed:\n%s", rank0)
 	}
 }

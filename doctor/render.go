@@ -185,6 +185,11 @@ func checkWho(c TraceCheck) string {
 func agentFaultText(a TraceFault) string {
 	var s string
 	switch {
+	case isRegion(a) && a.Arg != "":
+		s = a.Kernel + ": the region input " + a.Arg
+		if a.Tensor != "" {
+			s += " (" + a.Tensor + ")"
+		}
 	case isRegion(a):
 		s = a.Kernel + ": a region input"
 	case detectedWords[a.Detected] != "":
@@ -328,7 +333,11 @@ func (f *Fault) render(w io.Writer) {
 	if len(t) > 0 {
 		fmt.Fprintf(w, "  tensor:  %s\n", strings.Join(t, ", "))
 	}
-	if si := f.SizeInfo; si != nil && len(si.Shapes) == 1 {
+	ref := f.StorageRef
+	if si := f.SizeInfo; si != nil && ref != nil && ref.Tensor != "" && ref.Nbytes == si.Bytes {
+		// The companion described the storage: no guess from its size.
+		fmt.Fprintf(w, "  size:    %d bytes = %s (as the framework described the storage)\n", si.Bytes, ref.Tensor)
+	} else if si != nil && len(si.Shapes) == 1 {
 		top := si.Shapes[0]
 		line := fmt.Sprintf("%d bytes", si.Bytes)
 		if n, ok := si.Elements[top.DType]; ok {
@@ -338,7 +347,7 @@ func (f *Fault) render(w io.Writer) {
 		if top.Note != "" {
 			line += ": " + top.Note
 		}
-		fmt.Fprintf(w, "  size:    %s\n", line)
+		fmt.Fprintf(w, "  size:    %s (guessed from the size)\n", line)
 	} else if si != nil && len(si.Shapes) > 1 {
 		// Several shapes fit: say so, rather than present the first as the answer.
 		var elems []string
@@ -351,7 +360,7 @@ func (f *Fault) render(w io.Writer) {
 		if len(elems) > 0 {
 			line += " (" + strings.Join(elems, " or ") + " elements)"
 		}
-		fmt.Fprintf(w, "  size:    %s, one of (most likely first):\n", line)
+		fmt.Fprintf(w, "  size:    %s, guessed from the size as one of (most likely first):\n", line)
 		for _, sh := range si.Shapes {
 			l := sh.String()
 			if sh.Note != "" {
@@ -360,8 +369,11 @@ func (f *Fault) render(w io.Writer) {
 			fmt.Fprintf(w, "             %s\n", l)
 		}
 	}
-	if ref := f.StorageRef; ref != nil {
+	if ref != nil {
 		s := fmt.Sprintf("%#x generation %d, %d bytes", ref.Base, ref.Generation, ref.Nbytes)
+		if ref.Tensor != "" {
+			s += " (" + ref.Tensor + ")"
+		}
 		if ref.Handle != 0 { // 0: the agent's record did not say
 			s += fmt.Sprintf(", handle %d", ref.Handle)
 		}

@@ -4,17 +4,15 @@
 package doctor
 
 import (
-	"swapagent/acllog"
-
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
+	"swapagent/acllog"
 	"swapagent/trace"
+	"swapagent/tracker"
 )
 
 // Offload states in KindState events (swapagent.h).
@@ -41,21 +39,24 @@ func keepReasonName(r uint64) string {
 // TraceFault is the JSON the agent writes in a KindFault event's Text (docs/doctor.md). Numbers may
 // also be written as "0x..." strings.
 type TraceFault struct {
-	Kernel      string   `json:"kernel"`
-	Addr        jsonUint `json:"addr"`
-	Size        jsonUint `json:"size"`
-	Storage     jsonUint `json:"storage"`
-	Generation  jsonUint `json:"generation"`
-	Handle      int64    `json:"handle"`
-	Nbytes      jsonUint `json:"nbytes"`
-	ReleasedBy  string   `json:"released_by"`
-	Owner       string   `json:"owner"`
-	KeepReason  string   `json:"keep_reason"`
-	Detected    string   `json:"detected"`
-	Code        int      `json:"code"`
-	TensorIndex *int     `json:"tensor_index"`
-	Repeats     uint64   `json:"repeats,omitempty"`
-	Detail      string   `json:"detail,omitempty"`
+	Kernel        string   `json:"kernel"`
+	Addr          jsonUint `json:"addr"`
+	Size          jsonUint `json:"size"`
+	Storage       jsonUint `json:"storage"`
+	Generation    jsonUint `json:"generation"`
+	Handle        int64    `json:"handle"`
+	Nbytes        jsonUint `json:"nbytes"`
+	Arg           string   `json:"arg,omitempty"`            // the argument accessed, when named
+	Tensor        string   `json:"tensor,omitempty"`         // its dtype and shape
+	StorageTensor string   `json:"storage_tensor,omitempty"` // the storage's dtype and shape
+	ReleasedBy    string   `json:"released_by"`
+	Owner         string   `json:"owner"`
+	KeepReason    string   `json:"keep_reason"`
+	Detected      string   `json:"detected"`
+	Code          int      `json:"code"`
+	TensorIndex   *int     `json:"tensor_index"`
+	Repeats       uint64   `json:"repeats,omitempty"`
+	Detail        string   `json:"detail,omitempty"`
 }
 
 // jsonUint accepts a JSON number or a decimal/"0x" string.
@@ -83,6 +84,7 @@ type StorageRef struct {
 	ReleasedBy string `json:"released_by,omitempty"` // group whose offload released it
 	KeepReason string `json:"keep_reason,omitempty"` // how that group classified it
 	Owner      string `json:"owner,omitempty"`       // who else held it (inputs/outputs of groups)
+	Tensor     string `json:"tensor,omitempty"`      // dtype and shape, when the companion described it
 	MatchedBy  string `json:"matched_by"`            // "fault event", "address" or "size"
 	Others     int    `json:"others_same_size,omitempty"`
 	Restored   bool   `json:"restored,omitempty"` // brought back to device later in the trace
@@ -100,11 +102,19 @@ type storage struct {
 	released bool
 	relSeq   int // order of release, for "who released it first"
 	restored bool
+	tensor   trace.Tensor // what the companion said of it (region_enter or describe)
 }
 
 type regionUse struct {
 	group   uint32
 	keyword bool
+	arg     string // the argument's path, when the companion named it
+}
+
+// groupPtr is a pointer in one group's open region: descriptions are matched to saves through it.
+type groupPtr struct {
+	group uint32
+	ptr   uint64
 }
 
 // traceIndex is one trace reduced to what diagnosis needs.
@@ -116,11 +126,15 @@ type traceIndex struct {
 	released []*storage // in release order
 	inputs   map[uint64][]regionUse
 	outputs  map[uint64][]uint32
-	faults   []TraceFault
-	badFault int
-	endTS    int64       // the last event's TS: the trace's window is [StartUnix, StartUnix+endTS]
-	readErr  error       // the trace ends mid-batch (a killed process)
-	gaps     []trace.Gap // damaged batches skipped
+	// described: the descriptions of the open regions' pointers (region_enter's, describe's); saved: the
+	// storage each group saved at a pointer in its open region. Both are cleared at the group's exit.
+	described map[groupPtr]trace.Tensor
+	saved     map[groupPtr]*storage
+	faults    []TraceFault
+	badFault  int
+	endTS     int64       // the last event's TS: the trace's window is [StartUnix, StartUnix+endTS]
+	readErr   error       // the trace ends mid-batch (a killed process)
+	gaps      []trace.Gap // damaged batches skipped
 }
 
 func loadTrace(path string) (*traceIndex, error) {
@@ -130,10 +144,22 @@ func loadTrace(path string) (*traceIndex, error) {
 	}
 	ix := &traceIndex{
 		path: path, hdr: hdr, readErr: err, gaps: gaps,
-		groups:   map[uint32]string{},
-		byHandle: map[int64]*storage{},
-		inputs:   map[uint64][]regionUse{},
-		outputs:  map[uint64][]uint32{},
+		groups:    map[uint32]string{},
+		byHandle:  map[int64]*storage{},
+		inputs:    map[uint64][]regionUse{},
+		outputs:   map[uint64][]uint32{},
+		described: map[groupPtr]trace.Tensor{},
+		saved:     map[groupPtr]*storage{},
+	}
+	describe := func(g uint32, p uint64, t trace.Tensor) {
+		k := groupPtr{g, p}
+		if old := ix.described[k]; t.Path == "" {
+			t.Path = old.Path // a saved input keeps its argument's name
+		}
+		ix.described[k] = t
+		if s := ix.saved[k]; s != nil && t.Known() {
+			s.tensor = t
+		}
 	}
 	get := func(h int64) *storage {
 		s := ix.byHandle[h]
@@ -151,16 +177,42 @@ func loadTrace(path string) (*traceIndex, error) {
 			ix.groups[ev.Group] = ev.Text
 		case trace.KindRegionEnter:
 			npos := ev.Args[0]
+			ts := trace.SplitTensors(ev.Text, len(ev.Ptrs))
 			for j, p := range ev.Ptrs {
-				ix.inputs[p] = append(ix.inputs[p], regionUse{group: ev.Group, keyword: uint64(j) >= npos})
+				ix.inputs[p] = append(ix.inputs[p], regionUse{group: ev.Group, keyword: uint64(j) >= npos,
+					arg: ts[j].Path})
+				if p != 0 && (ts[j].Known() || ts[j].Path != "") {
+					describe(ev.Group, p, ts[j])
+				}
+			}
+		case trace.KindDescribe:
+			for j, t := range trace.SplitTensors(ev.Text, len(ev.Ptrs)) {
+				if ev.Ptrs[j] != 0 && (t.Known() || t.Path != "") {
+					describe(ev.Group, ev.Ptrs[j], t)
+				}
 			}
 		case trace.KindRegionExit:
 			for _, p := range ev.Ptrs {
 				ix.outputs[p] = append(ix.outputs[p], ev.Group)
 			}
+			for k := range ix.described {
+				if k.group == ev.Group {
+					delete(ix.described, k)
+				}
+			}
+			for k := range ix.saved {
+				if k.group == ev.Group {
+					delete(ix.saved, k)
+				}
+			}
 		case trace.KindSave:
 			s := get(ev.Handle)
 			s.group, s.base, s.nbytes, s.flags, s.gen = ev.Group, ev.Args[0], ev.Args[1], ev.Args[2], ev.Args[3]
+			k := groupPtr{ev.Group, s.base}
+			ix.saved[k] = s
+			if t := ix.described[k]; t.Known() {
+				s.tensor = t
+			}
 		case trace.KindClassify:
 			s := get(ev.Handle)
 			s.group, s.base, s.nbytes, s.reason, s.gen = ev.Group, ev.Args[0], ev.Args[1], ev.Args[2], ev.Args[3]
@@ -200,28 +252,22 @@ func (ix *traceIndex) groupName(g uint32) string {
 	return fmt.Sprintf("group#%d", g)
 }
 
-// owner describes who held [base, base+nbytes) besides the group that released it.
+// owner describes who held [base, base+nbytes) besides the group that released it: its input uses by
+// the tracker's rule (tracker.StorageInfo.Owner), then the groups it was an output of.
 func (ix *traceIndex) owner(base, nbytes uint64) string {
 	if base == 0 {
 		return ""
 	}
 	end := base + max(nbytes, 1)
-	var kw, pos []uint32
-	seenKW, seenPos := map[uint32]bool{}, map[uint32]bool{}
-	var outs []uint32
+	var uses []tracker.InputUse
+	var outs []string
 	seenOut := map[uint32]bool{}
-	for p, uses := range ix.inputs {
+	for p, us := range ix.inputs {
 		if p < base || p >= end {
 			continue
 		}
-		for _, u := range uses {
-			if u.keyword && !seenKW[u.group] {
-				seenKW[u.group] = true
-				kw = append(kw, u.group)
-			} else if !u.keyword && !seenPos[u.group] {
-				seenPos[u.group] = true
-				pos = append(pos, u.group)
-			}
+		for _, u := range us {
+			uses = append(uses, tracker.InputUse{Group: ix.groupName(u.group), Keyword: u.keyword, Arg: u.arg})
 		}
 	}
 	for p, gs := range ix.outputs {
@@ -231,82 +277,26 @@ func (ix *traceIndex) owner(base, nbytes uint64) string {
 		for _, g := range gs {
 			if !seenOut[g] {
 				seenOut[g] = true
-				outs = append(outs, g)
+				outs = append(outs, ix.groupName(g))
 			}
 		}
 	}
-	var parts []string
-	if len(kw) > 0 {
-		parts = append(parts, "keyword input of "+ix.groupList(kw))
-	}
-	if len(pos) > 0 {
-		parts = append(parts, "positional input of "+ix.groupList(pos))
-	}
+	// Map order must not decide the text: uses in group order, as the tracker would have seen them.
+	sort.SliceStable(uses, func(i, j int) bool { return uses[i].Group < uses[j].Group })
+	owner := tracker.StorageInfo{Inputs: uses}.Owner()
 	if len(outs) > 0 {
-		parts = append(parts, "output of "+ix.groupList(outs))
-	}
-	return strings.Join(parts, "; ")
-}
-
-var reLayerN = regexp.MustCompile(`^(.*\.)(\d+)$`)
-
-// groupList renders group names, compressing runs like layer.0, layer.1, ... layer.10 to "layer.0..layer.10".
-func (ix *traceIndex) groupList(gs []uint32) string {
-	names := make([]string, len(gs))
-	for i, g := range gs {
-		names[i] = ix.groupName(g)
-	}
-	return compressNames(names)
-}
-
-func compressNames(names []string) string {
-	type item struct {
-		prefix string
-		n      int
-		name   string
-	}
-	items := make([]item, 0, len(names))
-	for _, nm := range names {
-		it := item{name: nm, n: -1}
-		if m := reLayerN.FindStringSubmatch(nm); m != nil {
-			if v, err := strconv.Atoi(m[2]); err == nil && len(m[2]) < 9 {
-				it.prefix, it.n = m[1], v
-			}
+		if owner != "" {
+			owner += "; "
 		}
-		items = append(items, it)
+		owner += "output of " + tracker.GroupList(outs)
 	}
-	sort.SliceStable(items, func(i, j int) bool {
-		if items[i].prefix != items[j].prefix {
-			return items[i].prefix < items[j].prefix
-		}
-		if items[i].n != items[j].n {
-			return items[i].n < items[j].n
-		}
-		return items[i].name < items[j].name
-	})
-	var out []string
-	for i := 0; i < len(items); {
-		j := i
-		for items[i].n >= 0 && j+1 < len(items) && items[j+1].prefix == items[i].prefix && items[j+1].n == items[j].n+1 {
-			j++
-		}
-		switch {
-		case j-i >= 2:
-			out = append(out, items[i].name+".."+items[j].name)
-		case j == i+1:
-			out = append(out, items[i].name, items[j].name)
-		default:
-			out = append(out, items[i].name)
-		}
-		i = j + 1
-	}
-	return strings.Join(out, ", ")
+	return owner
 }
 
 func (ix *traceIndex) ref(s *storage, by string) *StorageRef {
 	r := &StorageRef{
 		Base: s.base, Nbytes: s.nbytes, Generation: s.gen, Handle: s.handle,
-		KeepReason: keepReasonName(s.reason), Owner: ix.owner(s.base, s.nbytes),
+		KeepReason: keepReasonName(s.reason), Owner: ix.owner(s.base, s.nbytes), Tensor: s.tensor.String(),
 		MatchedBy: by, Restored: s.restored, Trace: ix.path,
 	}
 	if s.released {
@@ -364,6 +354,7 @@ func (ix *traceIndex) fromFault(f TraceFault) *StorageRef {
 	r := &StorageRef{
 		Base: uint64(f.Storage), Nbytes: uint64(f.Nbytes), Generation: uint64(f.Generation), Handle: f.Handle,
 		ReleasedBy: f.ReleasedBy, Owner: f.Owner, KeepReason: f.KeepReason, MatchedBy: "fault event", Trace: ix.path,
+		Tensor: f.StorageTensor,
 	}
 	if s := ix.byHandle[f.Handle]; s != nil && f.Handle != 0 {
 		if r.Base == 0 {

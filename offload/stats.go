@@ -51,19 +51,22 @@ type GroupStats struct {
 // Fault is one diagnosed bad access; the agent fills these (package offload only carries them). The same
 // JSON is the Text of a trace's KindFault event, which doctor reads (docs/doctor.md).
 type Fault struct {
-	Kernel      string `json:"kernel"`       // the launch (aclnnMul) or the call that failed
-	TensorIndex int    `json:"tensor_index"` // the tensor of the launch, -1 when unknown
-	Addr        uint64 `json:"addr"`
-	Size        uint64 `json:"size"`
-	Storage     string `json:"storage"`              // "0xADDR#GEN", empty when unknown
-	Generation  uint32 `json:"generation,omitempty"` // of Storage
-	Nbytes      uint64 `json:"nbytes,omitempty"`     // Storage's size
-	ReleasedBy  string `json:"released_by"`          // the group whose offload released it
-	Owner       string `json:"owner"`                // e.g. "keyword input of layer.0..layer.10"
-	Detected    string `json:"detected"`             // launch, sync or region_enter
-	Code        int    `json:"code,omitempty"`       // the runtime's error code, for detected=sync
-	Repeats     uint64 `json:"repeats,omitempty"`    // later accesses to the same storage, not reported again
-	Detail      string `json:"detail,omitempty"`     // one line in words
+	Kernel        string `json:"kernel"`       // the launch (aclnnMul) or the call that failed
+	TensorIndex   int    `json:"tensor_index"` // the tensor of the launch, -1 when unknown
+	Addr          uint64 `json:"addr"`
+	Size          uint64 `json:"size"`
+	Arg           string `json:"arg,omitempty"`            // the argument accessed, when the companion named it
+	Tensor        string `json:"tensor,omitempty"`         // its dtype and shape, "float32 [32, 1, 1, 16]"
+	Storage       string `json:"storage"`                  // "0xADDR#GEN", empty when unknown
+	Generation    uint32 `json:"generation,omitempty"`     // of Storage
+	Nbytes        uint64 `json:"nbytes,omitempty"`         // Storage's size
+	StorageTensor string `json:"storage_tensor,omitempty"` // Storage's dtype and shape, when described
+	ReleasedBy    string `json:"released_by"`              // the group whose offload released it
+	Owner         string `json:"owner"`                    // e.g. "keyword input of layer.0..layer.10"
+	Detected      string `json:"detected"`                 // launch, sync or region_enter
+	Code          int    `json:"code,omitempty"`           // the runtime's error code, for detected=sync
+	Repeats       uint64 `json:"repeats,omitempty"`        // later accesses to the same storage, not reported again
+	Detail        string `json:"detail,omitempty"`         // one line in words
 }
 
 // Stats is the engine's accounting; it marshals to the stats JSON.

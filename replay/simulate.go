@@ -266,7 +266,7 @@ func (s *sim) step(i int, ev *trace.Event) {
 	case trace.KindLost:
 		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
 	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
-		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit:
+		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit, trace.KindDescribe:
 		s.res.ABICalls++
 		s.evIndex, s.evTS, s.during = i, ev.TS, ev
 		s.abi(ev)
@@ -314,7 +314,15 @@ func (s *sim) abi(ev *trace.Event) {
 	case trace.KindRegionEnter:
 		g := s.group(ev)
 		npos := int(min(ev.Args[0], uint64(len(ev.Ptrs))))
-		s.engineErr(s.eng.RegionEnter(g, ev.Ptrs, npos))
+		err := s.eng.RegionEnter(g, ev.Ptrs, npos)
+		s.engineErr(err)
+		if err == nil && ev.Text != "" { // the companion's names make the owners name the argument
+			s.engineErr(s.eng.Tracker().Describe(g, ev.Ptrs, trace.SplitTensors(ev.Text, len(ev.Ptrs))))
+		}
+	case trace.KindDescribe:
+		if ev.Ret == 0 {
+			s.engineErr(s.eng.Tracker().Describe(s.group(ev), ev.Ptrs, trace.SplitTensors(ev.Text, len(ev.Ptrs))))
+		}
 	case trace.KindSave:
 		g := s.group(ev)
 		if ev.Handle != 0 {

@@ -15,7 +15,7 @@ import (
 )
 
 // faultKeys are the fault record's fields shown first, in this order (architecture.md, stats JSON).
-var faultKeys = []string{"kernel", "addr", "size", "storage", "released_by", "owner"}
+var faultKeys = []string{"kernel", "arg", "tensor", "addr", "size", "storage", "storage_tensor", "released_by", "owner"}
 
 // WriteText writes one block per process. Everything goes through cli.Terminal: argv, names and log
 // lines come from the traced process and may hold control characters.

@@ -28,13 +28,20 @@ const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a re
 // unreadable memory are refused (a reason is returned). A name longer than agent.MaxGroup comes back cut
 // at MaxGroup+1 bytes, for the agent's group rule to refuse.
 func cGroup(a *agent.Agent, p *C.char) (string, string) {
+	var buf [agent.MaxGroup + 1]byte
+	return cString(a, p, buf[:], "group")
+}
+
+// cString reads a C string into buf (its length is the longest string accepted, plus one) by cGroup's
+// rule; what names the argument in a refusal. A string that fills buf comes back cut at len(buf) bytes,
+// for the caller's length rule to refuse.
+func cString(a *agent.Agent, p *C.char, buf []byte, what string) (string, string) {
 	if p == nil {
-		return "", "NULL group"
+		return "", "NULL " + what
 	}
 	addr := uint64(uintptr(unsafe.Pointer(p)))
 	hm := a.HostMaps()
-	var buf [agent.MaxGroup + 1]byte
-	n, exact := hm.Read(buf[:], addr)
+	n, exact := hm.Read(buf, addr)
 	for fresh := false; !exact; fresh = true {
 		if !hm.Available() {
 			return C.GoString(p), ""
@@ -43,7 +50,7 @@ func cGroup(a *agent.Agent, p *C.char) (string, string) {
 		if !ok {
 			break
 		}
-		n = copy(buf[:], unsafe.Slice((*byte)(unsafe.Pointer(p)), end-addr))
+		n = copy(buf, unsafe.Slice((*byte)(unsafe.Pointer(p)), end-addr))
 		if bytes.IndexByte(buf[:n], 0) >= 0 || n == len(buf) || fresh {
 			break
 		}
@@ -53,12 +60,40 @@ func cGroup(a *agent.Agent, p *C.char) (string, string) {
 		return string(buf[:i]), ""
 	}
 	switch {
-	case n > agent.MaxGroup:
+	case n == len(buf):
 		return string(buf[:n]), ""
 	case n == 0:
-		return "", fmt.Sprintf("group pointer %#x is not readable memory", addr)
+		return "", fmt.Sprintf("%s pointer %#x is not readable memory", what, addr)
 	}
-	return "", fmt.Sprintf("group name at %#x runs into unreadable memory", addr)
+	return "", fmt.Sprintf("%s at %#x runs into unreadable memory", what, addr)
+}
+
+// maxDesc is the longest tensor description read (trace.ParseTensor's limits fit well inside).
+const maxDesc = 1024
+
+// cDescs reads n tensor descriptions (a NULL array: none, nil; a NULL entry: nothing known of that
+// tensor) by cString's rule; a longer one comes back cut, for trace.ParseTensor to refuse.
+func cDescs(a *agent.Agent, p **C.char, n C.size_t) ([]string, string) {
+	if p == nil {
+		return nil, ""
+	}
+	ptrs, bad := ptrSlice(a, (*C.uintptr_t)(unsafe.Pointer(p)), n, "descs")
+	if bad != "" {
+		return nil, bad
+	}
+	out := make([]string, len(ptrs))
+	buf := make([]byte, maxDesc+1)
+	for i, q := range ptrs {
+		if q == 0 {
+			continue
+		}
+		s, bad := cString(a, (*C.char)(unsafe.Pointer(uintptr(q))), buf, fmt.Sprintf("descs[%d]", i))
+		if bad != "" {
+			return nil, bad
+		}
+		out[i] = s
+	}
+	return out, ""
 }
 
 // ptrSlice copies n pointers; NULL with n > 0, n beyond the trace limit and an array the process cannot
@@ -133,14 +168,29 @@ func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) (ret C.int) {
 //export sa_go_region_enter
 func sa_go_region_enter(group *C.char, ptrs *C.uintptr_t, n, npos C.size_t) (ret C.int) {
 	defer guard("swapagent_region_enter", &ret, agent.EDisabled)
+	return regionEnterCall(group, ptrs, nil, n, npos)
+}
+
+//export sa_go_region_enter_desc
+func sa_go_region_enter_desc(group *C.char, ptrs *C.uintptr_t, descs **C.char, n, npos C.size_t) (ret C.int) {
+	defer guard("swapagent_region_enter_desc", &ret, agent.EDisabled)
+	return regionEnterCall(group, ptrs, descs, n, npos)
+}
+
+// regionEnterCall converts region_enter's arguments (descs NULL: none given) and calls the agent.
+func regionEnterCall(group *C.char, ptrs *C.uintptr_t, descs **C.char, n, npos C.size_t) C.int {
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
 	}
 	g, bad := cGroup(a, group)
 	var ps []uint64
+	var ds []string
 	if bad == "" {
 		ps, bad = ptrSlice(a, ptrs, n, "input_ptrs")
+	}
+	if bad == "" {
+		ds, bad = cDescs(a, descs, n)
 	}
 	if bad == "" && npos > n {
 		bad = fmt.Sprintf("n_positional %d > n %d", uint64(npos), uint64(n))
@@ -148,7 +198,32 @@ func sa_go_region_enter(group *C.char, ptrs *C.uintptr_t, n, npos C.size_t) (ret
 	if bad != "" {
 		return C.int(a.Invalid("region_enter", bad))
 	}
-	return C.int(a.RegionEnter(g, ps, int(npos)))
+	return C.int(a.RegionEnterDesc(g, ps, int(npos), ds))
+}
+
+//export sa_go_describe
+func sa_go_describe(group *C.char, ptrs *C.uintptr_t, descs **C.char, n C.size_t) (ret C.int) {
+	defer guard("swapagent_describe", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	g, bad := cGroup(a, group)
+	var ps []uint64
+	var ds []string
+	if bad == "" {
+		ps, bad = ptrSlice(a, ptrs, n, "ptrs")
+	}
+	if bad == "" && descs == nil && n > 0 {
+		bad = fmt.Sprintf("NULL descs with n = %d", uint64(n))
+	}
+	if bad == "" {
+		ds, bad = cDescs(a, descs, n)
+	}
+	if bad != "" {
+		return C.int(a.Invalid("describe", bad))
+	}
+	return C.int(a.Describe(g, ps, ds))
 }
 
 //export sa_go_save

@@ -15,7 +15,8 @@ const (
 	KindFunc Kind = 2
 	// KindGroup names a group id: Group and Text. Written before the first event that uses Group.
 	KindGroup Kind = 3
-	// KindRegionEnter: Group, Ptrs (inputs), Args[0] = number of positional inputs (rest are keyword).
+	// KindRegionEnter: Group, Ptrs (inputs), Args[0] = number of positional inputs (rest are keyword),
+	// Text = the inputs' Tensor descriptions when the companion gave them (JoinTensors: a line per input).
 	KindRegionEnter Kind = 4
 	// KindSave: Group, Handle, Args[0] = storage ptr, Args[1] = nbytes, Args[2] = flags, Args[3] = generation.
 	KindSave Kind = 5
@@ -45,6 +46,9 @@ const (
 	KindMeta Kind = 16
 	// KindLost: Args[0] = number of runtime events the shim had to drop (ring full with no drainer).
 	KindLost Kind = 17
+	// KindDescribe: Group, Ptrs = storage pointers of the group's current forward (its outputs and what it
+	// saved), Text = their Tensor descriptions (JoinTensors: a line per pointer).
+	KindDescribe Kind = 18
 )
 
 // Event is one decoded trace record. Fields a Kind does not use are zero.
@@ -76,7 +80,7 @@ var kindNames = [...]string{
 	KindSave: "save", KindRegionExit: "region_exit", KindProtect: "protect",
 	KindBackwardEnter: "backward_enter", KindUnpack: "unpack", KindBackwardExit: "backward_exit",
 	KindClassify: "classify", KindState: "state", KindFault: "fault", KindStats: "stats",
-	KindLog: "log", KindMeta: "meta", KindLost: "lost",
+	KindLog: "log", KindMeta: "meta", KindLost: "lost", KindDescribe: "describe",
 }
 
 // String returns the Kind's short name ("call", "region_enter", ...) or "kind(N)" for one this

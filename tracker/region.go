@@ -2,13 +2,18 @@
 // it, and their classification by the ownership rules (first match wins) at region exit.
 package tracker
 
-import "fmt"
+import (
+	"fmt"
+
+	"swapagent/trace"
+)
 
 type group struct {
 	name     string
 	live     bool // from EnterRegion until Forget
 	inRegion bool
-	inputs   map[uint64]bool // base pointer -> keyword; only while the region is open
+	inputs   map[uint64]bool         // base pointer -> keyword; only while the region is open
+	names    map[uint64]trace.Tensor // base pointer -> what the companion said of it; only while open
 	saves    []save
 	first    map[uint64]int // storage ID -> index of the group's first save of it
 	open     int            // index of the open region's first save
@@ -67,7 +72,7 @@ func (t *Tracker) EnterRegion(name string, inputs []uint64, nPositional int) err
 	}
 	t.tick()
 	g.live, g.inRegion, g.open = true, true, len(g.saves)
-	g.inputs = make(map[uint64]bool, len(inputs))
+	g.inputs, g.names = make(map[uint64]bool, len(inputs)), nil
 	for i, p := range inputs {
 		if _, seen := g.inputs[p]; p != 0 && !seen {
 			g.inputs[p] = i >= nPositional
@@ -146,7 +151,7 @@ func (t *Tracker) ExitRegion(name string, outputs []uint64, minBytes uint64) ([]
 	for p, kw := range g.inputs {
 		if i, ok := t.mapped.find(p); ok {
 			if s := t.storages[t.mapped.s[i].id]; s.base == p {
-				s.addInput(name, kw)
+				s.addInput(name, kw, g.names[p].Path)
 			}
 		}
 	}
@@ -169,6 +174,9 @@ func (t *Tracker) ExitRegion(name string, outputs []uint64, minBytes uint64) ([]
 		if _, ok := g.protect[p]; ok {
 			c.Match |= bit(Protected)
 		}
+		if tn := g.names[p]; tn.Known() {
+			s.tensor = tn
+		}
 		if sv.flags&FlagParam != 0 {
 			c.Match |= bit(Param)
 		}
@@ -188,7 +196,7 @@ func (t *Tracker) ExitRegion(name string, outputs []uint64, minBytes uint64) ([]
 		}
 		cls = append(cls, c)
 	}
-	g.inRegion, g.inputs = false, nil
+	g.inRegion, g.inputs, g.names = false, nil, nil
 	return cls, nil
 }
 
@@ -202,16 +210,48 @@ func First(m Mask) Reason {
 	return Internal
 }
 
-func (s *storage) addInput(group string, kw bool) {
+func (s *storage) addInput(group string, kw bool, arg string) {
 	if s.inputIx == nil {
 		s.inputIx = map[string]int{}
 	}
 	if i, ok := s.inputIx[group]; ok {
 		s.inputs[i].Keyword = kw
+		if arg != "" {
+			s.inputs[i].Arg = arg
+		}
 		return
 	}
 	s.inputIx[group] = len(s.inputs)
-	s.inputs = append(s.inputs, InputUse{Group: group, Keyword: kw})
+	s.inputs = append(s.inputs, InputUse{Group: group, Keyword: kw, Arg: arg})
+}
+
+// Describe records what the companion said of the tensors on ptrs in group's open region (tensors[i] of
+// ptrs[i]; zero pointers are skipped): at region exit a saved storage takes its dtype and shape, and an
+// input use its argument path, so fault reports and owners name the argument instead of an index.
+func (t *Tracker) Describe(name string, ptrs []uint64, tensors []trace.Tensor) error {
+	if len(ptrs) != len(tensors) {
+		return fmt.Errorf("%w: describe with %d pointers and %d tensors", ErrInvalid, len(ptrs), len(tensors))
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, false)
+	if g == nil || !g.inRegion {
+		return fmt.Errorf("%w: describe in group %q outside its region", ErrOrder, name)
+	}
+	if g.names == nil {
+		g.names = make(map[uint64]trace.Tensor, len(ptrs))
+	}
+	for i, p := range ptrs {
+		tn := tensors[i]
+		if p == 0 || (tn.Path == "" && !tn.Known()) {
+			continue
+		}
+		if old := g.names[p]; tn.Path == "" {
+			tn.Path = old.Path // a saved input keeps the name it had as an argument
+		}
+		g.names[p] = tn
+	}
+	return nil
 }
 
 // Protect marks pointers as explicitly protected for group until it is forgotten. It returns the IDs of
@@ -316,10 +356,10 @@ func (t *Tracker) Live(name string) bool {
 
 // NoteInput records that group received storage id as an input while the storage had no device memory
 // (its address was 0): the framework still passed it, so fault reports name every group that needed it.
-func (t *Tracker) NoteInput(id uint64, group string, keyword bool) {
+func (t *Tracker) NoteInput(id uint64, group string, keyword bool, arg string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if s := t.storages[id]; s != nil {
-		s.addInput(group, keyword)
+		s.addInput(group, keyword, arg)
 	}
 }

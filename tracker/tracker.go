@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"swapagent/trace"
 )
 
 // Tracker is safe for concurrent use. Lookups take a read lock only.
@@ -44,12 +46,15 @@ type storage struct {
 	holds    map[string]int // live groups that saved it, with their save counts
 	inputs   []InputUse
 	inputIx  map[string]int
+	tensor   trace.Tensor // dtype and shape, when the companion described it
 }
 
-// InputUse says that a group received the storage as a region input.
+// InputUse says that a group received the storage as a region input, as the argument Arg when the
+// companion named it ("rotary_cos_sin[0]").
 type InputUse struct {
 	Group   string `json:"group"`
 	Keyword bool   `json:"keyword"`
+	Arg     string `json:"arg,omitempty"`
 }
 
 // StorageInfo is a snapshot of one storage.
@@ -64,38 +69,68 @@ type StorageInfo struct {
 	Freed      bool       `json:"freed"`
 	Holders    []string   `json:"holders,omitempty"` // live groups that saved it
 	Inputs     []InputUse `json:"inputs,omitempty"`
+	// Tensor is the dtype and shape the companion gave (zero when it did not).
+	Tensor trace.Tensor `json:"-"`
 }
 
 // Name is the storage's identity as "0xADDR#GEN".
 func (s StorageInfo) Name() string { return fmt.Sprintf("%#x#%d", s.Addr, s.Gen) }
 
 // Owner describes who owns the storage outside the groups that saved it, for fault reports, e.g.
-// "keyword input of layer.0..layer.10"; empty when it was nobody's input.
+// "keyword input rotary_cos_sin[0] of layer.0..layer.10" ("keyword input of ..." when the companion did
+// not name the argument); empty when it was nobody's input. Keyword uses come first, then positional,
+// each argument name in the order first seen.
 func (s StorageInfo) Owner() string {
 	if len(s.Inputs) == 0 {
 		return ""
 	}
-	var kw, pos []string
+	type use struct {
+		keyword bool
+		arg     string
+	}
+	var order []use
+	groups := map[use][]string{}
 	seen := map[InputUse]bool{}
 	for _, in := range s.Inputs {
 		if seen[in] {
 			continue
 		}
 		seen[in] = true
-		if in.Keyword {
-			kw = append(kw, in.Group)
-		} else {
-			pos = append(pos, in.Group)
+		u := use{in.Keyword, in.Arg}
+		if groups[u] == nil {
+			order = append(order, u)
 		}
+		groups[u] = append(groups[u], in.Group)
 	}
-	var parts []string
-	if len(kw) > 0 {
-		parts = append(parts, "keyword input of "+GroupList(kw))
-	}
-	if len(pos) > 0 {
-		parts = append(parts, "positional input of "+GroupList(pos))
+	sort.SliceStable(order, func(i, j int) bool { return order[i].keyword && !order[j].keyword })
+	parts := make([]string, len(order))
+	for i, u := range order {
+		kind := "positional input "
+		if u.keyword {
+			kind = "keyword input "
+		}
+		if u.arg != "" {
+			kind += u.arg + " "
+		}
+		parts[i] = kind + "of " + GroupList(groups[u])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// Describe is the storage's tensor as people read it, "float32 [32, 1, 1, 16]" when the companion told,
+// else a guess from its size marked as one ("1024 x 1 bf16/fp16, guessed from the size"; guess is the
+// caller's, since sizes are explained outside the tracker), else "".
+func (s StorageInfo) Describe(guess func(size uint64) string) string {
+	if d := s.Tensor.String(); d != "" {
+		return d
+	}
+	if guess == nil {
+		return ""
+	}
+	if g := guess(s.Size); g != "" {
+		return g + ", guessed from the size"
+	}
+	return ""
 }
 
 // GroupList writes group names sorted, with runs of three or more consecutive "prefix.N" as
@@ -275,7 +310,7 @@ func (t *Tracker) Base(id uint64) (uint64, bool) {
 func (t *Tracker) info(s *storage) StorageInfo {
 	in := StorageInfo{ID: s.id, Base: s.base, Addr: s.addr, Gen: s.gen, Size: s.size,
 		Released: s.released, ReleasedBy: s.relBy, Freed: s.freed,
-		Inputs: append([]InputUse(nil), s.inputs...)}
+		Inputs: append([]InputUse(nil), s.inputs...), Tensor: s.tensor}
 	for g := range s.holds {
 		in.Holders = append(in.Holders, g)
 	}

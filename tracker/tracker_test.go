@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand"
 	"testing"
+
+	"swapagent/trace"
 )
 
 func TestKeepReasons(t *testing.T) {
@@ -336,11 +338,57 @@ func TestNoteInputGrowsTheOwner(t *testing.T) {
 	if _, err := tr.ExitRegion("layer.0", nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	tr.NoteInput(sv.Storage, "layer.1", true)
-	tr.NoteInput(sv.Storage, "layer.2", true)
+	tr.NoteInput(sv.Storage, "layer.1", true, "")
+	tr.NoteInput(sv.Storage, "layer.2", true, "")
 	s, ok := tr.Storage(sv.Storage)
 	if !ok || s.Owner() != "keyword input of layer.0..layer.2" {
 		t.Errorf("owner %q (%v), want keyword input of layer.0..layer.2", s.Owner(), ok)
 	}
-	tr.NoteInput(12345, "layer.3", true) // unknown storage: ignored
+	tr.NoteInput(12345, "layer.3", true, "") // unknown storage: ignored
+}
+
+// A described region names the argument in the owner and keeps the tensor's dtype and shape; a saved
+// storage described without a path keeps the path it had as an input.
+func TestDescribeNamesTheArgument(t *testing.T) {
+	tr := New()
+	tr.Alloc(0x1000, 0x1000)
+	cos := trace.Tensor{Path: "rotary_cos_sin[0]", DType: "float32", Shape: []int64{32, 1, 1, 16}}
+	for i, g := range []string{"layer.0", "layer.1", "layer.2"} {
+		if err := tr.EnterRegion(g, []uint64{0x1000}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Describe(g, []uint64{0x1000}, []trace.Tensor{cos}); err != nil {
+			t.Fatal(err)
+		}
+		sv, err := tr.Save(g, 0x1000, 2048, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tr.Describe(g, []uint64{0x1000}, []trace.Tensor{{DType: "float32", Shape: cos.Shape}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.ExitRegion(g, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			continue
+		}
+		s, _ := tr.Storage(sv.Storage)
+		if got, want := s.Owner(), "keyword input rotary_cos_sin[0] of layer.0..layer.2"; got != want {
+			t.Errorf("owner %q, want %q", got, want)
+		}
+		if got, want := s.Describe(nil), "float32 [32, 1, 1, 16]"; got != want {
+			t.Errorf("describe %q, want %q", got, want)
+		}
+	}
+	if err := tr.Describe("layer.0", []uint64{0x1000}, []trace.Tensor{cos}); !errors.Is(err, ErrOrder) {
+		t.Errorf("describe outside a region: %v, want ErrOrder", err)
+	}
+	if err := tr.Describe("layer.0", []uint64{1, 2}, []trace.Tensor{cos}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("describe with mismatched lengths: %v, want ErrInvalid", err)
+	}
+	guess := func(uint64) string { return "1024 x 1 bf16/fp16" }
+	if got, want := (StorageInfo{Size: 2048}).Describe(guess), "1024 x 1 bf16/fp16, guessed from the size"; got != want {
+		t.Errorf("undescribed storage %q, want %q", got, want)
+	}
 }

@@ -20,6 +20,8 @@
 /* Implemented in Go (shim/exports.go). */
 extern int sa_go_set_storage_ops(uintptr_t release, uintptr_t restore, uintptr_t ctx);
 extern int sa_go_region_enter(char *group, uintptr_t *ptrs, size_t n, size_t npos);
+extern int sa_go_region_enter_desc(char *group, uintptr_t *ptrs, char **descs, size_t n, size_t npos);
+extern int sa_go_describe(char *group, uintptr_t *ptrs, char **descs, size_t n);
 extern int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags);
 extern int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n);
 extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
@@ -127,6 +129,17 @@ SA_EXPORT int swapagent_region_enter_kw(const char *group, const uintptr_t *inpu
                                         size_t n_positional) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n_positional);
+}
+
+SA_EXPORT int swapagent_region_enter_desc(const char *group, const uintptr_t *input_ptrs,
+                                          const char *const *descs, size_t n, size_t n_positional) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_region_enter_desc((char *)group, (uintptr_t *)input_ptrs, (char **)descs, n, n_positional);
+}
+
+SA_EXPORT int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *const *descs, size_t n) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_describe((char *)group, (uintptr_t *)ptrs, (char **)descs, n);
 }
 
 SA_EXPORT int64_t swapagent_save(const char *group, uintptr_t storage_ptr, size_t nbytes, uint32_t flags) {

@@ -76,6 +76,20 @@ int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, si
  * before the work queued after the restore; a framework that launches through paths the agent does not
  * intercept states its streams here. Replaces the group's previous list; n 0 clears it. */
 int swapagent_group_streams(const char *group, const uintptr_t *streams, size_t n);
+/* Tensor descriptions, for fault reports and traces (the agent decides nothing from them). A description is
+ * one line "PATH\tDTYPE\tSHAPE": PATH the tensor's place in the call's arguments ("args[0]",
+ * "rotary_cos_sin[0]", "batch['mask']"; empty for a tensor that is no argument, such as an activation saved
+ * for backward), DTYPE the framework's element type ("float32"), SHAPE the dimensions comma-separated
+ * ("32,1,1,16"; empty for a scalar). At most 256 bytes of PATH, 16 dimensions. A NULL entry: nothing known
+ * of that tensor; a malformed one refuses the call (SWAPAGENT_EINVAL). */
+/* Like region_enter_kw, with descs[i] describing input i (descs NULL: like region_enter_kw). An input
+ * whose storage is gone (address 0) is named in the fault report by its description. */
+int swapagent_region_enter_desc(const char *group, const uintptr_t *input_ptrs, const char *const *descs,
+                                size_t n, size_t n_positional);
+/* Describes tensors of the group's open region by storage pointer (its outputs, what it saved; zero
+ * pointers are skipped): call it before region_exit. A saved storage described without a PATH keeps the
+ * name it had as an input. */
+int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *const *descs, size_t n);
 
 #ifdef __cplusplus
 }

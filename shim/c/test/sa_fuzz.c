@@ -44,6 +44,8 @@ static struct {
   int (*set_ops)(swapagent_release_fn, swapagent_restore_fn, void *);
   int (*enter_kw)(const char *, const uintptr_t *, size_t, size_t);
   int (*enter)(const char *, const uintptr_t *, size_t);
+  int (*enter_desc)(const char *, const uintptr_t *, const char *const *, size_t, size_t);
+  int (*describe)(const char *, const uintptr_t *, const char *const *, size_t);
   int64_t (*save)(const char *, uintptr_t, size_t, uint32_t);
   int (*exit)(const char *, const uintptr_t *, size_t);
   int (*protect)(const char *, const uintptr_t *, size_t);
@@ -397,6 +399,41 @@ static void ptr_array(uintptr_t *buf, size_t cap, const uintptr_t **arr, size_t 
   }
 }
 
+/* desc_array fills n tensor descriptions: mostly good ones or NULL (nothing known), now and then a bad
+ * one (no fields, a negative dimension, too long, an unmapped string); *arr itself may be unmapped. Returns
+ * whether every entry is well-formed (a bad entry refuses the call). */
+static int desc_array(const char **buf, size_t n, const char *const **arr) {
+  static const char *good[] = {"args[0]\tfloat32\t4,8", "rotary_cos_sin[0]\tfloat32\t32,1,1,16",
+                               "\tbfloat16\t", "batch['mask']\tbool\t2,1,32,32"};
+  int ok = 1;
+  *arr = buf;
+  for (size_t k = 0; k < n && k < 8; k++) {
+    buf[k] = chance(100) ? NULL : good[below(4)];
+    if (chance(40)) {
+      ok = 0;
+      switch (below(4)) {
+      case 0:
+        buf[k] = "no tabs";
+        break;
+      case 1:
+        buf[k] = "x\tfloat32\t3,-1";
+        break;
+      case 2:
+        buf[k] = long_name;
+        break;
+      default:
+        buf[k] = (const char *)GARBAGE;
+        break;
+      }
+    }
+  }
+  if (chance(20)) {
+    *arr = (const char *const *)GARBAGE;
+    ok = 0;
+  }
+  return ok;
+}
+
 static void do_enter(void) {
   const char *name;
   int g = pick_group(&name, IDLE);
@@ -405,7 +442,13 @@ static void do_enter(void) {
   size_t n;
   ptr_array(buf, 8, &arr, &n);
   int rc;
-  if (chance(500)) {
+  if (chance(300) && n <= 8) {
+    const char *dbuf[8];
+    const char *const *descs;
+    desc_array(dbuf, n, &descs);
+    size_t npos = below((unsigned)n + 1);
+    rc = abi.enter_desc(name, arr, chance(100) ? NULL : descs, n, npos);
+  } else if (chance(500)) {
     size_t npos = n <= 8 ? below((unsigned)n + 1) : 0;
     if (chance(30)) npos = n + 1; /* more positional inputs than inputs */
     rc = abi.enter_kw(name, arr, n, npos);
@@ -429,6 +472,19 @@ static void do_exit(void) {
   int rc = abi.exit(name, arr, n);
   count(rc);
   if (rc == 0 && g >= 0) grp[g].phase = EXITED;
+}
+
+static void do_describe(void) {
+  const char *name;
+  pick_group(&name, FWD);
+  uintptr_t buf[8];
+  const uintptr_t *arr;
+  size_t n;
+  ptr_array(buf, 8, &arr, &n);
+  const char *dbuf[8];
+  const char *const *descs = NULL;
+  if (n <= 8) desc_array(dbuf, n, &descs);
+  count(abi.describe(name, arr, chance(50) ? NULL : descs, n));
 }
 
 static void do_protect(void) {
@@ -659,6 +715,8 @@ int main(int argc, char **argv) {
   LOOKUP(set_ops, "swapagent_set_storage_ops");
   LOOKUP(enter_kw, "swapagent_region_enter_kw");
   LOOKUP(enter, "swapagent_region_enter");
+  LOOKUP(enter_desc, "swapagent_region_enter_desc");
+  LOOKUP(describe, "swapagent_describe");
   LOOKUP(save, "swapagent_save");
   LOOKUP(exit, "swapagent_region_exit");
   LOOKUP(protect, "swapagent_protect");
@@ -728,6 +786,8 @@ int main(int argc, char **argv) {
       do_stats();
     else if (r < 940)
       do_set_ops();
+    else if (r < 960)
+      do_describe();
     else
       do_renew();
   }
