@@ -69,7 +69,15 @@ class NullAgent:
     def save(self, _group, _ptr, _nbytes, _flags):
         return self.save_c(None, 0, 0, 0)
 
-    def region_enter(self, _group, _ptrs, _npos):
+    def save_n(self, _group, ptrs, _nbytes, _flags):
+        first = NullAgent._next + 1
+        NullAgent._next += len(ptrs)
+        return list(range(first, first + len(ptrs)))
+
+    def region_enter(self, _group, _ptrs, _npos, _descs=None):
+        return 0
+
+    def describe(self, _group, _ptrs, _descs):
         return 0
 
     def region_exit(self, _group, _ptrs):
@@ -266,8 +274,9 @@ class Profile:
     """Timers around the companion's entry points (the hooks it registers call these) and around the
     agent's C functions, for a few extra steps."""
     ENTRY = ("forward_pre", "forward_post", "pack", "unpack", "backward_end")
-    ABI = ("swapagent_region_enter_kw", "swapagent_save", "swapagent_region_exit", "swapagent_backward_enter",
-           "swapagent_unpack", "swapagent_backward_exit")
+    ABI = ("swapagent_region_enter_kw", "swapagent_region_enter_desc", "swapagent_save", "swapagent_save_n",
+           "swapagent_describe", "swapagent_region_exit", "swapagent_backward_enter", "swapagent_unpack",
+           "swapagent_backward_exit")
 
     def __init__(self):
         from swapagent import core
@@ -338,7 +347,8 @@ class Profile:
             if fn is None:
                 continue
             w = self.timed(fn, self.calls[name].append)
-            attr = {"swapagent_region_enter_kw": "_enter_kw", "swapagent_save": "save_c",
+            attr = {"swapagent_region_enter_kw": "_enter_kw", "swapagent_region_enter_desc": "_enter_desc",
+                    "swapagent_save": "save_c", "swapagent_save_n": "_save_n", "swapagent_describe": "_describe",
                     "swapagent_unpack": "_unpack_c", "swapagent_backward_enter": "_benter_c",
                     "swapagent_backward_exit": "_bexit_c"}.get(name)
             if attr and hasattr(agent, attr):

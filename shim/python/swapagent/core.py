@@ -135,6 +135,22 @@ class Agent:
         if self._enter_kw is not None:
             self._enter_kw.restype = c.c_int
             self._enter_kw.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t, c.c_size_t]
+        # Tensor descriptions (argument path, dtype, shape) for fault reports: additive too.
+        self._enter_desc = getattr(lib, "swapagent_region_enter_desc", None)
+        if self._enter_desc is not None:
+            self._enter_desc.restype = c.c_int
+            self._enter_desc.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.POINTER(c.c_char_p), c.c_size_t,
+                                         c.c_size_t]
+        self._describe = getattr(lib, "swapagent_describe", None)
+        if self._describe is not None:
+            self._describe.restype = c.c_int
+            self._describe.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.POINTER(c.c_char_p), c.c_size_t]
+        # Saves in one call (additive): a layer reports what its region saved at the region's exit.
+        self._save_n = getattr(lib, "swapagent_save_n", None)
+        if self._save_n is not None:
+            self._save_n.restype = c.c_int
+            self._save_n.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.POINTER(c.c_size_t),
+                                     c.POINTER(c.c_uint32), c.c_size_t, c.POINTER(c.c_int64)]
         self._group_streams = getattr(lib, "swapagent_group_streams", None)  # additive, like the above
         if self._group_streams is not None:
             self._group_streams.restype = c.c_int
@@ -142,8 +158,9 @@ class Agent:
         self._warned = set()
         self._warn_lock = threading.Lock()
         self._names = {}  # group name -> its bytes (the C string every call takes)
-        # The C functions of the hot path (Layer), bound once: a saved tensor costs one swapagent_save and
-        # one swapagent_unpack; everything around them is Python and must stay small.
+        # The C functions of the hot path (Layer), bound once: a saved tensor costs its share of one
+        # swapagent_save_n per region and one swapagent_unpack per saved storage; everything around them is
+        # Python and must stay small.
         self.save_c = lib.swapagent_save
         self._unpack_c = lib.swapagent_unpack
         self._benter_c = lib.swapagent_backward_enter
@@ -180,16 +197,49 @@ class Agent:
     def set_storage_ops(self, release, restore):
         return self.check("set_storage_ops", self.lib.swapagent_set_storage_ops(release, restore, None))
 
-    def region_enter(self, group, ptrs, n_positional):
+    @staticmethod
+    def _texts(descs):
+        return (ctypes.c_char_p * len(descs))(*[d.encode() for d in descs])
+
+    def region_enter(self, group, ptrs, n_positional, descs=None):
+        """descs: one description line per pointer (describe_line), or None."""
         g = self._name(group)
-        if self._enter_kw is not None:
+        if descs is not None and self._enter_desc is not None:
+            rc = self._enter_desc(g, self._array(ptrs), self._texts(descs), len(ptrs), n_positional)
+        elif self._enter_kw is not None:
             rc = self._enter_kw(g, self._array(ptrs), len(ptrs), n_positional)
         else:
             rc = self.lib.swapagent_region_enter(g, self._array(ptrs), len(ptrs))
         return self.check("region_enter(%s)" % group, rc)
 
+    def describe(self, group, ptrs, descs):
+        """Describes tensors of the group's open region by storage pointer (its outputs, what it saved);
+        a library without the call: nothing (descriptions only name things in reports)."""
+        if self._describe is None or not ptrs:
+            return OK
+        return self.check("describe(%s)" % group,
+                          self._describe(self._name(group), self._array(ptrs), self._texts(descs), len(ptrs)))
+
     def save(self, group, ptr, nbytes, flags):
         return self.check("save", self.save_c(self._name(group), ptr, nbytes, flags))
+
+    def save_n(self, group, ptrs, nbytes, flags):
+        """Saves len(ptrs) storages of the group's open region, in order: a list with each one's handle or
+        negative code (each code warned of once, as save's). One swapagent_save_n; one swapagent_save each
+        with a library that lacks it."""
+        g, n = self._name(group), len(ptrs)
+        if self._save_n is None:
+            save = self.save_c
+            return [self.check("save", save(g, p, b, f)) for p, b, f in zip(ptrs, nbytes, flags)]
+        out = (ctypes.c_int64 * n)()
+        rc = self._save_n(g, (_uintptr * n)(*ptrs), (ctypes.c_size_t * n)(*nbytes), (ctypes.c_uint32 * n)(*flags),
+                          n, out)
+        hs = out[:]
+        if rc < 0:  # entries left 0: the call itself was refused
+            hs = [h if h else rc for h in hs]
+            for h in set(h for h in hs if h < 0):
+                self.check("save", h)
+        return hs
 
     def region_exit(self, group, ptrs):
         return self.check("region_exit(%s)" % group,
@@ -326,6 +376,56 @@ def walk(obj, is_tensor, out, _depth=0, _seen=None):
     return out
 
 
+def walk_named(obj, is_tensor, path, out, _depth=0, _seen=None):
+    """walk, with each tensor's argument path: appends (path, tensor) to out, path growing from the given
+    one as "[i]" for sequences, "['key']" for dicts and ".field" for dataclasses ("rotary_cos_sin[0]",
+    "batch['mask']"). For descriptions in fault reports; same traversal and bounds as walk."""
+    if is_tensor(obj):
+        out.append((path, obj))
+        return out
+    t = type(obj)
+    if t in _ATOMS or _depth > _MAX_DEPTH:
+        return out
+    if t is tuple or t is list or isinstance(obj, (tuple, list)):
+        items = (("%s[%d]" % (path, i), v) for i, v in enumerate(obj))
+    elif t is dict or isinstance(obj, dict):
+        items = (("%s[%r]" % (path, k), v) for k, v in obj.items())
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        items = (("%s.%s" % (path, f.name), getattr(obj, f.name, None)) for f in dataclasses.fields(obj))
+    else:
+        return out
+    if _seen is None:
+        _seen = set()
+    elif id(obj) in _seen:
+        return out
+    _seen.add(id(obj))
+    for p, v in items:
+        if is_tensor(v):
+            out.append((p, v))
+        elif type(v) not in _ATOMS:
+            walk_named(v, is_tensor, p, out, _depth + 1, _seen)
+    return out
+
+
+_described = {}  # (dtype, shape) -> "DTYPE\tSHAPE": a saved tensor's description costs a dict lookup
+
+
+def describe_tail(t):
+    """"DTYPE\tSHAPE" of a tensor, the framework's type name without its module ("float32", "bfloat16")."""
+    shape = tuple(t.shape)
+    key = (t.dtype, shape)
+    d = _described.get(key)
+    if d is None:
+        name = str(t.dtype).rsplit(".", 1)[-1].lower()
+        d = _described[key] = "%s\t%s" % (name, ",".join(str(int(n)) for n in shape))
+    return d
+
+
+def describe_line(path, t):
+    """The description the agent takes (swapagent.h): "PATH\tDTYPE\tSHAPE"."""
+    return path + "\t" + describe_tail(t)
+
+
 def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
     """Appends to out the storage pointer (a plain int, 0 for an empty storage) of every tensor found in
     obj, however nested in tuples, lists, namedtuples, dicts and dataclasses. ptr_of(x) returns the
@@ -355,17 +455,15 @@ def tensors(obj, is_tensor):
 class Registry:
     """handle -> storage of every saved tensor the agent may ask to release or restore.
 
-    Holds storage objects (never the tensors) from swapagent_save until the group's backward_exit, or until
-    the framework freed every saved tensor of the handle. Plain dicts whose single operations are atomic
-    under the GIL (the pack hook takes no lock) and no object made per entry (a saved tensor costs the
-    garbage collector its Packed and its alias, nothing more): _entries maps a handle to its storage,
-    _extra counts the saved tensors beyond the first that share a handle (a storage saved again in the same
-    forward). The agent's release and restore use the framework part's resize(storage, nbytes) and
-    storage_ptr(storage) (ops: the part of the latest Layer; every framework part shares them today)."""
+    Holds storage objects (never the tensors) from the save until the group's backward_exit, or until the
+    framework freed every saved tensor of the handle (the forward's Pass counts them per storage). A plain
+    dict whose single operations are atomic under the GIL (the hooks take no lock), one entry per saved
+    storage: _entries maps a handle to its storage. The agent's release and restore use the framework
+    part's resize(storage, nbytes) and storage_ptr(storage) (ops: the part of the latest Layer; every
+    framework part shares them today)."""
 
     def __init__(self):
         self._entries = {}  # handle -> storage
-        self._extra = {}  # handle -> saved tensors on it beyond the first
         self.ops = Framework()
         self.errors = []  # one line per failed release/restore, for diagnosis and tests
         # Kept alive for as long as the agent may call them: the process lifetime.
@@ -380,30 +478,19 @@ class Registry:
         self._installed = True
 
     def add(self, handle, storage):
-        """One more saved tensor on handle's storage."""
-        if handle in self._entries:
-            self._extra[handle] = self._extra.get(handle, 0) + 1
-        else:
-            self._entries[handle] = storage
+        """handle's storage, saved."""
+        self._entries[handle] = storage
 
     def discard(self, handle):
-        """The framework dropped a saved tensor of handle (its graph was freed): once it dropped all of them
-        there is nothing left to release or restore."""
-        n = self._extra.get(handle)
-        if n:
-            if n > 1:
-                self._extra[handle] = n - 1
-            else:
-                self._extra.pop(handle, None)
-        else:
-            self._entries.pop(handle, None)
+        """The framework dropped every saved tensor of handle (their graph was freed): there is nothing
+        left to release or restore."""
+        self._entries.pop(handle, None)
 
     def forget(self, handles):
         """The group's backward exit: the agent forgot these handles."""
-        pop, extra = self._entries.pop, self._extra.pop
+        pop = self._entries.pop
         for h in handles:
             pop(h, None)
-            extra(h, None)
 
     def __len__(self):
         return len(self._entries)
@@ -448,32 +535,37 @@ class Registry:
 # ---- the per-layer reporter -----------------------------------------------------------------------
 
 class Packed:
-    """What the saved-tensor pack hook returns: the agent's handle, the saved tensor as an alias on its
-    storage without autograd history (Framework.alias; the release resizes that storage in place, so
-    holding it costs no device memory once released) and the forward (Pass) that saved it."""
-    __slots__ = ("handle", "tensor", "pass_")
+    """What the saved-tensor pack hook returns: the forward (Pass) that saved it, the index of its storage
+    among that forward's saved storages (slot: the agent's handle is pass_.handles[slot] once the region
+    reported its saves, at its exit) and the saved tensor as an alias on its storage without autograd
+    history (Framework.alias; the release resizes that storage in place, so holding it costs no device
+    memory once released)."""
+    __slots__ = ("slot", "tensor", "pass_")
 
-    def __init__(self, handle, tensor, pass_=None):
-        self.handle, self.tensor, self.pass_ = handle, tensor, pass_
+    def __init__(self, slot, tensor, pass_):
+        self.slot, self.tensor, self.pass_ = slot, tensor, pass_
+
+    @property
+    def handle(self):
+        """The agent's handle (0 before the region reported its saves, or when the save was refused)."""
+        hs = self.pass_.handles
+        return max(hs[self.slot], 0) if self.slot < len(hs) else 0
 
     def __del__(self):
         # Autograd frees saved tensors after their backward (or with a discarded graph): so does the
-        # registry, so no storage outlives the graph that saved it; a freed tensor is never unpacked
-        # (Layer.freed: no agent call from here, this may run inside one, from the garbage collector).
-        # Registry.discard and Layer.freed inline: plain dict/set operations under the GIL, no lock.
+        # registry once the storage's last one went, so no storage outlives the graph that saved it; a freed
+        # tensor is never unpacked (Layer.freed: no agent call from here, this may run inside one, from the
+        # garbage collector). Registry.discard and Layer.freed inline: plain list, dict and set operations
+        # under the GIL, no lock.
         try:
-            h = self.handle
-            n = _extra.get(h)
-            if n:
-                if n > 1:
-                    _extra[h] = n - 1
-                else:
-                    _extra.pop(h, None)
-            else:
-                _entries.pop(h, None)
-            p = self.pass_
-            if p is not None:
-                p.layer._waiting.discard(id(self))  # pylint: disable=protected-access
+            p, i = self.pass_, self.slot
+            refs = p.refs
+            refs[i] -= 1
+            if not refs[i]:
+                hs = p.handles
+                if i < len(hs):
+                    _entries.pop(hs[i], None)
+            p.layer._waiting.discard(id(self))  # pylint: disable=protected-access
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
@@ -552,7 +644,7 @@ class Framework:
 
 
 registry = Registry()
-_entries, _extra = registry._entries, registry._extra  # pylint: disable=protected-access
+_entries = registry._entries  # pylint: disable=protected-access
 
 
 # ---- gradient hooks on the tensors crossing a region ----------------------------------------------
@@ -668,13 +760,16 @@ def unhook_removed():
 
 
 class Pass:
-    """One forward of a layer, from its region enter until its backward exit. Plain state, no tensor."""
-    __slots__ = ("layer", "entered", "exited", "inputs_left", "ended", "__weakref__")
+    """One forward of a layer, from its region enter until its backward exit. Plain state, no tensor: per
+    storage the forward saved (its slot), the saved tensors still alive (refs) and, once the region
+    reported its saves, the agent's handle or refusal code (handles)."""
+    __slots__ = ("layer", "entered", "exited", "inputs_left", "ended", "refs", "handles", "__weakref__")
 
     def __init__(self, layer):
         self.layer = layer
         self.entered = self.exited = self.ended = False
         self.inputs_left = 0  # positional inputs whose gradient has not arrived yet
+        self.refs, self.handles = [], []
 
 
 class Layer:
@@ -706,22 +801,23 @@ class Layer:
         self.include_cpu = include_cpu
         self._params = frozenset()
         self._param_cache = {}  # Framework.param_ptrs's, for this module
-        # The hot path (pack, once per saved tensor) calls the C function itself when the agent is the
-        # library (with the group's name as bytes), else the agent object's save().
-        self._gb = group.encode()
         self._is_tensor = fw.is_tensor
         registry.ops = fw
         self._ptr = fw.ptr
-        # handle, storage ptr, nbytes, flags of every swapagent_save of the latest forward (one per storage
-        # it saved), flat: plain ints, for inspection (keep reasons, states) and tests (saved).
+        # handle, storage ptr, nbytes, flags of every save the agent took in the latest forward (one per
+        # storage it saved), flat: plain ints, for inspection (keep reasons, states) and tests (saved).
         self._saved = []
+        # The open region's saved storages, by slot (Packed.slot), collected by pack and reported in one
+        # swapagent_save_n at the region's exit (flush): pointer, size, flags, storage (held until then).
+        self._bptr, self._bsize, self._bflag, self._bstore = [], [], [], []
+        self._saved_t = []  # the tensor of each slot, until region exit describes them
         self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
         self.latest = None  # the Pass of the latest forward
         # The saved tensors (ids of their Packed) of any forward neither unpacked nor freed yet. Single set
         # operations are atomic under the GIL: pack, unpack and Packed.__del__ take no lock; maybe_exit
         # reads it under the lock.
         self._waiting = set()
-        self._region = {}  # storage ptr -> handle, of what the open region saved
+        self._region = {}  # storage ptr -> slot, of what the open region saved
         self._handles = []  # handles in the registry since the group's last backward exit
         self._unpacked = set()  # handles unpacked since then (the agent hears of each one once)
         self._hot_path()
@@ -749,11 +845,12 @@ class Layer:
         self.maybe_exit()  # a previous forward that only waited for a freed tensor ends now
         self._params = self.fw.param_ptrs(self.module, self._param_cache)
         self._saved.clear()
-        self._region.clear()
+        self._clear_region()
         p = Pass(self)
         with self._lock:
             self.latest = p
-        ins = walk(args, self._is_tensor, [])
+        named = walk_named(args, self._is_tensor, "args", [])
+        ins = [t for _, t in named]
         # Backward exit waits for the gradient of each positional input that takes one.
         if ins:
             fw, seen = self.fw, set()
@@ -766,19 +863,37 @@ class Layer:
                     with self._lock:
                         p.inputs_left += 1
                     ch.add(_Call(p, INPUT))
-        ptr = self._ptr
-        ptrs = [q for q in map(ptr, ins) if q is not None]
-        n_pos = len(ptrs)
-        if kwargs:
-            self.pointers(kwargs, ptrs)
-        self.agent.region_enter(self.group, ptrs, n_pos)
+        n_named = len(named)
+        for k, v in kwargs.items() if kwargs else ():
+            walk_named(v, self._is_tensor, k, named)
+        ptr, ptrs, descs, n_pos = self._ptr, [], [], 0
+        for i, (path, t) in enumerate(named):
+            q = ptr(t)
+            if q is not None:
+                ptrs.append(q)
+                descs.append(describe_line(path, t))
+                if i < n_named:
+                    n_pos += 1
+        self.agent.region_enter(self.group, ptrs, n_pos, descs)
 
     def forward_post(self, output):
-        outs = walk(output, self._is_tensor, [])
-        ptr = self._ptr
+        self.flush()
+        named = walk_named(output, self._is_tensor, "output", [])
+        outs = [t for _, t in named]
+        ptr, ptrs, descs = self._ptr, [], []
+        for path, t in named:
+            q = ptr(t)
+            if q:
+                ptrs.append(q)
+                descs.append(describe_line(path, t))
+        # What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's).
+        ptrs.extend(self._bptr)
+        descs.extend("\t" + describe_tail(t) for t in self._saved_t)
+        self._saved_t.clear()
+        self.agent.describe(self.group, ptrs, descs)
         self.agent.region_exit(self.group, [q for q in map(ptr, outs) if q is not None])
         self._params = frozenset()
-        self._region.clear()
+        self._clear_region()
         p = self.latest
         if p is None:
             return
@@ -795,25 +910,61 @@ class Layer:
     # pack and unpack run once per saved tensor each, Packed.__del__ once more: they are closures over what
     # they use (no attribute lookups), made in _hot_path; these methods are their documented entry points.
     def pack(self, t):
-        """The saved-tensor pack hook: reports t's storage (once per storage and region: a storage the
-        region already saved, such as a layer input read by several operations or a tensor and its views,
-        shares the first save's handle, which is all the agent would make of the others: duplicates) and
-        returns a Packed holding an alias of t. Each saved tensor still waits for its own unpack."""
+        """The saved-tensor pack hook: collects t's storage for the region's report (once per storage and
+        region: a storage the region already saved, such as a layer input read by several operations or a
+        tensor and its views, shares the first save's slot and handle, which is all the agent would make of
+        the others: duplicates) and returns a Packed holding an alias of t. No agent call: the region's
+        saves reach the agent in one call at its exit (flush). Each saved tensor waits for its own unpack."""
         return self._pack(t)
 
     def unpack(self, p):
         """The saved-tensor unpack hook: enters the forward's backward at its first unpack, tells the agent
         the first unpack of each handle (it brings the storage back if it left; later unpacks of the
-        handle find it there), returns the tensor."""
+        handle find it there), returns the tensor. An unpack inside the region that saved it reports the
+        region's saves first."""
         return self._unpack(p)
 
+    def _clear_region(self):
+        self._region.clear()
+        for b in (self._bptr, self._bsize, self._bflag, self._bstore):
+            b.clear()
+
+    def flush(self):
+        """Reports the saves the open region collected since the last report (one swapagent_save_n; one
+        swapagent_save each when the library lacks it): a storage whose saved tensors were all freed
+        already is left out. The registry takes each saved storage under its handle."""
+        p = self.latest
+        if p is None:
+            return
+        hs, refs, bptr = p.handles, p.refs, self._bptr
+        start, n = len(hs), len(bptr)
+        if start >= n:
+            return
+        live = [i for i in range(start, n) if refs[i]]
+        hs.extend([0] * (n - start))
+        if live:
+            bsize, bflag, bstore = self._bsize, self._bflag, self._bstore
+            ptrs, sizes, flags = [bptr[i] for i in live], [bsize[i] for i in live], [bflag[i] for i in live]
+            save_n = getattr(self.agent, "save_n", None)
+            if save_n is not None:
+                got = save_n(self.group, ptrs, sizes, flags)
+            else:  # an agent object without batches (tests): one save each
+                got = [self.agent.save(self.group, *e) for e in zip(ptrs, sizes, flags)]
+            saved, handles = self._saved, self._handles
+            for i, h in zip(live, got):
+                hs[i] = h
+                if h > 0 and refs[i]:
+                    _entries[h] = bstore[i]
+                    handles.append(h)
+                    saved.extend((h, bptr[i], bsize[i], bflag[i]))
+        for i in range(start, n):
+            self._bstore[i] = None  # the registry holds what it needs
+
     def _hot_path(self):
-        fw, agent, group, gb = self.fw, self.agent, self.group, self._gb
+        fw = self.fw
         saved_of, alias = fw.saved, fw.alias
-        save_c = getattr(agent, "save_c", None)
         waiting, unpacked, region = self._waiting, self._unpacked, self._region
-        handles, saved = self._handles, self._saved
-        entries, extra = _entries, _extra
+        bptr, bsize, bflag, bstore, saved_t = self._bptr, self._bsize, self._bflag, self._bstore, self._saved_t
         new = object.__new__
 
         def pack(t):
@@ -821,41 +972,39 @@ class Layer:
             if info is None:
                 return t
             s, ptr, nbytes = info
-            if not nbytes or not ptr:  # nothing to move (hyper-parallel skips empty storages too)
+            ps = self.latest
+            if not nbytes or not ptr or ps is None:  # nothing to move (hyper-parallel skips empty storages too)
                 return t
-            h = region.get(ptr)
-            if h is not None and h in entries:
-                # The region saved this storage already, and the registry still holds it (so its memory
-                # cannot have been handed to another storage since): the same handle.
-                extra[h] = extra.get(h, 0) + 1
+            refs = ps.refs
+            i = region.get(ptr)
+            if i is not None and refs[i]:
+                # The region saved this storage already, and a saved tensor still holds it (so its memory
+                # cannot have been handed to another storage since): the same slot.
+                refs[i] += 1
             else:
-                flags = SAVE_PARAM if ptr in self._params else 0
-                if save_c is not None:
-                    h = save_c(gb, ptr, nbytes, flags)
-                    if h < 0:
-                        agent.check("save", h)
-                        return t
-                else:
-                    h = agent.save(group, ptr, nbytes, flags)
-                    if h < 0:
-                        return t
-                region[ptr] = h
-                entries[h] = s
-                handles.append(h)
-                saved.extend((h, ptr, nbytes, flags))
+                i = region[ptr] = len(bptr)
+                bptr.append(ptr)
+                bsize.append(nbytes)
+                bflag.append(SAVE_PARAM if ptr in self._params else 0)
+                bstore.append(s)
+                refs.append(1)
+                saved_t.append(t)
             pk = new(Packed)
-            pk.handle, pk.tensor, pk.pass_ = h, alias(t), self.latest
+            pk.slot, pk.tensor, pk.pass_ = i, alias(t), ps
             waiting.add(id(pk))
             return pk
 
         def unpack(p):
             if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck
                 return p
-            ps = p.pass_
-            if ps is not None and not ps.entered:
+            ps, i = p.pass_, p.slot
+            hs = ps.handles
+            if i >= len(hs) and ps is self.latest:
+                self.flush()  # an unpack inside the region that saved it: the agent hears of its saves first
+            if not ps.entered:
                 self.enter(ps)  # the first unpack of a forward not yet entered enters it (and prefetches)
-            h = p.handle
-            if h not in unpacked:
+            h = hs[i] if i < len(hs) else 0
+            if h > 0 and h not in unpacked:
                 unpacked.add(h)
                 if not self.agent.unpack(h):  # looked up each time: a wrapper (tests, the bench) may replace it
                     self.agent.check("unpack(%d)" % h, ERUNTIME)

@@ -145,7 +145,13 @@ def test_outputs_only_faults_on_rope(case, fw):
     assert named, "no fault names the RoPE storage %s released by layer.0: %s" % (
         [hex(r) for r in rope], json.dumps(faults, indent=1))
     f = named[0]
-    assert "keyword" in f["owner"] or "input" in f["owner"], f
+    # The companion described the arguments: the owner names the keyword argument, the storage its dtype
+    # and shape (never a guess from the size), and so does the block on stderr.
+    assert re.match(r"keyword input (cos|sin) of layer\.0", f["owner"]), f
+    assert re.fullmatch(r"float32 \[\d+(, \d+)*\]", f.get("storage_tensor", "")), f
+    assert re.search(r"keyword input (cos|sin) \(float32 \[[\d, ]+\], \d+ bytes\) of layer\.\d+ has no device "
+                     r"memory", p.stderr), p.stderr[-6000:]
+    assert "guessed" not in p.stderr, p.stderr[-6000:]
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
@@ -475,8 +481,11 @@ class FakeAgent:
     def __init__(self):
         self.calls, self._h = [], 0
 
-    def region_enter(self, group, _ptrs, _n_pos):
+    def region_enter(self, group, _ptrs, _n_pos, _descs=None):
         self.calls.append(("region_enter", group))
+
+    def describe(self, _group, _ptrs, _descs):
+        return 0
 
     def region_exit(self, group, _ptrs):
         self.calls.append(("region_exit", group))
