@@ -3,9 +3,7 @@
 package replay
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -19,18 +17,11 @@ import (
 // record runs one decoder-sim step under the agent with policy and returns its trace file.
 func record(t *testing.T, policy string) string {
 	t.Helper()
-	sim := testenv.Path(t, testenv.DecoderSim)
-	lib := testenv.Path(t, testenv.AgentLib)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, sim, "--steps", "1")
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, "SWAPAGENT_OUT="+out, "SWAPAGENT_POLICY="+policy)
-	res, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("decoder-sim under %s timed out\n%s", policy, res)
-	}
-	if policy == "outputs-only" && err == nil {
+	r := testenv.Run(t, 60*time.Second, testenv.AgentEnv(t, out, "SWAPAGENT_POLICY="+policy),
+		testenv.Path(t, testenv.DecoderSim), "--steps", "1")
+	res := r.Stdout + r.Stderr
+	if policy == "outputs-only" && r.Code == 0 {
 		t.Errorf("decoder-sim under outputs-only exited 0; the recording should hold the RoPE fault\n%s", res)
 	}
 	files, ferr := trace.FindTraces(out)

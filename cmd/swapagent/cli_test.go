@@ -8,7 +8,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -22,40 +21,23 @@ import (
 	"swapagent/trace"
 )
 
-type result struct {
-	code           int
-	stdout, stderr string
-}
+type result = testenv.Result
 
-// swapagent runs the built command with a deadline, extra environment and args.
+// swapagent runs the built command with a deadline, extra environment (over testenv.CleanEnv) and args.
 func swapagent(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), args...)
-	cmd.Env = append(os.Environ(), env...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("swapagent %v: %v", args, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("swapagent %v: timed out", args)
-	}
-	return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+	return testenv.Run(t, 60*time.Second, append(testenv.CleanEnv(), env...), testenv.Path(t, testenv.CLI), args...)
 }
 
 // oneLine checks that stderr is exactly one line containing each of want.
 func oneLine(t *testing.T, r result, want ...string) {
 	t.Helper()
-	if strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
-		t.Errorf("stderr is not one line: %q", r.stderr)
+	if strings.Count(r.Stderr, "\n") != 1 || !strings.HasSuffix(r.Stderr, "\n") {
+		t.Errorf("stderr is not one line: %q", r.Stderr)
 	}
 	for _, w := range want {
-		if !strings.Contains(r.stderr, w) {
-			t.Errorf("stderr %q lacks %q", r.stderr, w)
+		if !strings.Contains(r.Stderr, w) {
+			t.Errorf("stderr %q lacks %q", r.Stderr, w)
 		}
 	}
 }
@@ -64,10 +46,10 @@ func oneLine(t *testing.T, r result, want ...string) {
 // problem (with each of want) followed by the command's usage.
 func usageErr(t *testing.T, r result, cmd string, want ...string) {
 	t.Helper()
-	lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
-	if r.code != 2 || r.stdout != "" || len(lines) != 3 || !strings.HasPrefix(lines[0], "swapagent "+cmd+": ") ||
+	lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
+	if r.Code != 2 || r.Stdout != "" || len(lines) != 3 || !strings.HasPrefix(lines[0], "swapagent "+cmd+": ") ||
 		!strings.HasPrefix(lines[1], "Usage: swapagent "+cmd) {
-		t.Errorf("exit %d stdout %q stderr %q: want exit 2, one error line and the usage on stderr", r.code, r.stdout, r.stderr)
+		t.Errorf("exit %d stdout %q stderr %q: want exit 2, one error line and the usage on stderr", r.Code, r.Stdout, r.Stderr)
 		return
 	}
 	for _, w := range want {
@@ -97,16 +79,16 @@ func TestUsageAndVersion(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := swapagent(t, nil, c.args...)
-			if r.code != c.code || !strings.Contains(r.stdout, c.stdout) || !strings.Contains(r.stderr, c.stderr) {
+			if r.Code != c.code || !strings.Contains(r.Stdout, c.stdout) || !strings.Contains(r.Stderr, c.stderr) {
 				t.Errorf("exit %d stdout %q stderr %q; want exit %d, stdout with %q, stderr with %q",
-					r.code, r.stdout, r.stderr, c.code, c.stdout, c.stderr)
+					r.Code, r.Stdout, r.Stderr, c.code, c.stdout, c.stderr)
 			}
 		})
 	}
 	r := swapagent(t, nil, "version")
 	for _, w := range []string{"swapagent ", "go: go1.", "revision: "} {
-		if !strings.Contains(r.stdout, w) {
-			t.Errorf("version output lacks %q:\n%s", w, r.stdout)
+		if !strings.Contains(r.Stdout, w) {
+			t.Errorf("version output lacks %q:\n%s", w, r.Stdout)
 		}
 	}
 }
@@ -187,8 +169,8 @@ func TestReport(t *testing.T) {
 	}{
 		{"text", []string{"report", good}, 0, func(t *testing.T, r result) {
 			for _, w := range []string{"process 321 rank 0 on node7", "aclrtMalloc", "faults: 1", "11 storages offloaded"} {
-				if !strings.Contains(r.stdout, w) {
-					t.Errorf("text lacks %q:\n%s", w, r.stdout)
+				if !strings.Contains(r.Stdout, w) {
+					t.Errorf("text lacks %q:\n%s", w, r.Stdout)
 				}
 			}
 		}},
@@ -206,22 +188,22 @@ func TestReport(t *testing.T) {
 					Calls             map[string]uint64 `json:"calls"`
 				} `json:"processes"`
 			}
-			if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
-				t.Fatalf("bad JSON (%v): %s", err, r.stdout)
+			if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
+				t.Fatalf("bad JSON (%v): %s", err, r.Stdout)
 			}
 			p := doc.Processes[0]
 			if p.PID != 321 || p.OffloadedStorages == nil || *p.OffloadedStorages != 11 || p.OffloadedBytes == nil ||
 				p.RestoredBytes == nil || p.ReleasedExternal == nil || p.PeakDeviceBytes == nil ||
 				*p.PeakDeviceBytes != 1<<20 || p.Kept["input"] != 2 || len(p.Kept) != 7 ||
 				len(p.Faults) != 1 || p.Faults[0]["kernel"] != "aclnnMul" || p.Calls["aclrtMalloc"] != 40 {
-				t.Errorf("JSON content: %s", r.stdout)
+				t.Errorf("JSON content: %s", r.Stdout)
 			}
 		}},
 		{"truncated after a good batch", []string{"report", writeFile(t, bad, "killed.swtrace", data[:len(data)-5])}, 0,
 			func(t *testing.T, r result) {
 				oneLine(t, r, "killed.swtrace", "trace ends mid-batch (process killed?): 20 events read")
-				if !strings.Contains(r.stdout, "process 321") {
-					t.Errorf("no summary: %q", r.stdout)
+				if !strings.Contains(r.Stdout, "process 321") {
+					t.Errorf("no summary: %q", r.Stdout)
 				}
 			}},
 		{"truncated in the first batch", []string{"report", writeFile(t, bad, "early.swtrace", data[:hl+8])}, 2,
@@ -229,8 +211,8 @@ func TestReport(t *testing.T) {
 		{"corrupt first batch: the rest is reported", []string{"report", writeFile(t, bad, "corrupt.swtrace", corrupt)}, 3,
 			func(t *testing.T, r result) {
 				oneLine(t, r, "corrupt.swtrace: corrupt batch 0 at offset", "20 events lost at the start", "checksum mismatch")
-				if !strings.Contains(r.stdout, "process 321") || !strings.Contains(r.stdout, "1 damaged batches skipped (20 events lost)") {
-					t.Errorf("no summary: %q", r.stdout)
+				if !strings.Contains(r.Stdout, "process 321") || !strings.Contains(r.Stdout, "1 damaged batches skipped (20 events lost)") {
+					t.Errorf("no summary: %q", r.Stdout)
 				}
 			}},
 		{"absurd length: the rest is reported", []string{"report", writeFile(t, bad, "absurd.swtrace", absurd), "--format", "json"}, 3,
@@ -250,10 +232,10 @@ func TestReport(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := swapagent(t, nil, c.args...)
-			if r.code != c.code {
-				t.Errorf("exit %d, want %d; stderr %q", r.code, c.code, r.stderr)
+			if r.Code != c.code {
+				t.Errorf("exit %d, want %d; stderr %q", r.Code, c.code, r.Stderr)
 			}
-			if (r.code == 0 || r.code == 3) && r.code == c.code && r.stdout == "" {
+			if (r.Code == 0 || r.Code == 3) && r.Code == c.code && r.Stdout == "" {
 				t.Error("no output")
 			}
 			c.chk(t, r)
@@ -267,16 +249,16 @@ func TestReportOutputFile(t *testing.T) {
 	good := writeFile(t, dir, "a.1.swtrace", data)
 	out := filepath.Join(dir, "report.json")
 	r := swapagent(t, nil, "report", good, "--format=json", "-o", out)
-	if r.code != 0 || r.stdout != "" {
-		t.Fatalf("exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || r.Stdout != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 	b, err := os.ReadFile(out)
 	if err != nil || !json.Valid(b) {
 		t.Fatalf("output file: %v %q", err, b)
 	}
 	r = swapagent(t, nil, "report", good, "-o", filepath.Join(dir, "no", "such", "dir", "x"))
-	if r.code != 1 {
-		t.Errorf("unwritable -o: exit %d, want 1", r.code)
+	if r.Code != 1 {
+		t.Errorf("unwritable -o: exit %d, want 1", r.Code)
 	}
 	oneLine(t, r, "x")
 }
@@ -309,13 +291,13 @@ func TestRunUsage(t *testing.T) {
 		})
 	}
 	r0 := swapagent(t, nil, "run", "--lib", "/nonexistent/libswapagent.so", "--", "true")
-	if r0.code != 2 {
-		t.Errorf("missing library: exit %d, want 2", r0.code)
+	if r0.Code != 2 {
+		t.Errorf("missing library: exit %d, want 2", r0.Code)
 	}
 	oneLine(t, r0, "agent library not found: /nonexistent/libswapagent.so")
 	r := swapagent(t, []string{"SWAPAGENT_LIB=/nonexistent/env.so"}, "run", "--", "true")
-	if r.code != 2 || !strings.Contains(r.stderr, "/nonexistent/env.so (from SWAPAGENT_LIB") {
-		t.Errorf("SWAPAGENT_LIB missing: exit %d stderr %q", r.code, r.stderr)
+	if r.Code != 2 || !strings.Contains(r.Stderr, "/nonexistent/env.so (from SWAPAGENT_LIB") {
+		t.Errorf("SWAPAGENT_LIB missing: exit %d stderr %q", r.Code, r.Stderr)
 	}
 }
 
@@ -333,14 +315,14 @@ func TestRunExitStatus(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.script, func(t *testing.T) {
 			r := swapagent(t, nil, "run", "--lib", lib, "--out", t.TempDir(), "--", "sh", "-c", c.script)
-			if r.code != c.code {
-				t.Errorf("exit %d, want %d; stderr %q", r.code, c.code, r.stderr)
+			if r.Code != c.code {
+				t.Errorf("exit %d, want %d; stderr %q", r.Code, c.code, r.Stderr)
 			}
 		})
 	}
 	r := swapagent(t, nil, "run", "--lib", lib, "--out", t.TempDir(), "--", "/nonexistent/prog")
-	if r.code != 127 {
-		t.Errorf("missing program: exit %d, want 127", r.code)
+	if r.Code != 127 {
+		t.Errorf("missing program: exit %d, want 127", r.Code)
 	}
 }
 
@@ -352,8 +334,8 @@ func TestRunEnvironment(t *testing.T) {
 
 	r := swapagent(t, []string{"LD_PRELOAD=" + other, "SWAPAGENT_POLICY=off", "PYTHONPATH=/x"},
 		"run", "--lib", lib, "--out", out, "--", "sh", "-c", script)
-	if r.code != 0 {
-		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d: %s", r.Code, r.Stderr)
 	}
 	want := map[string]string{
 		"LD_PRELOAD": other + ":" + lib, // the user's first, ours last
@@ -361,7 +343,7 @@ func TestRunEnvironment(t *testing.T) {
 		"OUT":        out,
 	}
 	got := map[string]string{}
-	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
 		k, v, _ := strings.Cut(line, "=")
 		got[k] = v
 	}

@@ -53,8 +53,8 @@ func TestEveryCommandBadFlag(t *testing.T) {
 	// A control character in a flag is escaped, not sent to the terminal.
 	r := swapagent(t, nil, "report", "--\x1b[31mred")
 	usageErr(t, r, "report", `--\x1b[31mred`)
-	if strings.ContainsRune(r.stderr, 0x1b) {
-		t.Errorf("raw escape on stderr: %q", r.stderr)
+	if strings.ContainsRune(r.Stderr, 0x1b) {
+		t.Errorf("raw escape on stderr: %q", r.Stderr)
 	}
 }
 
@@ -63,9 +63,9 @@ func TestEveryCommandHelp(t *testing.T) {
 	for _, c := range allCommands {
 		for _, args := range [][]string{{c.name, "--help"}, {c.name, "-h"}, {"help", c.name}} {
 			r := swapagent(t, nil, args...)
-			if r.code != 0 || r.stderr != "" || strings.Count(r.stdout, "Usage: swapagent "+c.name) != 1 ||
-				!strings.Contains(r.stdout, "Exit") && c.name != "version" {
-				t.Errorf("%v: exit %d stdout %q stderr %q", args, r.code, r.stdout, r.stderr)
+			if r.Code != 0 || r.Stderr != "" || strings.Count(r.Stdout, "Usage: swapagent "+c.name) != 1 ||
+				!strings.Contains(r.Stdout, "Exit") && c.name != "version" {
+				t.Errorf("%v: exit %d stdout %q stderr %q", args, r.Code, r.Stdout, r.Stderr)
 			}
 		}
 	}
@@ -107,16 +107,16 @@ func TestReportSalvagesMiddleBatch(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "node7.rank0.321.swtrace", damaged)
 
 	r := swapagent(t, nil, "report", p)
-	if r.code != 3 {
-		t.Errorf("exit %d, want 3 (written, some input lost)", r.code)
+	if r.Code != 3 {
+		t.Errorf("exit %d, want 3 (written, some input lost)", r.Code)
 	}
 	oneLine(t, r, p+": corrupt batch 4 at offset", "10 events lost between +", "(after event 40)", "checksum mismatch")
-	if !strings.Contains(r.stdout, "(75 events over") || !strings.Contains(r.stdout, "1 damaged batches skipped (10 events lost)") {
-		t.Errorf("text:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, "(75 events over") || !strings.Contains(r.Stdout, "1 damaged batches skipped (10 events lost)") {
+		t.Errorf("text:\n%s", r.Stdout)
 	}
 	// Every event outside batch 4 is there: 80 calls, less the 10 of batch 4 (events 40..49 are calls).
-	if !regexp.MustCompile(`aclrtMalloc +35\n`).MatchString(r.stdout) || !regexp.MustCompile(`aclrtFree +35\n`).MatchString(r.stdout) {
-		t.Errorf("calls:\n%s", r.stdout)
+	if !regexp.MustCompile(`aclrtMalloc +35\n`).MatchString(r.Stdout) || !regexp.MustCompile(`aclrtFree +35\n`).MatchString(r.Stdout) {
+		t.Errorf("calls:\n%s", r.Stdout)
 	}
 	r = swapagent(t, nil, "report", p, "--format", "json")
 	var doc struct {
@@ -130,8 +130,8 @@ func TestReportSalvagesMiddleBatch(t *testing.T) {
 			} `json:"lost_ranges"`
 		} `json:"processes"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
-		t.Fatalf("json (%v): %s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
+		t.Fatalf("json (%v): %s", err, r.Stdout)
 	}
 	lr := doc.Processes[0].LostRanges
 	if doc.Processes[0].Events != 75 || len(lr) != 1 || lr[0].Batch != 4 || lr[0].Events != 10 || lr[0].AfterEvent != 40 ||
@@ -157,23 +157,23 @@ func TestReportInputs(t *testing.T) {
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
 		_ = cmd.Run()
-		return result{cmd.ProcessState.ExitCode(), out.String(), errb.String()}
+		return result{Code: cmd.ProcessState.ExitCode(), Stdout: out.String(), Stderr: errb.String()}
 	}
-	if r := run(data, cli, "report", "-"); r.code != 0 || !strings.Contains(r.stdout, "trace: standard input (") {
-		t.Errorf("report -: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := run(data, cli, "report", "-"); r.Code != 0 || !strings.Contains(r.Stdout, "trace: standard input (") {
+		t.Errorf("report -: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := run(nil, "bash", "-c", cli+` report <(cat "$0") --format json`, good); r.code != 0 || !strings.Contains(r.stdout, `"pid": 321`) {
-		t.Errorf("process substitution: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := run(nil, "bash", "-c", cli+` report <(cat "$0") --format json`, good); r.Code != 0 || !strings.Contains(r.Stdout, `"pid": 321`) {
+		t.Errorf("process substitution: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := run(nil, "bash", "-c", `cat "$0" | `+cli+` report - | head -1`, good); !strings.HasPrefix(r.stdout, "process 321 rank 0 on node7") {
-		t.Errorf("pipe: %q %q", r.stdout, r.stderr)
+	if r := run(nil, "bash", "-c", `cat "$0" | `+cli+` report - | head -1`, good); !strings.HasPrefix(r.Stdout, "process 321 rank 0 on node7") {
+		t.Errorf("pipe: %q %q", r.Stdout, r.Stderr)
 	}
 
 	// A bad file in a directory.
 	writeFile(t, dir, "broken.swtrace", []byte("this is not a trace"))
 	r := swapagent(t, nil, "report", dir)
-	if r.code != 3 || !strings.Contains(r.stdout, "process 321") {
-		t.Errorf("bad file in a directory: exit %d\n%s", r.code, r.stdout)
+	if r.Code != 3 || !strings.Contains(r.Stdout, "process 321") {
+		t.Errorf("bad file in a directory: exit %d\n%s", r.Code, r.Stdout)
 	}
 	oneLine(t, r, "skipped "+filepath.Join(dir, "broken.swtrace")+": not a readable trace")
 
@@ -185,8 +185,8 @@ func TestReportInputs(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(logs, "swapagent-out"), "node7.rank0.321.swtrace", data)
 	r = swapagent(t, nil, "report", logs)
-	if r.code != 0 || !strings.Contains(r.stdout, "process 321") {
-		t.Errorf("msrun log dir: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "process 321") {
+		t.Errorf("msrun log dir: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	oneLine(t, r, "reading those in "+filepath.Join(logs, "swapagent-out"))
 
@@ -209,8 +209,8 @@ func TestReportInputs(t *testing.T) {
 	p := writeFile(t, t.TempDir(), "evil.swtrace", buf.Bytes())
 	for _, format := range []string{"text", "svg"} {
 		r = swapagent(t, nil, "report", p, "--format", format)
-		if r.code != 0 || strings.ContainsAny(r.stdout, "\x1b\x07\r") || !strings.Contains(r.stdout, `\x1b`) {
-			t.Errorf("%s: exit %d, control characters in:\n%q", format, r.code, r.stdout)
+		if r.Code != 0 || strings.ContainsAny(r.Stdout, "\x1b\x07\r") || !strings.Contains(r.Stdout, `\x1b`) {
+			t.Errorf("%s: exit %d, control characters in:\n%q", format, r.Code, r.Stdout)
 		}
 	}
 }

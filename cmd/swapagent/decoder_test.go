@@ -25,18 +25,18 @@ func TestRunDecoderSimSummary(t *testing.T) {
 	lib := agentLib(t)
 	out := t.TempDir()
 	r := swapagent(t, nil, "run", "--lib", lib, "--out", out, "--", sim, "--steps", "1", "--layers", "3")
-	if r.code != 0 {
-		t.Fatalf("exit %d\nstderr:\n%s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
 	for _, w := range []string{"1 traced process(es)", "decoder-sim", "aclrtMalloc", "device memory:", "kept:", "faults: 0"} {
-		if !strings.Contains(r.stderr, w) {
-			t.Errorf("run summary lacks %q:\n%s", w, r.stderr)
+		if !strings.Contains(r.Stderr, w) {
+			t.Errorf("run summary lacks %q:\n%s", w, r.Stderr)
 		}
 	}
 
 	r = swapagent(t, nil, "report", out, "--format", "json")
-	if r.code != 0 {
-		t.Fatalf("report: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("report: exit %d: %s", r.Code, r.Stderr)
 	}
 	var doc struct {
 		Processes []struct {
@@ -49,8 +49,8 @@ func TestRunDecoderSimSummary(t *testing.T) {
 			ReleasedExternal uint64 `json:"released_external"`
 		} `json:"processes"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
-		t.Fatalf("report JSON (%v): %s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
+		t.Fatalf("report JSON (%v): %s", err, r.Stdout)
 	}
 	p := doc.Processes[0]
 	if p.Calls["aclrtMalloc"] == 0 || p.Device.AllocatedBytes == 0 || p.PeakDeviceBytes == 0 || p.ReleasedExternal != 0 {
@@ -106,10 +106,10 @@ func TestReportAfterSIGKILL(t *testing.T) {
 	}
 
 	r := swapagent(t, nil, "report", file)
-	if r.code != 0 || !strings.Contains(r.stdout, "process "+strconv.Itoa(pid)) {
-		t.Fatalf("report after SIGKILL: exit %d\nstdout %s\nstderr %s", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "process "+strconv.Itoa(pid)) {
+		t.Fatalf("report after SIGKILL: exit %d\nstdout %s\nstderr %s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r.stderr != "" {
+	if r.Stderr != "" {
 		oneLine(t, r, "trace ends mid-batch (process killed?)")
 	}
 }
@@ -131,13 +131,13 @@ func TestMemoryFiguresAgree(t *testing.T) {
 		return v
 	}
 	r := swapagent(t, nil, "run", "--lib", agentLib(t), "--policy", "safe", "--out", out, "--", sim, "--hidden", "64", "--steps", "2")
-	if r.code != 0 {
-		t.Fatalf("run: exit %d\n%s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("run: exit %d\n%s", r.Code, r.Stderr)
 	}
-	fromRun := figure("run's summary", r.stderr)
+	fromRun := figure("run's summary", r.Stderr)
 
 	r = swapagent(t, nil, "report", out)
-	fromText := figure("report text", r.stdout)
+	fromText := figure("report text", r.Stdout)
 
 	r = swapagent(t, nil, "report", out, "--format", "json")
 	var doc struct {
@@ -150,15 +150,15 @@ func TestMemoryFiguresAgree(t *testing.T) {
 			} `json:"memory"`
 		} `json:"processes"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil || len(doc.Processes) != 1 {
-		t.Fatalf("report json (%v): %s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
+		t.Fatalf("report json (%v): %s", err, r.Stdout)
 	}
 	m := doc.Processes[0].Memory
 
 	r = swapagent(t, nil, "replay", out, "--policy", "safe")
-	rm := regexp.MustCompile(`memory saved vs no swap: (-?\d+) bytes`).FindStringSubmatch(r.stdout)
-	if r.code != 0 || rm == nil {
-		t.Fatalf("replay: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	rm := regexp.MustCompile(`memory saved vs no swap: (-?\d+) bytes`).FindStringSubmatch(r.Stdout)
+	if r.Code != 0 || rm == nil {
+		t.Fatalf("replay: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	fromReplay, _ := strconv.ParseInt(rm[1], 10, 64)
 

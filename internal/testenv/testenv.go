@@ -3,9 +3,15 @@
 package testenv
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Root returns the repository root (the directory holding go.mod).
@@ -49,3 +55,68 @@ const (
 	AgentLib    = "build/lib/libswapagent.so"
 	CLI         = "build/bin/swapagent"
 )
+
+// Result is one finished process: its output, its exit code (-1 when a signal ended it) and the error
+// Run got (nil, an *exec.ExitError, ...), for tests that look at how it ended.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+	Err            error
+}
+
+// CleanEnv is this process's environment without what steers the agent, the emulator or msrun's
+// scheduler check (SWAPAGENT_*, ACLSIM_*, LD_PRELOAD, MS_ROLE, RANK, RANK_ID): a test states what it
+// wants, whatever the shell that runs it has set.
+func CleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "SWAPAGENT_") || strings.HasPrefix(k, "ACLSIM_") || k == "LD_PRELOAD" ||
+			k == "MS_ROLE" || k == "RANK" || k == "RANK_ID" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// AgentEnv is CleanEnv with the built agent preloaded, its output in out, and extra.
+func AgentEnv(t testing.TB, out string, extra ...string) []string {
+	t.Helper()
+	return append(append(CleanEnv(), "LD_PRELOAD="+Path(t, AgentLib), "SWAPAGENT_OUT="+out), extra...)
+}
+
+// Run runs name with the whole environment env (nil: CleanEnv()), bounded by timeout. A process that
+// times out or cannot start fails the test (with the end of its stderr); how it exited is the caller's
+// to judge.
+func Run(t testing.TB, timeout time.Duration, env []string, name string, args ...string) Result {
+	t.Helper()
+	if env == nil {
+		env = CleanEnv()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v: timed out after %v\nstderr (tail):\n%s", filepath.Base(name), args, timeout,
+			Tail(errb.String(), 20))
+	}
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("%s %v: %v", filepath.Base(name), args, err)
+	}
+	return Result{Stdout: out.String(), Stderr: errb.String(), Code: cmd.ProcessState.ExitCode(), Err: err}
+}
+
+// Tail is the last n lines of s.
+func Tail(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}

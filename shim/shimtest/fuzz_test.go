@@ -33,40 +33,32 @@ func TestFuzzABI(t *testing.T) {
 		seed++
 		t.Run(fmt.Sprintf("seed%d-%s-prefetch%s", seed, cfg.policy, cfg.prefetch), func(t *testing.T) {
 			t.Parallel()
-			env := agentEnv(t, t.TempDir(), "SWAPAGENT_POLICY="+cfg.policy, "SWAPAGENT_PREFETCH="+cfg.prefetch,
+			env := testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_POLICY="+cfg.policy, "SWAPAGENT_PREFETCH="+cfg.prefetch,
 				"SWAPAGENT_MIN_BYTES=4096")
 			start := time.Now()
-			r := run(t, time.Minute+time.Duration(calls)*time.Millisecond, env, prog, strconv.Itoa(seed),
+			r := testenv.Run(t, time.Minute+time.Duration(calls)*time.Millisecond, env, prog, strconv.Itoa(seed),
 				strconv.Itoa(calls))
-			passed, failed := regressCounts(t, r.stdout)
-			if r.err != nil || failed != 0 {
-				t.Fatalf("sa-fuzz %d %d: %v, %d failed:\n%s\nstderr (tail):\n%s", seed, calls, r.err, failed,
-					r.stdout, tail(r.stderr, 40))
+			passed, failed := regressCounts(t, r.Stdout)
+			if r.Err != nil || failed != 0 {
+				t.Fatalf("sa-fuzz %d %d: %v, %d failed:\n%s\nstderr (tail):\n%s", seed, calls, r.Err, failed,
+					r.Stdout, testenv.Tail(r.Stderr, 40))
 			}
 			for _, must := range []string{"ok   survive:", "ok   save.garbage:", "ok   unpack.bytes:",
 				"ok   final.bytes:", "ok   stats.rejected:"} {
-				if !strings.Contains(r.stdout, must) {
-					t.Errorf("missing check line %q:\n%s", must, r.stdout)
+				if !strings.Contains(r.Stdout, must) {
+					t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 				}
 			}
 			for _, never := range []string{"fatal error", "internal error", "panic", "SIGSEGV"} {
-				if strings.Contains(r.stderr, never) {
-					t.Errorf("stderr holds %q:\n%s", never, tail(r.stderr, 40))
+				if strings.Contains(r.Stderr, never) {
+					t.Errorf("stderr holds %q:\n%s", never, testenv.Tail(r.Stderr, 40))
 				}
 			}
 			// A refused pointer is one warning line, once: a buggy framework cannot flood the log.
-			if n := strings.Count(r.stderr, "swapagent_save: invalid argument: not memory the agent may copy"); n != 1 {
+			if n := strings.Count(r.Stderr, "swapagent_save: invalid argument: not memory the agent may copy"); n != 1 {
 				t.Errorf("%d warning lines for refused save pointers, want 1", n)
 			}
 			t.Logf("seed %d, %d calls: %d checks passed in %v", seed, calls, passed, time.Since(start).Round(time.Millisecond))
 		})
 	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

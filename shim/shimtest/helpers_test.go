@@ -4,64 +4,17 @@ package shimtest
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"swapagent/internal/testenv"
 	"swapagent/trace"
 )
-
-// baseEnv is the test's environment without anything that would steer the agent.
-func baseEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(k, "SWAPAGENT_") || k == "LD_PRELOAD" || k == "MS_ROLE" || k == "RANK" ||
-			k == "RANK_ID" || strings.HasPrefix(k, "ACLSIM_") {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-// agentEnv preloads the agent with its output in out.
-func agentEnv(t *testing.T, out string, extra ...string) []string {
-	t.Helper()
-	lib := testenv.Path(t, testenv.AgentLib)
-	return append(append(baseEnv(), "LD_PRELOAD="+lib, "SWAPAGENT_OUT="+out), extra...)
-}
-
-type result struct {
-	stdout, stderr string
-	err            error
-}
-
-// run runs a command with env, bounded by timeout.
-func run(t *testing.T, timeout time.Duration, env []string, name string, args ...string) result {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = env
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("%s %v: timed out after %v\nstderr: %s", name, args, timeout, errb.String())
-	}
-	return result{out.String(), errb.String(), err}
-}
 
 // intercepted returns the names hooks.def interposes (SA_HOOK, SA_CUSTOM, SA_LAUNCH).
 func intercepted(t *testing.T) map[string]bool {
@@ -103,7 +56,7 @@ type summary struct {
 	lost   uint64
 	logs   []string
 	events int
-	err    error // what stopped the reader (nil at a clean end)
+	Err    error // what stopped the reader (nil at a clean end)
 }
 
 // readSummary streams a trace (it may hold tens of millions of events).
@@ -127,7 +80,7 @@ func readSummary(t *testing.T, path string) summary {
 			break
 		}
 		if err != nil {
-			s.err = err
+			s.Err = err
 			break
 		}
 		s.events++
@@ -180,15 +133,4 @@ func agentLines(stderr string) []string {
 		}
 	}
 	return out
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	if err != nil {
-		return -1
-	}
-	return 0
 }

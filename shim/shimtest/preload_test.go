@@ -26,14 +26,14 @@ func TestDecoderSimCountsMatch(t *testing.T) {
 	for _, link := range []string{"direct", "dlsym"} {
 		t.Run(link, func(t *testing.T) {
 			out := t.TempDir()
-			r := run(t, 2*time.Minute, agentEnv(t, out), sim, "--steps", "2", "--link", link)
-			if r.err != nil {
-				t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
+			r := testenv.Run(t, 2*time.Minute, testenv.AgentEnv(t, out), sim, "--steps", "2", "--link", link)
+			if r.Err != nil {
+				t.Fatalf("decoder-sim: %v\n%s", r.Err, r.Stderr)
 			}
-			want := decoderCalls(t, r.stdout)
+			want := decoderCalls(t, r.Stdout)
 			s := readSummary(t, traceFile(t, out))
-			if s.err != nil {
-				t.Fatalf("trace: %v", s.err)
+			if s.Err != nil {
+				t.Fatalf("trace: %v", s.Err)
 			}
 			compared := 0
 			for fn, n := range want {
@@ -60,30 +60,30 @@ func TestLateDlopenIsTracedAndDladdrNamesTheRuntime(t *testing.T) {
 	prog := testenv.Path(t, "build/test/sa-latedl")
 	lib := testenv.Path(t, testenv.ACLLib)
 	out := t.TempDir()
-	r := run(t, time.Minute, agentEnv(t, out), prog, lib, "1000")
-	if r.err != nil {
-		t.Fatalf("sa-latedl: %v\n%s%s", r.err, r.stdout, r.stderr)
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out), prog, lib, "1000")
+	if r.Err != nil {
+		t.Fatalf("sa-latedl: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 	}
-	if !strings.Contains(r.stdout, "dladdr "+lib+"\n") {
-		t.Errorf("dladdr on the dlsym'ed aclrtMalloc should name %s; output:\n%s", lib, r.stdout)
+	if !strings.Contains(r.Stdout, "dladdr "+lib+"\n") {
+		t.Errorf("dladdr on the dlsym'ed aclrtMalloc should name %s; output:\n%s", lib, r.Stdout)
 	}
-	if !strings.Contains(r.stdout, "rtld_next found") {
-		t.Errorf("dlsym(RTLD_NEXT) from the program lost its caller:\n%s", r.stdout)
+	if !strings.Contains(r.Stdout, "rtld_next found") {
+		t.Errorf("dlsym(RTLD_NEXT) from the program lost its caller:\n%s", r.Stdout)
 	}
 	s := readSummary(t, traceFile(t, out))
-	if s.err != nil || s.calls["aclrtMalloc"] != 1000 || s.calls["aclrtFree"] != 1000 || s.calls["aclInit"] != 1 {
+	if s.Err != nil || s.calls["aclrtMalloc"] != 1000 || s.calls["aclrtFree"] != 1000 || s.calls["aclInit"] != 1 {
 		t.Errorf("trace: malloc %d free %d init %d (%v)", s.calls["aclrtMalloc"], s.calls["aclrtFree"],
-			s.calls["aclInit"], s.err)
+			s.calls["aclInit"], s.Err)
 	}
 }
 
 func TestForkWithoutExecNeverHangs(t *testing.T) {
 	prog := testenv.Path(t, "build/test/sa-fork")
 	out := t.TempDir()
-	r := run(t, 3*time.Minute, agentEnv(t, out), prog, "50")
-	t.Log(strings.TrimSpace(r.stdout))
-	if r.err != nil || !strings.Contains(r.stdout, "trials 50 hangs 0 failures 0") {
-		t.Fatalf("sa-fork: %v\n%s%s", r.err, r.stdout, r.stderr)
+	r := testenv.Run(t, 3*time.Minute, testenv.AgentEnv(t, out), prog, "50")
+	t.Log(strings.TrimSpace(r.Stdout))
+	if r.Err != nil || !strings.Contains(r.Stdout, "trials 50 hangs 0 failures 0") {
+		t.Fatalf("sa-fork: %v\n%s%s", r.Err, r.Stdout, r.Stderr)
 	}
 	// Only the parent writes a trace: children never enter Go.
 	files, _ := trace.FindTraces(out)
@@ -100,14 +100,14 @@ func TestSixteenThreadsMillionPairsExact(t *testing.T) {
 	// The emulator's free-range quarantine makes 16M frees superlinear; it is not what this test measures.
 	// 16 threads contend on the emulator's allocator lock: on a loaded 2-core machine the run has taken
 	// two minutes, so the bound only catches a hang.
-	r := run(t, 8*time.Minute, agentEnv(t, out, "ACLSIM_QUARANTINE=0"), prog, "16", "1000000")
-	if r.err != nil {
-		t.Fatalf("sa-stress: %v\n%s", r.err, r.stderr)
+	r := testenv.Run(t, 8*time.Minute, testenv.AgentEnv(t, out, "ACLSIM_QUARANTINE=0"), prog, "16", "1000000")
+	if r.Err != nil {
+		t.Fatalf("sa-stress: %v\n%s", r.Err, r.Stderr)
 	}
 	t.Logf("16 x 1M pairs under the agent: %v", time.Since(start).Round(time.Millisecond))
 	s := readSummary(t, traceFile(t, out))
-	if s.err != nil {
-		t.Fatalf("trace: %v", s.err)
+	if s.Err != nil {
+		t.Fatalf("trace: %v", s.Err)
 	}
 	if s.calls["aclrtMalloc"] != threads*pairs || s.calls["aclrtFree"] != threads*pairs {
 		t.Errorf("trace: %d mallocs, %d frees; want %d each", s.calls["aclrtMalloc"], s.calls["aclrtFree"],
@@ -125,7 +125,7 @@ func TestSIGKILLLeavesAReadableTrace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, sim, "--steps", "1000")
-	cmd.Env = agentEnv(t, out)
+	cmd.Env = testenv.AgentEnv(t, out)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -152,9 +152,9 @@ func TestSIGKILLLeavesAReadableTrace(t *testing.T) {
 	if len(evs) < 1000 {
 		t.Fatalf("only %d events before the kill", len(evs))
 	}
-	r := run(t, time.Minute, baseEnv(), cli, "report", "--format", "json", path)
-	if r.err != nil || !json.Valid([]byte(r.stdout)) {
-		t.Fatalf("swapagent report on the killed trace: %v\n%s", r.err, r.stderr)
+	r := testenv.Run(t, time.Minute, testenv.CleanEnv(), cli, "report", "--format", "json", path)
+	if r.Err != nil || !json.Valid([]byte(r.Stdout)) {
+		t.Fatalf("swapagent report on the killed trace: %v\n%s", r.Err, r.Stderr)
 	}
 	t.Logf("%d events readable after SIGKILL (reader: %v)", len(evs), err)
 }
@@ -164,13 +164,13 @@ func TestFatalSignalFlushesTheRing(t *testing.T) {
 	for _, mode := range []string{"abort", "segv"} {
 		t.Run(mode, func(t *testing.T) {
 			out := t.TempDir()
-			r := run(t, time.Minute, agentEnv(t, out), prog, "5000", mode)
-			if exitCode(r.err) == 0 || !strings.Contains(r.stdout, "allocated") {
-				t.Fatalf("sa-crash %s: %v\n%s", mode, r.err, r.stdout)
+			r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out), prog, "5000", mode)
+			if r.Code == 0 || !strings.Contains(r.Stdout, "allocated") {
+				t.Fatalf("sa-crash %s: %v\n%s", mode, r.Err, r.Stdout)
 			}
 			s := readSummary(t, traceFile(t, out))
-			if s.err != nil && !errors.Is(s.err, trace.ErrTruncated) {
-				t.Fatalf("trace: %v", s.err)
+			if s.Err != nil && !errors.Is(s.Err, trace.ErrTruncated) {
+				t.Fatalf("trace: %v", s.Err)
 			}
 			if s.calls["aclrtMalloc"] != 5000 || s.calls["aclrtFree"] != 5000 {
 				t.Errorf("trace: %d mallocs, %d frees before the crash; want 5000 each", s.calls["aclrtMalloc"],
@@ -189,14 +189,14 @@ func TestFatalSignalFlushesTheRing(t *testing.T) {
 
 func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
-	plain := run(t, time.Minute, baseEnv(), sim, "--steps", "2")
-	if plain.err != nil {
-		t.Fatalf("decoder-sim alone: %v", plain.err)
+	plain := testenv.Run(t, time.Minute, testenv.CleanEnv(), sim, "--steps", "2")
+	if plain.Err != nil {
+		t.Fatalf("decoder-sim alone: %v", plain.Err)
 	}
 	// A bad value means the default: the output is that of a run with the default configuration.
-	def := run(t, time.Minute, agentEnv(t, t.TempDir()), sim, "--steps", "2")
-	if def.err != nil {
-		t.Fatalf("decoder-sim under the default configuration: %v\n%s", def.err, def.stderr)
+	def := testenv.Run(t, time.Minute, testenv.AgentEnv(t, t.TempDir()), sim, "--steps", "2")
+	if def.Err != nil {
+		t.Fatalf("decoder-sim under the default configuration: %v\n%s", def.Err, def.Stderr)
 	}
 	notDir := filepath.Join(t.TempDir(), "file")
 	if err := os.WriteFile(notDir, []byte("x"), 0o600); err != nil {
@@ -207,25 +207,25 @@ func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 		env  []string
 		want string
 	}{
-		{"policy", agentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=bogus"),
+		{"policy", testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=bogus"),
 			`swapagent: SWAPAGENT_POLICY="bogus" is not one of safe, outputs-only, off; using safe`},
-		{"out", agentEnv(t, filepath.Join(notDir, "out")), "swapagent: cannot write to SWAPAGENT_OUT="},
+		{"out", testenv.AgentEnv(t, filepath.Join(notDir, "out")), "swapagent: cannot write to SWAPAGENT_OUT="},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := run(t, time.Minute, c.env, sim, "--steps", "2")
-			if r.err != nil {
-				t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
+			r := testenv.Run(t, time.Minute, c.env, sim, "--steps", "2")
+			if r.Err != nil {
+				t.Fatalf("decoder-sim: %v\n%s", r.Err, r.Stderr)
 			}
-			if r.stdout != def.stdout {
-				t.Errorf("stdout differs from a run with the default configuration:\n%s\n---\n%s", r.stdout, def.stdout)
+			if r.Stdout != def.Stdout {
+				t.Errorf("stdout differs from a run with the default configuration:\n%s\n---\n%s", r.Stdout, def.Stdout)
 			}
 			// The job's results are those of a run without the agent. Its "calls" lines may differ: the
 			// default policy swaps, so the framework's pool grows less (fewer aclrtMalloc calls).
-			if got, want := stepLines(r.stdout), stepLines(plain.stdout); got != want || want == "" {
+			if got, want := stepLines(r.Stdout), stepLines(plain.Stdout); got != want || want == "" {
 				t.Errorf("step lines differ from a run without the agent:\n%s\n---\n%s", got, want)
 			}
-			lines := agentLines(r.stderr)
+			lines := agentLines(r.Stderr)
 			if len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
 				t.Errorf("want exactly one agent line starting %q, got %q", c.want, lines)
 			}
@@ -236,9 +236,9 @@ func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 func TestSchedulerStaysInert(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	out := t.TempDir()
-	r := run(t, time.Minute, agentEnv(t, out, "MS_ROLE=MS_SCHED"), sim, "--steps", "1")
-	if r.err != nil {
-		t.Fatalf("decoder-sim: %v\n%s", r.err, r.stderr)
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out, "MS_ROLE=MS_SCHED"), sim, "--steps", "1")
+	if r.Err != nil {
+		t.Fatalf("decoder-sim: %v\n%s", r.Err, r.Stderr)
 	}
 	if files, _ := trace.FindTraces(out); len(files) != 0 {
 		t.Errorf("the scheduler wrote %v", files)
@@ -258,15 +258,15 @@ n = lib.swapagent_stats_json(buf, len(buf))
 assert 0 < n < len(buf), n
 print("keys", ",".join(sorted(json.loads(buf.value.decode()))))
 `
-		r := run(t, time.Minute, agentEnv(t, out), py, "-c", script)
-		if r.err != nil {
-			t.Fatalf("python: %v\n%s", r.err, r.stderr)
+		r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out), py, "-c", script)
+		if r.Err != nil {
+			t.Fatalf("python: %v\n%s", r.Err, r.Stderr)
 		}
-		if !strings.Contains(r.stdout, "abi 1\n") || !strings.Contains(r.stdout, "offloaded_bytes") ||
-			!strings.Contains(r.stdout, "runtime") {
-			t.Errorf("output:\n%s", r.stdout)
+		if !strings.Contains(r.Stdout, "abi 1\n") || !strings.Contains(r.Stdout, "offloaded_bytes") ||
+			!strings.Contains(r.Stdout, "runtime") {
+			t.Errorf("output:\n%s", r.Stdout)
 		}
-		if lines := agentLines(r.stderr); len(lines) != 0 {
+		if lines := agentLines(r.Stderr); len(lines) != 0 {
 			t.Errorf("agent wrote to stderr: %q", lines)
 		}
 	})
@@ -283,7 +283,7 @@ except KeyboardInterrupt:
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, py, "-c", script)
-		cmd.Env = agentEnv(t, out)
+		cmd.Env = testenv.AgentEnv(t, out)
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -326,15 +326,15 @@ func stepLines(out string) string {
 // the agent must go inert with one line, and decoder-sim must finish with the results of a run without it.
 func TestPanicInsideTheAgentLeavesTheJobRunning(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
-	plain := run(t, time.Minute, baseEnv(), sim, "--steps", "2")
-	r := run(t, time.Minute, agentEnv(t, t.TempDir(), "SWAPAGENT_TEST_PANIC=region_enter"), sim, "--steps", "2")
-	if r.err != nil {
-		t.Fatalf("decoder-sim with a panicking agent: %v\n%s", r.err, r.stderr)
+	plain := testenv.Run(t, time.Minute, testenv.CleanEnv(), sim, "--steps", "2")
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_TEST_PANIC=region_enter"), sim, "--steps", "2")
+	if r.Err != nil {
+		t.Fatalf("decoder-sim with a panicking agent: %v\n%s", r.Err, r.Stderr)
 	}
-	if got, want := stepLines(r.stdout), stepLines(plain.stdout); got != want || want == "" {
+	if got, want := stepLines(r.Stdout), stepLines(plain.Stdout); got != want || want == "" {
 		t.Errorf("step lines differ from a run without the agent:\n%s\n---\n%s", got, want)
 	}
-	lines := agentLines(r.stderr)
+	lines := agentLines(r.Stderr)
 	if len(lines) != 1 || !strings.Contains(lines[0], "internal error in swapagent_region_enter") ||
 		!strings.Contains(lines[0], "the job continues") {
 		t.Errorf("want one agent line about the contained panic, got %q", lines)

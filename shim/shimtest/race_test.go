@@ -15,14 +15,14 @@ import (
 func TestRaceReportedWhenTheJobDefeatsTheOrdering(t *testing.T) {
 	prog := testenv.Path(t, "build/test/sa-race")
 	for _, mode := range []string{"race", "ordered"} {
-		r := run(t, time.Minute, agentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=safe"), prog, mode)
-		if r.err != nil {
-			t.Fatalf("sa-race %s: %v\nstdout:\n%s\nstderr:\n%s", mode, r.err, r.stdout, r.stderr)
+		r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=safe"), prog, mode)
+		if r.Err != nil {
+			t.Fatalf("sa-race %s: %v\nstdout:\n%s\nstderr:\n%s", mode, r.Err, r.Stdout, r.Stderr)
 		}
-		block := strings.Contains(r.stderr, "FAULT (race): aclnnMul uses tensor 0") &&
-			strings.Contains(r.stderr, "inside a storage of g while the agent is moving it")
+		block := strings.Contains(r.Stderr, "FAULT (race): aclnnMul uses tensor 0") &&
+			strings.Contains(r.Stderr, "inside a storage of g while the agent is moving it")
 		if block != (mode == "race") {
-			t.Errorf("sa-race %s: fault block printed %v\nstderr:\n%s", mode, block, r.stderr)
+			t.Errorf("sa-race %s: fault block printed %v\nstderr:\n%s", mode, block, r.Stderr)
 		}
 	}
 }
@@ -32,9 +32,9 @@ func TestRaceReportedWhenTheJobDefeatsTheOrdering(t *testing.T) {
 // kernel runs (shim/c/test/sa_exec.c).
 func TestLaunchCheckFollowsExecutors(t *testing.T) {
 	prog := testenv.Path(t, "build/test/sa-exec")
-	r := run(t, time.Minute, agentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=safe"), prog)
-	if r.err != nil {
-		t.Fatalf("sa-exec: %v\nstderr:\n%s", r.err, r.stderr)
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=safe"), prog)
+	if r.Err != nil {
+		t.Fatalf("sa-exec: %v\nstderr:\n%s", r.Err, r.Stderr)
 	}
 	var st struct {
 		Faults []struct {
@@ -43,8 +43,8 @@ func TestLaunchCheckFollowsExecutors(t *testing.T) {
 			Kernel   string `json:"kernel"`
 		} `json:"faults"`
 	}
-	if err := json.Unmarshal([]byte(strings.TrimSpace(r.stdout)), &st); err != nil {
-		t.Fatalf("stats JSON: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &st); err != nil {
+		t.Fatalf("stats JSON: %v\n%s", err, r.Stdout)
 	}
 	seen := map[uint64]bool{}
 	for _, f := range st.Faults {

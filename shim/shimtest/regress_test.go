@@ -39,12 +39,12 @@ func failing(stdout, role string) []string {
 	return out
 }
 
-func runRegress(t *testing.T, policy string, extra ...string) result {
+func runRegress(t *testing.T, policy string, extra ...string) testenv.Result {
 	t.Helper()
 	prog := testenv.Path(t, "build/test/sa-regress")
-	env := agentEnv(t, t.TempDir(), append([]string{"SWAPAGENT_POLICY=" + policy, "SWAPAGENT_PREFETCH=1",
+	env := testenv.AgentEnv(t, t.TempDir(), append([]string{"SWAPAGENT_POLICY=" + policy, "SWAPAGENT_PREFETCH=1",
 		"SWAPAGENT_MIN_BYTES=65536"}, extra...)...)
-	return run(t, time.Minute, env, prog, "4", "2")
+	return testenv.Run(t, time.Minute, env, prog, "4", "2")
 }
 
 // Issue 294 under the fix: inputs (positional and keyword, and their aliases) and outputs stay on device
@@ -60,14 +60,14 @@ func TestRegressSafeProtectsInputsAndOutputs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := runRegress(t, "safe", tc.extra...)
-			passed, failed := regressCounts(t, r.stdout)
-			if r.err != nil || failed != 0 {
+			passed, failed := regressCounts(t, r.Stdout)
+			if r.Err != nil || failed != 0 {
 				t.Fatalf("sa-regress under safe: %v, %d failed:\n%s\nstderr:\n%s",
-					r.err, failed, strings.Join(failing(r.stdout, ""), "\n"), r.stderr)
+					r.Err, failed, strings.Join(failing(r.Stdout, ""), "\n"), r.Stderr)
 			}
 			// 4 layers x 2 steps: dozens of checks per layer; a drop means checks were skipped.
 			if passed < 250 {
-				t.Errorf("only %d checks passed:\n%s", passed, r.stdout)
+				t.Errorf("only %d checks passed:\n%s", passed, r.Stdout)
 			}
 			for _, must := range []string{
 				"ok   step1 layer.1 input.positional: out0: reason 1 input",
@@ -84,11 +84,11 @@ func TestRegressSafeProtectsInputsAndOutputs(t *testing.T) {
 				"ok   stats.kept.input:",
 				"ok   stats.offloaded_storages: 16 storages",
 			} {
-				if !strings.Contains(r.stdout, must) {
+				if !strings.Contains(r.Stdout, must) {
 					t.Errorf("missing check line %q", must)
 				}
 			}
-			if lines := agentLines(r.stderr); len(lines) != 0 {
+			if lines := agentLines(r.Stderr); len(lines) != 0 {
 				t.Errorf("agent complained under safe:\n%s", strings.Join(lines, "\n"))
 			}
 		})
@@ -99,22 +99,22 @@ func TestRegressSafeProtectsInputsAndOutputs(t *testing.T) {
 // input checks (positional and keyword) and the external releases.
 func TestRegressOutputsOnlyFailsInputChecks(t *testing.T) {
 	r := runRegress(t, "outputs-only")
-	_, failed := regressCounts(t, r.stdout)
-	if code := exitCode(r.err); code != 1 || failed == 0 {
+	_, failed := regressCounts(t, r.Stdout)
+	if code := r.Code; code != 1 || failed == 0 {
 		t.Fatalf("sa-regress under outputs-only: exit %d (want 1), %d failed: the checks cannot fail?\n%s", code,
-			failed, r.stdout)
+			failed, r.Stdout)
 	}
 	for _, role := range []string{"input.positional:", "input.keyword:", "input.positional.alias:",
 		"input.keyword.alias:", "input.keyword after", "stats.released_external", "stats.kept.input"} {
-		if len(failing(r.stdout, role)) == 0 {
+		if len(failing(r.Stdout, role)) == 0 {
 			t.Errorf("no failing %q check under outputs-only", role)
 		}
 	}
 	// Everything the policy does not touch still passes: outputs, params, small storages.
 	for _, role := range []string{"output:", "param:", "small:"} {
-		if f := failing(r.stdout, role); len(f) != 0 {
+		if f := failing(r.Stdout, role); len(f) != 0 {
 			t.Errorf("outputs-only should keep %q; failed:\n%s", role, strings.Join(f, "\n"))
 		}
 	}
-	t.Logf("outputs-only: %d checks failed as expected; first: %s", failed, failing(r.stdout, "input.keyword:")[0])
+	t.Logf("outputs-only: %d checks failed as expected; first: %s", failed, failing(r.Stdout, "input.keyword:")[0])
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"swapagent/internal/testenv"
 )
 
 // sigBlk returns the blocked-signal mask of each thread of pid.
@@ -44,7 +46,7 @@ func sigBlk(t *testing.T, pid int) map[string]uint64 {
 
 func TestGoThreadsLeaveProcessSignalsToTheHost(t *testing.T) {
 	cmd := exec.Command("sleep", "5")
-	cmd.Env = agentEnv(t, t.TempDir())
+	cmd.Env = testenv.AgentEnv(t, t.TempDir())
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

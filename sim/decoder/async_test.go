@@ -6,12 +6,8 @@
 package decoder_test
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -29,55 +25,26 @@ var hazardCount = regexp.MustCompile(`(?m)^aclsim: hazards: (\d+)$`)
 
 // simRun is one decoder-sim process.
 type simRun struct {
-	steps, stderr string
+	steps, Stderr string
 	hazards       int
 	releases      int // storages the agent released (decoder-sim's own count)
-	code          int
+	Code          int
 }
 
 var agentLine = regexp.MustCompile(`agent present: \d+ saves, \d+ unpacks, (\d+) releases`)
 
-// runSim runs decoder-sim with env added to a clean environment (no inherited ACLSIM_ or SWAPAGENT_).
+// runSim runs decoder-sim with env added to a clean environment (testenv.CleanEnv).
 func runSim(t *testing.T, env []string, args ...string) simRun {
 	t.Helper()
-	bin := testenv.Path(t, testenv.DecoderSim)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ACLSIM_") && !strings.HasPrefix(kv, "SWAPAGENT_") && !strings.HasPrefix(kv, "LD_PRELOAD=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("decoder-sim %v: timed out\nstderr:\n%s", args, lastLines(se.String(), 20))
-	}
-	r := simRun{steps: stepText(so.String()), stderr: se.String(), hazards: -1}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		r.code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("decoder-sim %v: %v", args, err)
-	}
-	if m := hazardCount.FindStringSubmatch(r.stderr); m != nil {
+	p := testenv.Run(t, 3*time.Minute, append(testenv.CleanEnv(), env...), testenv.Path(t, testenv.DecoderSim), args...)
+	r := simRun{steps: stepText(p.Stdout), Stderr: p.Stderr, hazards: -1, Code: p.Code}
+	if m := hazardCount.FindStringSubmatch(r.Stderr); m != nil {
 		r.hazards, _ = strconv.Atoi(m[1])
 	}
-	if m := agentLine.FindStringSubmatch(r.stderr); m != nil {
+	if m := agentLine.FindStringSubmatch(r.Stderr); m != nil {
 		r.releases, _ = strconv.Atoi(m[1])
 	}
 	return r
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
 }
 
 // agentEnv preloads the agent with policy safe and prefetch, under the hazard checker with jitter.
@@ -101,9 +68,9 @@ func seeds(t *testing.T) int {
 
 func TestAsyncSwapBitIdenticalAndHazardFree(t *testing.T) {
 	base := runSim(t, []string{"ACLSIM_CHECK_HAZARDS=1"}, append(asyncArgs, "--sync", "op")...)
-	if base.code != 0 || strings.Count(base.steps, "\n") != 3 || base.hazards != 0 {
-		t.Fatalf("baseline without the agent: exit %d, hazards %d, steps:\n%s\nstderr:\n%s", base.code, base.hazards,
-			base.steps, lastLines(base.stderr, 10))
+	if base.Code != 0 || strings.Count(base.steps, "\n") != 3 || base.hazards != 0 {
+		t.Fatalf("baseline without the agent: exit %d, hazards %d, steps:\n%s\nstderr:\n%s", base.Code, base.hazards,
+			base.steps, testenv.Tail(base.Stderr, 10))
 	}
 	n := seeds(t)
 	for _, sync := range []string{"op", "layer", "step"} {
@@ -121,15 +88,15 @@ func TestAsyncSwapBitIdenticalAndHazardFree(t *testing.T) {
 							r := runSim(t, agentEnv(t, prefetch, seed, extra...),
 								append(asyncArgs, "--sync", sync, "--streams", streams)...)
 							switch {
-							case r.code != 0:
-								t.Fatalf("seed %d: exit %d\n%s", seed, r.code, lastLines(r.stderr, 20))
+							case r.Code != 0:
+								t.Fatalf("seed %d: exit %d\n%s", seed, r.Code, testenv.Tail(r.Stderr, 20))
 							case r.hazards != 0:
-								t.Fatalf("seed %d: %d hazards (want 0)\n%s", seed, r.hazards, hazardLines(r.stderr))
+								t.Fatalf("seed %d: %d hazards (want 0)\n%s", seed, r.hazards, hazardLines(r.Stderr))
 							case r.steps != base.steps:
 								t.Fatalf("seed %d: step lines differ from the run without the agent:\n%s---\n%s", seed,
 									r.steps, base.steps)
 							case r.releases == 0:
-								t.Fatalf("seed %d: nothing was swapped\n%s", seed, lastLines(r.stderr, 5))
+								t.Fatalf("seed %d: nothing was swapped\n%s", seed, testenv.Tail(r.Stderr, 5))
 							}
 						}
 					})
@@ -150,7 +117,7 @@ func TestAsyncControlWithoutOrderingIsCaught(t *testing.T) {
 			append(asyncArgs, "--sync", "step", "--streams", "2")...)
 		if r.hazards <= 0 {
 			t.Errorf("seed %d: hazards %d without the agent's ordering (want > 0)\n%s", seed, r.hazards,
-				lastLines(r.stderr, 10))
+				testenv.Tail(r.Stderr, 10))
 		}
 		if r.steps != base.steps {
 			differ++

@@ -5,13 +5,8 @@
 package decoder_test
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"math"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -21,10 +16,7 @@ import (
 	"swapagent/internal/testenv"
 )
 
-type result struct {
-	stdout, stderr string
-	code           int
-}
+type result = testenv.Result
 
 // run executes decoder-sim with a deadline so a hang fails the test instead of the CI job.
 func run(t *testing.T, args ...string) result {
@@ -32,30 +24,11 @@ func run(t *testing.T, args ...string) result {
 	return runEnv(t, nil, args...)
 }
 
-// runEnv is run with env added to the environment.
+// runEnv is run with env added to a clean environment (testenv.CleanEnv).
 func runEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
-	bin := testenv.Path(t, testenv.DecoderSim)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	if env != nil {
-		cmd.Env = append(os.Environ(), env...)
-	}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("decoder-sim %v: timed out\nstderr:\n%s", args, errb.String())
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("decoder-sim %v: %v", args, err)
-	}
-	return result{out.String(), errb.String(), code}
+	return testenv.Run(t, 90*time.Second, append(testenv.CleanEnv(), env...), testenv.Path(t, testenv.DecoderSim),
+		args...)
 }
 
 func mustRun(t *testing.T, args ...string) result {
@@ -66,8 +39,8 @@ func mustRun(t *testing.T, args ...string) result {
 func mustRunEnv(t *testing.T, env []string, args ...string) result {
 	t.Helper()
 	r := runEnv(t, env, args...)
-	if r.code != 0 {
-		t.Fatalf("decoder-sim %v (env %v): exit %d\nstderr:\n%s", args, env, r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("decoder-sim %v (env %v): exit %d\nstderr:\n%s", args, env, r.Code, r.Stderr)
 	}
 	return r
 }
@@ -132,9 +105,9 @@ func TestLinkModesAgreeAndRunsRepeat(t *testing.T) {
 	direct := mustRun(t, "--steps", "3", "--link", "direct")
 	dlsym := mustRun(t, "--steps", "3", "--link", "dlsym")
 	again := mustRun(t, "--steps", "3")
-	dl, vals := steps(t, direct.stdout, 3)
-	sl, _ := steps(t, dlsym.stdout, 3)
-	al, _ := steps(t, again.stdout, 3)
+	dl, vals := steps(t, direct.Stdout, 3)
+	sl, _ := steps(t, dlsym.Stdout, 3)
+	al, _ := steps(t, again.Stdout, 3)
 	if strings.Join(dl, "\n") != strings.Join(sl, "\n") {
 		t.Errorf("direct and dlsym differ:\n%s\n--\n%s", strings.Join(dl, "\n"), strings.Join(sl, "\n"))
 	}
@@ -147,7 +120,7 @@ func TestLinkModesAgreeAndRunsRepeat(t *testing.T) {
 		}
 	}
 	// Same code, same calls: the dlsym table reaches the same functions the same number of times.
-	cd, cs := calls(t, direct.stdout), calls(t, dlsym.stdout)
+	cd, cs := calls(t, direct.Stdout), calls(t, dlsym.Stdout)
 	if len(cd) == 0 || len(cd) != len(cs) {
 		t.Fatalf("calls lines differ: direct %v, dlsym %v", cd, cs)
 	}
@@ -162,7 +135,7 @@ func TestLinkModesAgreeAndRunsRepeat(t *testing.T) {
 func TestBackwardFirstOrder(t *testing.T) {
 	const lr = 0.1
 	r := mustRun(t, "--steps", "2", "--layers", "4", "--lr", "0.1")
-	_, v := steps(t, r.stdout, 2)
+	_, v := steps(t, r.Stdout, 2)
 	got := v[0].loss - v[1].loss
 	want := lr * v[0].gradNorm * v[0].gradNorm
 	if got <= 0 || math.Abs(got-want) > 0.05*want {
@@ -172,7 +145,7 @@ func TestBackwardFirstOrder(t *testing.T) {
 
 func TestCallCounts(t *testing.T) {
 	r := mustRun(t, "--steps", "1", "--layers", "3")
-	c := calls(t, r.stdout)
+	c := calls(t, r.Stdout)
 	for _, fn := range []string{"aclrtMalloc", "aclnnMul", "aclnnAdd", "aclnnMatmul", "aclnnInplaceCopy",
 		"aclCreateTensor", "aclrtSynchronizeStream", "aclrtMemcpy", "aclrtMemcpyAsync"} {
 		if c[fn] <= 0 {
@@ -196,8 +169,8 @@ func TestCallCounts(t *testing.T) {
 	if c["aclCreateTensor"] < 2*launches {
 		t.Errorf("aclCreateTensor %d < 2 x %d launches", c["aclCreateTensor"], launches)
 	}
-	if !strings.Contains(r.stderr, "agent absent") {
-		t.Errorf("without the agent preloaded decoder-sim should say so:\n%s", r.stderr)
+	if !strings.Contains(r.Stderr, "agent absent") {
+		t.Errorf("without the agent preloaded decoder-sim should say so:\n%s", r.Stderr)
 	}
 }
 
@@ -206,7 +179,7 @@ func TestSwapLayersParse(t *testing.T) {
 	var first string
 	for _, set := range []string{"none", "0,2,4", "1-3", "0-1,3", "all"} {
 		r := mustRun(t, "--steps", "1", "--layers", "5", "--swap-layers", set, "--sync", "layer")
-		l, _ := steps(t, r.stdout, 1)
+		l, _ := steps(t, r.Stdout, 1)
 		if first == "" {
 			first = l[0]
 		} else if l[0] != first {
@@ -247,9 +220,9 @@ func TestBadFlags(t *testing.T) {
 	}
 	for _, args := range cases {
 		r := run(t, args...)
-		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
-		if r.code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "decoder-sim: ") || r.stdout != "" {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one stderr line", args, r.code, r.stdout, r.stderr)
+		lines := strings.Split(strings.TrimRight(r.Stderr, "\n"), "\n")
+		if r.Code != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], "decoder-sim: ") || r.Stdout != "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 2 and one stderr line", args, r.Code, r.Stdout, r.Stderr)
 		}
 	}
 }
@@ -258,7 +231,7 @@ func TestHelp(t *testing.T) {
 	r := mustRun(t, "--help")
 	for _, f := range []string{"--layers", "--swap-layers", "--steps", "--seq", "--rope-dim", "--hidden", "--link", "--sync",
 		"--streams", "--seed", "--alloc", "--vmm-reserve", "--launch", "--executor-cache", "--executor-cache-size"} {
-		if !strings.Contains(r.stdout, f) {
+		if !strings.Contains(r.Stdout, f) {
 			t.Errorf("--help does not mention %s", f)
 		}
 	}
@@ -280,10 +253,10 @@ var hazardsRE = regexp.MustCompile(`(?m)^aclsim: hazards: (\d+)$`)
 // `aclsim: hazard: ...` lines; a run without the line fails: the checker must be there, never skipped.
 func hazards(t *testing.T, r result) (int, string) {
 	t.Helper()
-	out := r.stderr + r.stdout
+	out := r.Stderr + r.Stdout
 	m := hazardsRE.FindAllStringSubmatch(out, -1)
 	if len(m) != 1 {
-		t.Fatalf("want one `aclsim: hazards: N` line (ACLSIM_CHECK_HAZARDS=1 in sim/acl), got %d:\n%s", len(m), r.stderr)
+		t.Fatalf("want one `aclsim: hazards: N` line (ACLSIM_CHECK_HAZARDS=1 in sim/acl), got %d:\n%s", len(m), r.Stderr)
 	}
 	n, _ := strconv.Atoi(m[0][1])
 	var lines []string
@@ -301,7 +274,7 @@ func hazards(t *testing.T, r result) (int, string) {
 // Every sync mode with one or two streams is race-free under random per-task delays, and computes the
 // same bits as the fully synchronous single-stream run: the same kernels in the same data order.
 func TestAsyncModesHazardFreeAndBitIdentical(t *testing.T) {
-	want := stepText(mustRun(t, smallArgs("--sync", "op", "--streams", "1")...).stdout)
+	want := stepText(mustRun(t, smallArgs("--sync", "op", "--streams", "1")...).Stdout)
 	if strings.Count(want, "\n") != 2 {
 		t.Fatalf("baseline printed %q", want)
 	}
@@ -313,12 +286,12 @@ func TestAsyncModesHazardFreeAndBitIdentical(t *testing.T) {
 				if n, lines := hazards(t, r); n != 0 {
 					t.Errorf("--sync %s --streams %s, seed %d: %d hazards:\n%s", sync, streams, seed, n, lines)
 				}
-				if got := stepText(r.stdout); got != want {
+				if got := stepText(r.Stdout); got != want {
 					t.Errorf("--sync %s --streams %s, seed %d: step lines differ from --sync op --streams 1:\n%s---\n%s",
 						sync, streams, seed, got, want)
 				}
-				if !strings.Contains(r.stderr, "sync "+sync+", streams "+streams+",") {
-					t.Errorf("config line does not name sync %s, streams %s:\n%s", sync, streams, r.stderr)
+				if !strings.Contains(r.Stderr, "sync "+sync+", streams "+streams+",") {
+					t.Errorf("config line does not name sync %s, streams %s:\n%s", sync, streams, r.Stderr)
 				}
 			}
 		}
@@ -332,18 +305,18 @@ func TestNoEventsControlHasHazards(t *testing.T) {
 	r := runEnv(t, env, smallArgs("--sync", "step", "--streams", "2")...)
 	if n, _ := hazards(t, r); n == 0 {
 		t.Errorf("DECODER_SIM_TEST_NO_EVENTS=1 --streams 2: 0 hazards; the checker misses the unordered streams\n%s",
-			r.stderr)
+			r.Stderr)
 	}
-	if !strings.Contains(r.stderr, "DECODER_SIM_TEST_NO_EVENTS=1") {
-		t.Errorf("the test-only switch is not announced on stderr:\n%s", r.stderr)
+	if !strings.Contains(r.Stderr, "DECODER_SIM_TEST_NO_EVENTS=1") {
+		t.Errorf("the test-only switch is not announced on stderr:\n%s", r.Stderr)
 	}
-	if c := calls(t, r.stdout); c["aclrtRecordEvent"] != 0 || c["aclrtStreamWaitEvent"] != 0 {
+	if c := calls(t, r.Stdout); c["aclrtRecordEvent"] != 0 || c["aclrtStreamWaitEvent"] != 0 {
 		t.Errorf("events used with the switch on: %v", c)
 	}
-	want := stepText(mustRun(t, smallArgs()...).stdout)
+	want := stepText(mustRun(t, smallArgs()...).Stdout)
 	r = mustRunEnv(t, env, smallArgs("--sync", "step", "--streams", "1")...)
-	if n, lines := hazards(t, r); n != 0 || stepText(r.stdout) != want {
-		t.Errorf("DECODER_SIM_TEST_NO_EVENTS=1 --streams 1: %d hazards, steps\n%s(want\n%s)%s", n, stepText(r.stdout),
+	if n, lines := hazards(t, r); n != 0 || stepText(r.Stdout) != want {
+		t.Errorf("DECODER_SIM_TEST_NO_EVENTS=1 --streams 1: %d hazards, steps\n%s(want\n%s)%s", n, stepText(r.Stdout),
 			want, lines)
 	}
 }
@@ -357,8 +330,8 @@ func TestSyncModeWaits(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", sync, streams), func(t *testing.T) {
 				base := []string{"--seq", "512", "--layers", strconv.Itoa(layers), "--sync", sync,
 					"--streams", strconv.Itoa(streams)}
-				one := calls(t, mustRun(t, append([]string{"--steps", "1"}, base...)...).stdout)
-				two := calls(t, mustRun(t, append([]string{"--steps", "2"}, base...)...).stdout)
+				one := calls(t, mustRun(t, append([]string{"--steps", "1"}, base...)...).Stdout)
+				two := calls(t, mustRun(t, append([]string{"--steps", "2"}, base...)...).Stdout)
 				step := func(fn string) int { return two[fn] - one[fn] }
 				launches := step("aclnnMul") + step("aclnnAdd") + step("aclnnMatmul") + step("aclnnInplaceCopy")
 				syncs := map[string]int{"op": launches + 2*streams, "layer": (2*layers + 2) * streams,
@@ -397,8 +370,8 @@ func TestSyncModeWaits(t *testing.T) {
 	}
 	// The event functions go through the function table: dlsym reaches them the same number of times.
 	args := smallArgs("--sync", "step", "--streams", "2")
-	cd := calls(t, mustRun(t, append(args, "--link", "direct")...).stdout)
-	cs := calls(t, mustRun(t, append(args, "--link", "dlsym")...).stdout)
+	cd := calls(t, mustRun(t, append(args, "--link", "direct")...).Stdout)
+	cs := calls(t, mustRun(t, append(args, "--link", "dlsym")...).Stdout)
 	if cd["aclrtRecordEvent"] == 0 || fmt.Sprint(cd) != fmt.Sprint(cs) {
 		t.Errorf("--streams 2 calls: direct %v, dlsym %v", cd, cs)
 	}
@@ -507,29 +480,29 @@ func checkAllocCounts(t *testing.T, alloc string, c map[string]int) {
 // the calls: its counts equal the inline run's.
 func TestRuntimeModesBitIdenticalAndCounts(t *testing.T) {
 	baseRun := mustRun(t, smallArgs()...)
-	want := stepText(baseRun.stdout)
+	want := stepText(baseRun.Stdout)
 	if strings.Count(want, "\n") != 2 {
 		t.Fatalf("baseline printed %q", want)
 	}
-	base := calls(t, baseRun.stdout)
+	base := calls(t, baseRun.Stdout)
 	counts := map[string]map[string]int{}
 	for _, mode := range runtimeFlags() {
 		for _, link := range []string{"direct", "dlsym"} {
 			name := strings.Join([]string{mode[1], mode[3], "cache-" + mode[5], link}, "/")
 			args := smallArgs(append(append([]string{}, mode...), "--link", link)...)
 			r := mustRun(t, args...)
-			if got := stepText(r.stdout); got != want {
+			if got := stepText(r.Stdout); got != want {
 				t.Errorf("%s: step lines differ from the default run:\n%s---\n%s", name, got, want)
 			}
 			cfg := fmt.Sprintf("link %s, sync op, streams 1, alloc %s", link, mode[1])
-			if !strings.Contains(r.stderr, cfg) || !strings.Contains(r.stderr, "launch "+mode[3]+", executor cache "+mode[5]) {
-				t.Errorf("%s: the configuration line does not name the modes:\n%s", name, r.stderr)
+			if !strings.Contains(r.Stderr, cfg) || !strings.Contains(r.Stderr, "launch "+mode[3]+", executor cache "+mode[5]) {
+				t.Errorf("%s: the configuration line does not name the modes:\n%s", name, r.Stderr)
 			}
-			c := calls(t, r.stdout)
+			c := calls(t, r.Stdout)
 			counts[name] = c
 			checkAllocCounts(t, mode[1], c)
 			if mode[5] == "on" {
-				checkCacheCounts(t, c, base, executorCache(t, r.stderr))
+				checkCacheCounts(t, c, base, executorCache(t, r.Stderr))
 			} else {
 				for _, fn := range []string{"aclSetTensorAddr", "aclSetAclOpExecutorRepeatable", "aclDestroyAclOpExecutor"} {
 					if c[fn] != 0 {
@@ -541,7 +514,7 @@ func TestRuntimeModesBitIdenticalAndCounts(t *testing.T) {
 						t.Errorf("%s: calls %s %d, want %d as the default run", name, fn, c[fn], base[fn])
 					}
 				}
-				if cacheLineRE.MatchString(r.stderr) {
+				if cacheLineRE.MatchString(r.Stderr) {
 					t.Errorf("%s: executor cache line with the cache off", name)
 				}
 			}
@@ -562,7 +535,7 @@ func TestRuntimeModesBitIdenticalAndCounts(t *testing.T) {
 // The new modes stay race-free with two streams and asynchronous waits: under random per-task delays the
 // hazard checker finds nothing and the bits equal the default run.
 func TestRuntimeModesHazardFree(t *testing.T) {
-	want := stepText(mustRun(t, smallArgs()...).stdout)
+	want := stepText(mustRun(t, smallArgs()...).Stdout)
 	type tc struct {
 		sync  string
 		extra []string
@@ -580,7 +553,7 @@ func TestRuntimeModesHazardFree(t *testing.T) {
 		if n, lines := hazards(t, r); n != 0 {
 			t.Errorf("%v: %d hazards:\n%s", args, n, lines)
 		}
-		if got := stepText(r.stdout); got != want {
+		if got := stepText(r.Stdout); got != want {
 			t.Errorf("%v: step lines differ from the default run:\n%s---\n%s", args, got, want)
 		}
 	}
@@ -592,7 +565,7 @@ func TestRuntimeModesHazardFree(t *testing.T) {
 func TestVMMPool(t *testing.T) {
 	mapped := func(steps int) (map[string]int, result) {
 		r := mustRun(t, "--steps", strconv.Itoa(steps), "--seq", "512", "--layers", "4", "--alloc", "vmm")
-		return calls(t, r.stdout), r
+		return calls(t, r.Stdout), r
 	}
 	one, r := mapped(1)
 	two, _ := mapped(2)
@@ -602,10 +575,10 @@ func TestVMMPool(t *testing.T) {
 		t.Errorf("aclrtMapMem with 1, 2, 3 steps: %d, %d, %d; want the same number > 0 mapped again every step (eager free)",
 			one["aclrtMapMem"], two["aclrtMapMem"], three["aclrtMapMem"])
 	}
-	m := mappedPeakRE.FindStringSubmatch(r.stderr)
-	p := poolPeakRE.FindStringSubmatch(r.stderr)
+	m := mappedPeakRE.FindStringSubmatch(r.Stderr)
+	p := poolPeakRE.FindStringSubmatch(r.Stderr)
 	if m == nil || p == nil {
-		t.Fatalf("no pool or mapped peak on stderr:\n%s", r.stderr)
+		t.Fatalf("no pool or mapped peak on stderr:\n%s", r.Stderr)
 	}
 	peak, _ := strconv.ParseUint(m[1], 10, 64)
 	pool, _ := strconv.ParseFloat(p[1], 64)
@@ -613,39 +586,39 @@ func TestVMMPool(t *testing.T) {
 		t.Errorf("mapped peak %d bytes: want a multiple of 2 MiB, at least the pool peak %.1f MiB, at most the %d chunks mapped",
 			peak, pool, one["aclrtMapMem"])
 	}
-	if !regexp.MustCompile(`alloc vmm \(reserve [0-9.]+ MiB\)`).MatchString(r.stderr) {
-		t.Errorf("the configuration line does not name the reservation:\n%s", r.stderr)
+	if !regexp.MustCompile(`alloc vmm \(reserve [0-9.]+ MiB\)`).MatchString(r.Stderr) {
+		t.Errorf("the configuration line does not name the reservation:\n%s", r.Stderr)
 	}
 	// A block larger than a chunk lies on adjacent chunks: the RoPE tables of seq 8192, rope-dim 128 are
 	// 4 MiB each.
 	bigArgs := []string{"--steps", "2", "--seq", "8192", "--rope-dim", "128", "--layers", "2", "--sync", "step"}
 	big := mustRun(t, append([]string{"--alloc", "vmm"}, bigArgs...)...)
-	if got, want := stepText(big.stdout), stepText(mustRun(t, bigArgs...).stdout); got != want {
+	if got, want := stepText(big.Stdout), stepText(mustRun(t, bigArgs...).Stdout); got != want {
 		t.Errorf("4 MiB blocks: vmm and malloc differ:\n%s---\n%s", got, want)
 	}
-	checkAllocCounts(t, "vmm", calls(t, big.stdout))
+	checkAllocCounts(t, "vmm", calls(t, big.Stdout))
 	bad := run(t, "--steps", "1", "--seq", "512", "--layers", "4", "--alloc", "vmm", "--vmm-reserve", "2M")
-	if bad.code != 1 || !strings.Contains(bad.stderr, "reservation is full") || !strings.Contains(bad.stderr, "--vmm-reserve") {
-		t.Errorf("--vmm-reserve 2M: exit %d, want 1 with a line naming the full reservation:\n%s", bad.code, bad.stderr)
+	if bad.Code != 1 || !strings.Contains(bad.Stderr, "reservation is full") || !strings.Contains(bad.Stderr, "--vmm-reserve") {
+		t.Errorf("--vmm-reserve 2M: exit %d, want 1 with a line naming the full reservation:\n%s", bad.Code, bad.Stderr)
 	}
 }
 
 // A tiny cache evicts all the time: evicted executors are destroyed (through the launch queue with the
 // launch thread) and the results do not change.
 func TestExecutorCacheEvictions(t *testing.T) {
-	want := stepText(mustRun(t, smallArgs()...).stdout)
-	base := calls(t, mustRun(t, smallArgs()...).stdout)
+	want := stepText(mustRun(t, smallArgs()...).Stdout)
+	base := calls(t, mustRun(t, smallArgs()...).Stdout)
 	for _, launch := range []string{"inline", "thread"} {
 		r := mustRun(t, smallArgs("--executor-cache", "on", "--executor-cache-size", "3", "--launch", launch,
 			"--sync", "step")...)
-		if got := stepText(r.stdout); got != want {
+		if got := stepText(r.Stdout); got != want {
 			t.Errorf("--launch %s, cache of 3: step lines differ:\n%s---\n%s", launch, got, want)
 		}
-		cs := executorCache(t, r.stderr)
+		cs := executorCache(t, r.Stderr)
 		if cs.capacity != 3 || cs.evictions == 0 || cs.evictions != cs.misses-3 {
 			t.Errorf("--launch %s, cache of 3: %+v, want evictions = misses - 3 > 0", launch, cs)
 		}
-		c := calls(t, r.stdout)
+		c := calls(t, r.Stdout)
 		if c["aclDestroyAclOpExecutor"] != cs.misses || c["aclCreateTensor"]+c["aclSetTensorAddr"] != base["aclCreateTensor"] ||
 			c["aclDestroyTensor"] != c["aclCreateTensor"] {
 			t.Errorf("--launch %s, cache of 3: %+v, calls %v", launch, cs, c)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"swapagent/internal/testenv"
 )
 
 func TestRuntimeModesSafeAndOutputsOnly(t *testing.T) {
@@ -19,15 +21,15 @@ func TestRuntimeModesSafeAndOutputsOnly(t *testing.T) {
 			t.Run(strings.Join(append(append([]string{}, mode[1], mode[3], "cache-"+mode[5]), link), "/"),
 				func(t *testing.T) {
 					t.Parallel()
-					want := stepText(mustRun(t, args...).stdout)
+					want := stepText(mustRun(t, args...).Stdout)
 					if strings.Count(want, "\n") != 2 {
 						t.Fatalf("baseline printed %q", want)
 					}
 					r, dir := runAgent(t, "safe", args...)
-					if r.code != 0 {
-						t.Fatalf("safe: exit %d\n%s", r.code, lastLines(r.stderr, 20))
+					if r.Code != 0 {
+						t.Fatalf("safe: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 20))
 					}
-					if got := stepText(r.stdout); got != want {
+					if got := stepText(r.Stdout); got != want {
 						t.Errorf("safe: step lines differ from the run without the agent:\n%s---\n%s", got, want)
 					}
 					st := readTrace(t, dir)
@@ -36,9 +38,9 @@ func TestRuntimeModesSafeAndOutputsOnly(t *testing.T) {
 							st.stats.ReleasedExternal, st.stats.Faults)
 					}
 					if mode[1] == "vmm" {
-						m := mappedPeakRE.FindStringSubmatch(r.stderr)
+						m := mappedPeakRE.FindStringSubmatch(r.Stderr)
 						if m == nil {
-							t.Fatalf("decoder-sim printed no mapped peak:\n%s", lastLines(r.stderr, 5))
+							t.Fatalf("decoder-sim printed no mapped peak:\n%s", testenv.Tail(r.Stderr, 5))
 						}
 						mapped, _ := strconv.ParseUint(m[1], 10, 64)
 						if st.stats.PeakDeviceBytes != mapped || mapped == 0 {
@@ -57,13 +59,13 @@ func TestRuntimeModesSafeAndOutputsOnly(t *testing.T) {
 func checkOutputsOnlyFault(t *testing.T, args []string) {
 	t.Helper()
 	r, dir := runAgent(t, "outputs-only", args...)
-	if r.code == 0 {
-		t.Fatalf("outputs-only run succeeded; it must fault\n%s", lastLines(r.stderr, 10))
+	if r.Code == 0 {
+		t.Fatalf("outputs-only run succeeded; it must fault\n%s", testenv.Tail(r.Stderr, 10))
 	}
-	block := strings.Index(r.stderr, "swapagent: ========= FAULT")
-	runtimeErr := strings.Index(r.stderr, "decoder-sim: aclrtSynchronize")
+	block := strings.Index(r.Stderr, "swapagent: ========= FAULT")
+	runtimeErr := strings.Index(r.Stderr, "decoder-sim: aclrtSynchronize")
 	if block < 0 || runtimeErr < 0 || block > runtimeErr {
-		t.Errorf("outputs-only: no fault block before the runtime error:\n%s", lastLines(r.stderr, 30))
+		t.Errorf("outputs-only: no fault block before the runtime error:\n%s", testenv.Tail(r.Stderr, 30))
 	}
 	st := readTrace(t, dir)
 	var named bool
@@ -85,8 +87,8 @@ func TestVMMSavesWhatIsMapped(t *testing.T) {
 	args := append(append([]string{}, run12...), "--steps", fmt.Sprint(steps), "--alloc", "vmm")
 	rOff, offDir := runAgent(t, "off", args...)
 	rSafe, safeDir := runAgent(t, "safe", args...)
-	if rOff.code != 0 || rSafe.code != 0 {
-		t.Fatalf("exit codes off %d safe %d\n%s", rOff.code, rSafe.code, lastLines(rSafe.stderr, 10))
+	if rOff.Code != 0 || rSafe.Code != 0 {
+		t.Fatalf("exit codes off %d safe %d\n%s", rOff.Code, rSafe.Code, testenv.Tail(rSafe.Stderr, 10))
 	}
 	off, safe := readTrace(t, offDir), readTrace(t, safeDir)
 	internal, perGroup := safe.internalBytes()

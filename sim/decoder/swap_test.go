@@ -5,7 +5,6 @@
 package decoder_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,28 +23,9 @@ import (
 // runAgent runs decoder-sim with the agent preloaded under policy, writing the trace into a new directory.
 func runAgent(t *testing.T, policy string, args ...string) (result, string) {
 	t.Helper()
-	bin := testenv.Path(t, testenv.DecoderSim)
-	lib := testenv.Path(t, testenv.AgentLib)
 	out := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+lib, "SWAPAGENT_POLICY="+policy, "SWAPAGENT_OUT="+out,
-		"SWAPAGENT_PREFETCH=1")
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	if ctx.Err() != nil {
-		t.Fatalf("decoder-sim under %s: timed out\nstderr:\n%s", policy, se.String())
-	}
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("decoder-sim under %s: %v", policy, err)
-	}
-	return result{so.String(), se.String(), code}, out
+	env := testenv.AgentEnv(t, out, "SWAPAGENT_POLICY="+policy, "SWAPAGENT_PREFETCH=1")
+	return testenv.Run(t, 120*time.Second, env, testenv.Path(t, testenv.DecoderSim), args...), out
 }
 
 func stepText(stdout string) string {
@@ -65,16 +45,16 @@ func TestSwapLeavesResultsBitIdentical(t *testing.T) {
 	for _, link := range []string{"direct", "dlsym"} {
 		t.Run(link, func(t *testing.T) {
 			args := append(append([]string{}, run12...), "--steps", "10", "--link", link)
-			want := stepText(mustRun(t, args...).stdout)
+			want := stepText(mustRun(t, args...).Stdout)
 			if strings.Count(want, "\n") != 10 {
 				t.Fatalf("baseline printed %q", want)
 			}
 			for _, policy := range []string{"off", "safe"} {
 				r, _ := runAgent(t, policy, args...)
-				if r.code != 0 {
-					t.Fatalf("%s: exit %d\n%s", policy, r.code, r.stderr)
+				if r.Code != 0 {
+					t.Fatalf("%s: exit %d\n%s", policy, r.Code, r.Stderr)
 				}
-				if got := stepText(r.stdout); got != want {
+				if got := stepText(r.Stdout); got != want {
 					t.Errorf("%s: step lines differ from the run without the agent:\n%s---\n%s", policy, got, want)
 				}
 			}
@@ -143,8 +123,8 @@ func TestSafeSwapsOnlyInternalActivations(t *testing.T) {
 	args := append(append([]string{}, run12...), "--steps", fmt.Sprint(steps))
 	rOff, offDir := runAgent(t, "off", args...)
 	rSafe, safeDir := runAgent(t, "safe", args...)
-	if rOff.code != 0 || rSafe.code != 0 {
-		t.Fatalf("exit codes off %d safe %d\n%s", rOff.code, rSafe.code, rSafe.stderr)
+	if rOff.Code != 0 || rSafe.Code != 0 {
+		t.Fatalf("exit codes off %d safe %d\n%s", rOff.Code, rSafe.Code, rSafe.Stderr)
 	}
 	off, safe := readTrace(t, offDir), readTrace(t, safeDir)
 	s := safe.stats
@@ -217,23 +197,23 @@ func TestSafeSwapsOnlyInternalActivations(t *testing.T) {
 
 func TestOutputsOnlyFaultsInTheFirstBackwardAsReported(t *testing.T) {
 	r, dir := runAgent(t, "outputs-only", append(append([]string{}, run12...), "--steps", "2")...)
-	if r.code == 0 {
-		t.Fatalf("outputs-only run succeeded; it must fault\n%s", r.stderr)
+	if r.Code == 0 {
+		t.Fatalf("outputs-only run succeeded; it must fault\n%s", r.Stderr)
 	}
-	if stepText(r.stdout) != "" {
-		t.Errorf("a step completed before the fault:\n%s", r.stdout)
+	if stepText(r.Stdout) != "" {
+		t.Errorf("a step completed before the fault:\n%s", r.Stdout)
 	}
 	syncErr := "decoder-sim: aclrtSynchronizeStream failed for op aclnnMul: 507015"
 	for _, want := range []string{syncErr, "errorStr: The DDR address of the MTE instruction is out of range",
 		"fault kernel_name=Mul_", "tensor index:0", "addr:0\n", "size:1048576 bytes"} {
-		if !strings.Contains(r.stderr, want) {
+		if !strings.Contains(r.Stderr, want) {
 			t.Errorf("stderr lacks %q", want)
 		}
 	}
 	// The agent's launch-time record names the RoPE storage before the runtime's error surfaces.
-	launch := strings.Index(r.stderr, "found at launch, before the kernel runs")
-	if launch < 0 || launch > strings.Index(r.stderr, syncErr) {
-		t.Errorf("no launch-time record before the sync error:\n%s", r.stderr)
+	launch := strings.Index(r.Stderr, "found at launch, before the kernel runs")
+	if launch < 0 || launch > strings.Index(r.Stderr, syncErr) {
+		t.Errorf("no launch-time record before the sync error:\n%s", r.Stderr)
 	}
 
 	st := readTrace(t, dir)
@@ -289,11 +269,11 @@ func TestOutputsOnlyFaultsInTheFirstBackwardAsReported(t *testing.T) {
 // log (decoder-sim's output, as msrun writes it) with the agent's trace beside it.
 func TestDoctorExplainsTheReproduction(t *testing.T) {
 	r, traceDir := runAgent(t, "outputs-only", append(append([]string{}, run12...), "--steps", "1")...)
-	if r.code == 0 {
+	if r.Code == 0 {
 		t.Fatal("outputs-only run succeeded; it must fault")
 	}
 	logs := t.TempDir()
-	if err := os.WriteFile(logs+"/worker_0.log", []byte(r.stdout+r.stderr), 0o600); err != nil {
+	if err := os.WriteFile(logs+"/worker_0.log", []byte(r.Stdout+r.Stderr), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(logs+"/scheduler.log", []byte("scheduler started\n"), 0o600); err != nil {
