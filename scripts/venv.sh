@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# venv.sh owns .venv, the Python environment of the framework companions' tests (shim/python/tests):
-# it creates it with the python3 on PATH and installs requirements.txt, and does nothing when .venv already
-# holds exactly these requirements (a stamp with the sha256 of requirements.txt and the interpreter).
+# venv.sh owns .venv, the Python environment of the framework companions' tests (shim/python/tests) and
+# of examples/: it creates it with the python3 on PATH and installs requirements.txt and
+# requirements-models.txt (the real models: mindformers without its dependencies, see there), and does
+# nothing when .venv already holds exactly these requirements (a stamp with the sha256 of both files and
+# the interpreter).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv=.venv
 req=requirements.txt
+models=requirements-models.txt
 stamp=$venv/.swapagent-requirements.sha256
 py=${PYTHON:-python3}
 
@@ -21,18 +24,23 @@ esac
 "$py" -c 'import ensurepip, venv' >/dev/null 2>&1 ||
   { echo "venv.sh: $py lacks the venv module (Debian: apt-get install python3-venv)" >&2; exit 1; }
 
-want="$(sha256sum "$req" | cut -d' ' -f1) python$pyver"
+want="$(sha256sum "$req" "$models" | cut -d' ' -f1 | tr '\n' ' ')python$pyver"
 if [ -x "$venv/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
 start=$(date +%s)
-echo "venv.sh: installing $req into $venv (Python $pyver; MindSpore and torch: about 6 GB, a few minutes)"
+echo "venv.sh: installing $req and $models into $venv (Python $pyver; MindSpore and torch: about 6 GB, a few minutes)"
 if [ -x "$venv/bin/python" ] && [ "$("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" != "$pyver" ]; then
   rm -rf "$venv"
 fi
 [ -x "$venv/bin/python" ] || "$py" -m venv "$venv"
 rm -f "$stamp"
-"$venv/bin/python" -m pip install --progress-bar off -q --disable-pip-version-check -r "$req"
+# One resolution for both files, so requirements.txt's pins (numpy 1.26.4) hold for the models' packages;
+# mindformers alone afterwards, without its dependencies (requirements-models.txt says why).
+"$venv/bin/python" -m pip install --progress-bar off -q --disable-pip-version-check -r "$req" \
+  -r <(grep -v '^mindformers==' "$models")
+"$venv/bin/python" -m pip install --progress-bar off -q --disable-pip-version-check --no-deps \
+  $(grep '^mindformers==' "$models")
 echo "$want" > "$stamp"
 echo "venv.sh: $venv ready in $(( $(date +%s) - start ))s ($(du -sh "$venv" | cut -f1))"
