@@ -18,13 +18,28 @@ CFLAGS += $(CWARN) -std=gnu11 -fPIC -D_GNU_SOURCE
 ACL_INC := sim/acl/include
 export GOFLAGS ?= -mod=mod
 
+# Go targets depend on what `go list -deps` says they are built from (scripts/godeps.sh: every file of
+# this module's packages they import, cgo headers, the packages' directories, go.mod and go.sum). Each Go
+# target's recipe runs $(call go_deps,PKG) before it builds, which writes that list to
+# $(GO_DEPS_DIR)/<target's file name>.d for the next make to include; a target also depends on its list,
+# so one whose list is missing is built once to make it. go build itself takes what is current from the
+# Go build cache.
+GO_DEPS_DIR = $(BUILD)/deps
+go_deps = $(GO_TARGET_ENV) GO=$(GO) bash scripts/godeps.sh $@ $(GO_DEPS_DIR)/$(@F).d $(1)
+-include $(wildcard $(GO_DEPS_DIR)/*.d)
+$(GO_DEPS_DIR)/%.d: ;
+# Tools of the checks (scripts/tools.sh, run by bootstrap), for this machine whatever BUILD is.
+TOOLS := build/tools
+GOLANGCI_LINT := $(TOOLS)/golangci-lint
+
 # Fragments append to these.
 BUILD_TARGETS :=
 CTESTS :=
 BENCHES :=
 PYTESTS :=
 
-.PHONY: all build test demo bench bootstrap venv fmt-check vet go-test c-test py-test clean
+.PHONY: all build test demo bench bootstrap venv fmt-check vet lint generate generate-check go-test c-test py-test \
+	clean
 all: build
 
 include $(sort $(wildcard sim/*/*.mk shim/*.mk cmd/*/*.mk scripts/*.mk))
@@ -45,6 +60,22 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# golangci-lint with the checked-in .golangci.yml.
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT): scripts/tools.sh
+	@bash scripts/tools.sh
+
+# The control ABI's vocabulary (codes, flags, states, keep reasons, policies, ABI version) has one source,
+# shim/c/swapagent.h: internal/cmd/genabi writes it into trace/abi_gen.go and shim/python/swapagent/_abi.py.
+# `make generate` after editing the header; generate-check fails while either file is not current.
+generate:
+	$(GO) run ./internal/cmd/genabi
+
+generate-check:
+	$(GO) run ./internal/cmd/genabi -check
+
 c-test: build
 	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
 
@@ -58,7 +89,8 @@ go-test: build
 
 test: bootstrap venv
 	@$(MAKE) --no-print-directory build
-	@$(MAKE) --no-print-directory fmt-check vet c-test go-test py-test test-arm64-if-tools test-dist
+	@$(MAKE) --no-print-directory fmt-check vet generate-check lint c-test sanitize go-test py-test \
+		test-arm64-if-tools test-dist
 
 demo: bootstrap
 	@$(MAKE) --no-print-directory build

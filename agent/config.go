@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.uber.org/zap/zapcore"
+
+	"swapagent/trace"
 )
 
 // Environment variables (architecture.md, "Environment").
@@ -28,11 +30,11 @@ const (
 	DefaultOut      = "./swapagent-out"
 	DefaultPrefetch = 1
 	DefaultMinBytes = 65536
-	DefaultPolicy   = "safe"
+	DefaultPolicy   = trace.PolicySafe
 )
 
-// Policies the agent accepts, in the order error messages list them.
-var Policies = []string{"safe", "outputs-only", "off"}
+// Policies the agent accepts, in the order error messages list them (swapagent.h's).
+var Policies = trace.Policies[:]
 
 // Config is the agent's configuration, read once at load. The zero value is not useful: use LoadConfig.
 type Config struct {

@@ -426,7 +426,7 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 		p("=========   %s: storage %s (%d bytes%s) was released by %s", lead, s.Name(), s.Size, shape, s.ReleasedBy)
 		if owner := s.Owner(); owner != "" {
 			p("=========     owner: %s; it lives outside the swap wrapper and must stay on device", owner)
-			if i == 0 && policy != "safe" {
+			if i == 0 && policy != trace.PolicySafe {
 				p("=========     policy %s released it; policy safe keeps module inputs on device", policy)
 			}
 		}

@@ -349,7 +349,7 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 			if ix.readErr != nil {
 				res.Notes = append(res.Notes, "trace read up to its last good batch: "+oneLine(ix.readErr))
 			}
-			for _, g := range ix.gaps {
+			for _, g := range ix.Gaps {
 				res.Notes = append(res.Notes, fmt.Sprintf("trace %s: corrupt %s", p, g))
 			}
 			if ix.badFault > 0 {
@@ -442,14 +442,14 @@ func attachTraces(res *Result, all []*traceIndex, logs []logInfo) {
 		if usedBy[ix] {
 			continue
 		}
-		rank, logName, note := ix.hdr.Rank, ix.path, ""
+		rank, logName, note := ix.Header.Rank, ix.path, ""
 		if l, ok := logOf(ix, logs); ok {
 			if l.rank >= 0 {
 				rank = l.rank
 			}
 			logName = l.name
 		} else {
-			note = fmt.Sprintf("no log of this process (pid %d on %s) is among the logs", ix.hdr.PID, orUnknown(ix.hdr.Host))
+			note = fmt.Sprintf("no log of this process (pid %d on %s) is among the logs", ix.Header.PID, orUnknown(ix.Header.Host))
 		}
 		for k, tf := range ix.faults {
 			if used[ix][k] {

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"swapagent/internal/tracetest"
 	"swapagent/trace"
 )
 
@@ -262,23 +263,8 @@ func writeTrace(t *testing.T, path string, h trace.Header, withFault bool, extra
 
 func writeTraceDescribed(t *testing.T, path string, h trace.Header, withFault, described bool, extra ...trace.Event) {
 	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := trace.NewWriter(f, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	add := func(ev trace.Event) {
-		if err := w.Add(&ev); err != nil {
-			t.Fatal(err)
-		}
-	}
+	var evs []trace.Event
+	add := func(ev trace.Event) { evs = append(evs, ev) }
 	for g := uint32(0); g < 12; g++ {
 		add(trace.Event{Kind: trace.KindGroup, Group: g, Text: "layer." + strconv.Itoa(int(g))})
 	}
@@ -315,9 +301,7 @@ func writeTraceDescribed(t *testing.T, path string, h trace.Header, withFault, d
 		add(ev)
 	}
 	add(trace.Event{Kind: trace.KindLog, TS: 76e9, Text: "exit"}) // the process ran until after the fault
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
+	tracetest.Write(t, path, h, evs)
 }
 
 func TestWithTrace(t *testing.T) {

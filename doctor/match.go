@@ -33,17 +33,17 @@ type TraceCheck struct {
 
 // window is when the trace's process ran, as far as its trace says (zero times: unknown).
 func (ix *traceIndex) window() (time.Time, time.Time) {
-	if ix.hdr.StartUnix <= 0 {
+	if ix.Header.StartUnix <= 0 {
 		return time.Time{}, time.Time{}
 	}
-	start := time.Unix(0, ix.hdr.StartUnix)
-	return start, start.Add(time.Duration(ix.endTS))
+	start := time.Unix(0, ix.Header.StartUnix)
+	return start, start.Add(time.Duration(ix.EndNS))
 }
 
 // fit says why trace ix cannot be the process that wrote a log with meta m and rank, for a fault logged
 // at t (zero: unknown); "" when it can.
 func (ix *traceIndex) fit(m *logMeta, rank int, t time.Time) string {
-	h := ix.hdr
+	h := ix.Header
 	if rank >= 0 && h.Rank >= 0 && h.Rank != rank {
 		return fmt.Sprintf("rank %d, not the log's rank %d", h.Rank, rank)
 	}
@@ -89,7 +89,7 @@ func pickTrace(all []*traceIndex, m *logMeta, rank int, t time.Time) (*traceInde
 	checks := make([]TraceCheck, 0, len(all))
 	for _, ix := range all {
 		start, end := ix.window()
-		c := TraceCheck{Trace: ix.path, PID: ix.hdr.PID, Host: ix.hdr.Host, Rank: ix.hdr.Rank, Start: start, End: end,
+		c := TraceCheck{Trace: ix.path, PID: ix.Header.PID, Host: ix.Header.Host, Rank: ix.Header.Rank, Start: start, End: end,
 			Why: ix.fit(m, rank, t)}
 		if c.Why == "" {
 			fits = append(fits, ix)
@@ -99,7 +99,7 @@ func pickTrace(all []*traceIndex, m *logMeta, rank int, t time.Time) (*traceInde
 	var pick *traceIndex
 	hosts := map[string]bool{}
 	for _, ix := range fits {
-		hosts[ix.hdr.Host] = true
+		hosts[ix.Header.Host] = true
 	}
 	switch {
 	case len(hosts) > 1:
@@ -113,7 +113,7 @@ func pickTrace(all []*traceIndex, m *logMeta, rank int, t time.Time) (*traceInde
 		return nil, checks
 	case len(fits) > 0:
 		// One host: the latest process that started before the fault (a pid reused later started after it).
-		sort.SliceStable(fits, func(i, j int) bool { return fits[i].hdr.StartUnix > fits[j].hdr.StartUnix })
+		sort.SliceStable(fits, func(i, j int) bool { return fits[i].Header.StartUnix > fits[j].Header.StartUnix })
 		pick = fits[0]
 		for _, ix := range fits {
 			if s, _ := ix.window(); t.IsZero() || s.IsZero() || !s.After(t) {

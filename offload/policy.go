@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"swapagent/trace"
 	"swapagent/tracker"
 )
 
@@ -35,28 +36,29 @@ const (
 	PolicyOff
 )
 
-// ParsePolicy parses "safe", "outputs-only" or "off".
+// ParsePolicy parses a policy's name (one of trace.Policies).
 func ParsePolicy(s string) (Policy, error) {
 	switch s {
-	case "safe":
+	case trace.PolicySafe:
 		return PolicySafe, nil
-	case "outputs-only":
+	case trace.PolicyOutputsOnly:
 		return PolicyOutputsOnly, nil
-	case "off":
+	case trace.PolicyOff:
 		return PolicyOff, nil
 	}
-	return PolicySafe, fmt.Errorf("%w: policy %q (want safe, outputs-only or off)", ErrInvalid, s)
+	return PolicySafe, fmt.Errorf("%w: policy %q (want %s, %s or %s)", ErrInvalid, s, trace.PolicySafe,
+		trace.PolicyOutputsOnly, trace.PolicyOff)
 }
 
 // String returns the policy's name as ParsePolicy accepts it.
 func (p Policy) String() string {
 	switch p {
 	case PolicySafe:
-		return "safe"
+		return trace.PolicySafe
 	case PolicyOutputsOnly:
-		return "outputs-only"
+		return trace.PolicyOutputsOnly
 	case PolicyOff:
-		return "off"
+		return trace.PolicyOff
 	}
 	return fmt.Sprintf("policy(%d)", int(p))
 }
@@ -84,23 +86,16 @@ type State int
 
 // States.
 const (
-	Device State = 0 // on device (kept storages never leave it)
-	D2H    State = 1 // copy to host launched; device memory still held
-	Host   State = 2 // copy complete; device memory released
-	H2D    State = 3 // device memory restored, copy back launched
+	Device State = trace.StateDevice // on device (kept storages never leave it)
+	D2H    State = trace.StateD2H    // copy to host launched; device memory still held
+	Host   State = trace.StateHost   // copy complete; device memory released
+	H2D    State = trace.StateH2D    // device memory restored, copy back launched
 )
 
-// String names the state.
+// String names the state (trace.StateNames).
 func (s State) String() string {
-	switch s {
-	case Device:
-		return "device"
-	case D2H:
-		return "d2h"
-	case Host:
-		return "host"
-	case H2D:
-		return "h2d"
+	if s >= 0 && int(s) < len(trace.StateNames) {
+		return trace.StateNames[s]
 	}
 	return fmt.Sprintf("state(%d)", int(s))
 }

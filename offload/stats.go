@@ -2,40 +2,77 @@
 // the agent fills, and the Observer that sees every decision.
 package offload
 
-import "swapagent/tracker"
+import (
+	"encoding/json"
+	"strconv"
 
-// Kept counts kept handles by reason name.
+	"swapagent/tracker"
+)
+
+// Kept counts kept handles by reason. Its JSON is an object keyed by the reasons' names
+// (tracker.Reason.String, the generated trace.KeepReasonNames), in the reasons' order, internal aside.
 type Kept struct {
-	Input     uint64 `json:"input"`
-	Output    uint64 `json:"output"`
-	Protected uint64 `json:"protected"`
-	Param     uint64 `json:"param"`
-	Shared    uint64 `json:"shared"`
-	Small     uint64 `json:"small"`
-	Duplicate uint64 `json:"duplicate"`
+	Input     uint64
+	Output    uint64
+	Protected uint64
+	Param     uint64
+	Shared    uint64
+	Small     uint64
+	Duplicate uint64
+}
+
+// counter is the count of reason r; nil for Internal and values out of range.
+func (k *Kept) counter(r tracker.Reason) *uint64 {
+	switch r {
+	case tracker.Input:
+		return &k.Input
+	case tracker.Output:
+		return &k.Output
+	case tracker.Protected:
+		return &k.Protected
+	case tracker.Param:
+		return &k.Param
+	case tracker.Shared:
+		return &k.Shared
+	case tracker.Small:
+		return &k.Small
+	case tracker.Duplicate:
+		return &k.Duplicate
+	}
+	return nil
 }
 
 func (k *Kept) add(r tracker.Reason, d int64) {
-	var p *uint64
-	switch r {
-	case tracker.Input:
-		p = &k.Input
-	case tracker.Output:
-		p = &k.Output
-	case tracker.Protected:
-		p = &k.Protected
-	case tracker.Param:
-		p = &k.Param
-	case tracker.Shared:
-		p = &k.Shared
-	case tracker.Small:
-		p = &k.Small
-	case tracker.Duplicate:
-		p = &k.Duplicate
-	default:
-		return
+	if p := k.counter(r); p != nil {
+		*p = uint64(int64(*p) + d)
 	}
-	*p = uint64(int64(*p) + d)
+}
+
+// MarshalJSON writes one member per reason from input to duplicate: its name, then its count.
+func (k Kept) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for r := tracker.Input; r < tracker.NumReasons; r++ {
+		if r > tracker.Input {
+			b = append(b, ',')
+		}
+		b = strconv.AppendQuote(b, r.String())
+		b = append(b, ':')
+		b = strconv.AppendUint(b, *k.counter(r), 10)
+	}
+	return append(b, '}'), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes; a reason missing counts 0 and unknown keys are ignored.
+func (k *Kept) UnmarshalJSON(b []byte) error {
+	var m map[string]uint64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*k = Kept{}
+	for r := tracker.Input; r < tracker.NumReasons; r++ {
+		*k.counter(r) = m[r.String()]
+	}
+	return nil
 }
 
 // GroupStats counts one group's handles over all steps.
@@ -114,9 +151,13 @@ const (
 	EvKeep                            // an internal storage kept on device (no ops, no mover, freed under us)
 	EvForget                          // a handle forgotten at backward_exit
 	EvError                           // a mover or storage op failed
+	// EvResident: the handle's storage stays on device at Base until the handle is forgotten, so an unpack
+	// of it needs nothing of the engine; Base 0 withdraws that (the handle is forgotten).
+	EvResident
 )
 
-var kindNames = [...]string{"", "classify", "reclassify", "state", "release", "restore", "share", "keep", "forget", "error"}
+var kindNames = [...]string{"", "classify", "reclassify", "state", "release", "restore", "share", "keep", "forget", "error",
+	"resident"}
 
 // String names the kind.
 func (k EventKind) String() string {

@@ -14,41 +14,41 @@ import (
 // benchEvents builds steps training steps of a 12-layer decoder, 11 of them swapped.
 func benchEvents(steps int) []trace.Event {
 	b := newBuilder("safe")
-	b.call("aclInit", 0)
-	b.malloc(chunk, 64<<20)
+	b.Call("aclInit", 0)
+	b.Malloc(chunk, 64<<20)
 	act := func(l, k int) uint64 { return actBase + uint64(l*8+k)*actSz }
 	for s := 0; s < steps; s++ {
 		x := act(0, 7)
 		var handles [][]int64
 		for l := 0; l < 11; l++ {
 			g := "layer." + itoa(l)
-			b.abi(trace.KindRegionEnter, g, 0, []uint64{x, cosAddr, sinAddr}, 1)
+			b.ABI(trace.KindRegionEnter, g, 0, []uint64{x, cosAddr, sinAddr}, 1)
 			var hs []int64
 			for k := 0; k < 4; k++ {
-				hs = append(hs, b.save(g, act(l, k), actSz, 0), b.save(g, wAddr+uint64(k)*0x800, 2048, 1))
+				hs = append(hs, b.Save(g, act(l, k), actSz, 0), b.Save(g, wAddr+uint64(k)*0x800, 2048, 1))
 			}
-			hs = append(hs, b.save(g, cosAddr, ropeSz, 0), b.save(g, sinAddr, ropeSz, 0), b.save(g, x, actSz, 0))
+			hs = append(hs, b.Save(g, cosAddr, ropeSz, 0), b.Save(g, sinAddr, ropeSz, 0), b.Save(g, x, actSz, 0))
 			for k := 0; k < 12; k++ {
 				b.op("aclnnMul", [2]uint64{cosAddr, ropeSz}, [2]uint64{act(l, k%4), actSz}, [2]uint64{act(l, (k+1)%4), actSz})
 			}
-			b.abi(trace.KindRegionExit, g, 0, []uint64{act(l, 3)})
+			b.ABI(trace.KindRegionExit, g, 0, []uint64{act(l, 3)})
 			handles = append(handles, hs)
 			x = act(l, 3)
 		}
 		for l := 10; l >= 0; l-- {
 			g := "layer." + itoa(l)
-			b.abi(trace.KindBackwardEnter, g, 0, nil)
+			b.ABI(trace.KindBackwardEnter, g, 0, nil)
 			for _, h := range handles[l] {
-				b.abi(trace.KindUnpack, "", h, nil)
+				b.ABI(trace.KindUnpack, "", h, nil)
 			}
 			for k := 0; k < 12; k++ {
 				b.op("aclnnMatmul", [2]uint64{sinAddr, ropeSz}, [2]uint64{act(l, k%4), actSz}, [2]uint64{act(l, (k+2)%4), actSz})
 			}
-			b.abi(trace.KindBackwardExit, g, 0, nil)
+			b.ABI(trace.KindBackwardExit, g, 0, nil)
 		}
 	}
-	b.free(chunk)
-	return b.events
+	b.Free(chunk)
+	return b.Events
 }
 
 func BenchmarkSimulate(b *testing.B) {

@@ -151,7 +151,6 @@ func Exec(events []trace.Event) *ExecResult {
 			x.call(ev)
 			if x.stopped {
 				x.res.StoppedAt = i
-				break
 			}
 		}
 		if x.stopped {

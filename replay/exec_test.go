@@ -35,22 +35,22 @@ func execTrace(t *testing.T, b *builder) (*ExecResult, int, string) {
 
 func TestExecClean(t *testing.T) {
 	b := newBuilder("safe")
-	b.call("aclInit", 0)
-	b.call("aclrtCreateStream", 0, 0x55)
-	b.malloc(recA, 1<<20)
-	b.call("aclrtMallocHost", 0, 0x1000000, 8192)
-	b.call("aclrtMemcpy", 0, recA, 0x2000000, 4096, 1, 4096) // pageable host source: scratch
-	b.call("aclrtMemcpyAsync", 0, recA+4096, 0x1000000, 8192, 1, 8192, 0x55)
-	b.call("aclrtMemsetAsync", 0, recA+65536, 4096, 0, 4096, 0x55)
+	b.Call("aclInit", 0)
+	b.Call("aclrtCreateStream", 0, 0x55)
+	b.Malloc(recA, 1<<20)
+	b.Call("aclrtMallocHost", 0, 0x1000000, 8192)
+	b.Call("aclrtMemcpy", 0, recA, 0x2000000, 4096, 1, 4096) // pageable host source: scratch
+	b.Call("aclrtMemcpyAsync", 0, recA+4096, 0x1000000, 8192, 1, 8192, 0x55)
+	b.Call("aclrtMemsetAsync", 0, recA+65536, 4096, 0, 4096, 0x55)
 	b.op("aclnnMul", [2]uint64{recA, 4096}, [2]uint64{recA + 4096, 4096}, [2]uint64{recA + 8192, 4096})
 	b.op("aclnnAdd", [2]uint64{recA, 4096}, [2]uint64{recA + 4096, 1024}, [2]uint64{recA + 8192, 4096})
 	b.op("aclnnMatmul", [2]uint64{recA, 4096}, [2]uint64{recA + 4096, 4096}, [2]uint64{recA + 8192, 4096})
-	b.call("aclrtMemcpy", 0, 0x3000000, recA+8192, 4096, 2, 4096)
-	b.call("aclrtSynchronizeStream", 0, 0x55)
-	b.call("aclrtFreeHost", 0, 0x1000000)
-	b.free(recA)
-	b.call("aclrtDestroyStream", 0, 0x55)
-	b.call("aclFinalize", 0)
+	b.Call("aclrtMemcpy", 0, 0x3000000, recA+8192, 4096, 2, 4096)
+	b.Call("aclrtSynchronizeStream", 0, 0x55)
+	b.Call("aclrtFreeHost", 0, 0x1000000)
+	b.Free(recA)
+	b.Call("aclrtDestroyStream", 0, 0x55)
+	b.Call("aclFinalize", 0)
 	r, code, out := execTrace(t, b)
 	if code != ExitClean || r.Fault || r.First != nil {
 		t.Fatalf("exit %d, first %+v\n%s", code, r.First, out)
@@ -66,12 +66,12 @@ func TestExecClean(t *testing.T) {
 
 func TestExecUseAfterFree(t *testing.T) {
 	b := newBuilder("outputs-only")
-	b.malloc(recA, 1<<20)
-	b.malloc(recB, 1<<20)
-	b.free(recA)
+	b.Malloc(recA, 1<<20)
+	b.Malloc(recB, 1<<20)
+	b.Free(recA)
 	b.op("aclnnMul", [2]uint64{recA + 512, 4096}, [2]uint64{recB, 4096}, [2]uint64{recB + 4096, 4096})
-	b.events[len(b.events)-1].Ret = 507015 // the recorded sync failed
-	b.free(recB)
+	b.Events[len(b.Events)-1].Ret = 507015 // the recorded sync failed
+	b.Free(recB)
 	r, code, out := execTrace(t, b)
 	if code != ExitViolation || r.First == nil || r.First.Code != 507015 || !r.Reproduced {
 		t.Fatalf("exit %d, first %+v\n%s", code, r.First, out)
@@ -86,9 +86,9 @@ func TestExecUseAfterFree(t *testing.T) {
 
 func TestExecNullAddress(t *testing.T) {
 	b := newBuilder("outputs-only")
-	b.malloc(recA, 4<<20)
+	b.Malloc(recA, 4<<20)
 	b.op("aclnnMul", [2]uint64{0, 1 << 20}, [2]uint64{recA, 1 << 20}, [2]uint64{recA + (1 << 20), 1 << 20})
-	b.free(recA)
+	b.Free(recA)
 	r, code, out := execTrace(t, b)
 	if code != ExitViolation || r.First == nil || r.First.Code != 507015 || r.Reproduced {
 		t.Fatalf("exit %d, first %+v\n%s", code, r.First, out)
@@ -102,7 +102,7 @@ func TestExecNullAddress(t *testing.T) {
 // TestExecTouchFaults: an op the replay cannot compute still faults on a bad address (the touch).
 func TestExecTouchFaults(t *testing.T) {
 	b := newBuilder("outputs-only")
-	b.malloc(recA, 1<<20)
+	b.Malloc(recA, 1<<20)
 	b.op("aclnnMatmul", [2]uint64{recA, 4096}, [2]uint64{0, 8192}, [2]uint64{recA + 8192, 4096})
 	r, code, out := execTrace(t, b)
 	if code != ExitViolation || r.First == nil || r.First.Code != 507015 {
@@ -118,7 +118,7 @@ func TestExecBadInput(t *testing.T) {
 	dir := t.TempDir()
 	decoderTrace(2, false).write(t, dir)
 	b := newBuilder("safe")
-	b.malloc(recA, 4096)
+	b.Malloc(recA, 4096)
 	// Two traces in one directory: --exec replays one process.
 	p := b.write(t, t.TempDir())
 	if err := copyFile(p, filepath.Join(dir, "other.1"+trace.FileSuffix)); err != nil {
@@ -140,16 +140,16 @@ func TestArbitraryExecNeverCrashes(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := newBuilder("safe")
-	b.malloc(recA, 1<<20)
-	b.call("aclrtCreateStream", 0, 0x55)
-	b.call("aclrtMallocHost", 0, 0x1000000, 8192)
-	b.call("aclrtMemcpy", 0, recA, 0x2000000, 4096, 1, 4096)
-	b.call("aclrtMemcpyAsync", 0, recA+4096, 0x1000000, 8192, 1, 8192, 0x55)
-	b.call("aclrtMemsetAsync", 0, recA+65536, 4096, 0, 4096, 0x55)
+	b.Malloc(recA, 1<<20)
+	b.Call("aclrtCreateStream", 0, 0x55)
+	b.Call("aclrtMallocHost", 0, 0x1000000, 8192)
+	b.Call("aclrtMemcpy", 0, recA, 0x2000000, 4096, 1, 4096)
+	b.Call("aclrtMemcpyAsync", 0, recA+4096, 0x1000000, 8192, 1, 8192, 0x55)
+	b.Call("aclrtMemsetAsync", 0, recA+65536, 4096, 0, 4096, 0x55)
 	b.op("aclnnMul", [2]uint64{recA, 4096}, [2]uint64{recA + 4096, 4096}, [2]uint64{recA + 8192, 4096})
 	b.op("aclnnMatmul", [2]uint64{recA, 4096}, [2]uint64{recA + 4096, 4096}, [2]uint64{recA + 8192, 4096})
-	b.free(recA)
-	base := b.events
+	b.Free(recA)
+	base := b.Events
 	rng := rand.New(rand.NewPCG(3, 4))
 	for round := 0; round < 300; round++ {
 		var evs []trace.Event

@@ -5,10 +5,12 @@ package replay
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"swapagent/internal/cli"
 	"swapagent/offload"
 	"swapagent/report"
+	"swapagent/trace"
 )
 
 // Exit codes of `swapagent replay`.
@@ -39,7 +41,8 @@ Exit: 0 clean; 1 violations (--exec: the runtime faulted); 2 bad usage or input;
 func Main(args []string, stdout, stderr io.Writer) int {
 	c := Command
 	fs := c.Flags()
-	policy := fs.String("policy", "safe", "policy to simulate: safe, outputs-only or off")
+	policy := fs.String("policy", trace.PolicySafe, "policy to simulate: "+
+		strings.Join(trace.Policies[:], ", "))
 	prefetch := fs.Int("prefetch", 1, "groups restored ahead in backward (default: as recorded, else 1)")
 	minBytes := fs.Uint64("min-bytes", offload.DefaultMinBytes, "size threshold for the small rule (default: as recorded)")
 	execMode := fs.Bool("exec", false, "re-issue the trace's runtime calls against the AscendCL runtime")

@@ -5,16 +5,16 @@
 // simulate.go owns the simulation: it drives the recorded control-ABI events through a fresh
 // offload.Engine whose mover and storage ops move no bytes but account for them, interleaved in file
 // order with the recorded runtime calls, which give the device-memory curve and the tensors each launch
-// read.
+// read. The recorded side (what the recording itself held, released and named as of each event) is a
+// timeline.Timeline folded alongside.
 package replay
 
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"swapagent/offload"
-	"swapagent/report"
+	"swapagent/timeline"
 	"swapagent/trace"
 	"swapagent/tracker"
 )
@@ -146,21 +146,14 @@ type sim struct {
 	res     *Result
 	eng     *offload.Engine
 	ops     *simOps
-	fnNames []string
-	fnClass []trace.Class
-	groups  map[uint32]string
-	handles map[int64]int64 // recorded handle -> simulated handle
+	rec     *timeline.Timeline // the recorded side, folded up to the event being replayed
+	handles map[int64]int64    // recorded handle -> simulated handle
 
 	// Tensors created per thread since that thread's previous launch.
 	tensors  map[uint32][]tensorRec
 	lastTID  uint32
 	lastList []tensorRec
 	haveLast bool
-
-	// Device memory: what the recording held and had released, by the one model every report uses.
-	foot         report.Footprint
-	recHandleBas map[int64]uint64 // recorded handle -> saved ptr
-	recRelBase   map[uint64]int   // recorded bases currently released by the recorded run
 
 	// Simulated releases.
 	rel     []relStorage             // held released now (few at a time)
@@ -174,12 +167,12 @@ type sim struct {
 
 // Simulate replays events (one trace, in file order) through a fresh engine under opts.
 func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
-	meta := parseMeta(events)
+	recorded := meta(timeline.ScanMeta(events))
 	cfg := offload.Config{Policy: opts.Policy, Prefetch: 1, MinBytes: offload.DefaultMinBytes}
-	if v, ok := meta.prefetch(); ok {
+	if v, ok := recorded.prefetch(); ok {
 		cfg.Prefetch = v
 	}
-	if v, ok := meta.minBytes(); ok {
+	if v, ok := recorded.minBytes(); ok {
 		cfg.MinBytes = v
 	}
 	if opts.PrefetchSet {
@@ -190,15 +183,12 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 	}
 	s := &sim{
 		res: &Result{Argv: h.Argv, PID: h.PID, Policy: cfg.Policy.String(), Prefetch: cfg.Prefetch,
-			MinBytes: cfg.MinBytes, RecordedPolicy: meta["policy"], Events: len(events)},
-		ops:          &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
-		groups:       map[uint32]string{},
-		handles:      map[int64]int64{},
-		tensors:      map[uint32][]tensorRec{},
-		foot:         report.Footprint{NoSeries: true},
-		recHandleBas: map[int64]uint64{},
-		recRelBase:   map[uint64]int{},
-		viols:        map[[2]uint64]*Violation{},
+			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"], Events: len(events)},
+		ops:     &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
+		rec:     timeline.New(h, timeline.Options{NoSeries: true}),
+		handles: map[int64]int64{},
+		tensors: map[uint32][]tensorRec{},
+		viols:   map[[2]uint64]*Violation{},
 	}
 	s.eng = offload.NewEngine(cfg, s.ops, s.ops, offload.ObserverFunc(func(ev offload.Event) {
 		if ev.Kind == offload.EvRelease || ev.Kind == offload.EvRestore {
@@ -213,13 +203,17 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 }
 
 func (s *sim) step(i int, ev *trace.Event) {
+	// The block a recorded free ends, asked before the recorded side forgets it.
+	var freed uint64
+	var wasLive bool
+	if ev.Kind == trace.KindCall && ev.Ret == 0 && s.rec.Class(ev.Fn) == trace.ClassDeviceFree {
+		freed, wasLive = s.rec.Foot.Held.Size(ev.Args[0])
+	}
+	s.rec.Add(ev)
 	switch ev.Kind {
 	case trace.KindCall:
 		s.res.RuntimeCalls++
-		if int(ev.Fn) >= len(s.fnClass) {
-			return
-		}
-		switch s.fnClass[ev.Fn] {
+		switch s.rec.Class(ev.Fn) {
 		case trace.ClassTensor:
 			if !s.haveLast || s.lastTID != ev.TID {
 				s.switchThread(ev.TID)
@@ -235,34 +229,19 @@ func (s *sim) step(i int, ev *trace.Event) {
 			s.lastList = s.lastList[:0]
 		case trace.ClassDeviceAlloc:
 			if ev.Ret == 0 && ev.Args[0] != 0 {
-				s.foot.Alloc(ev.TS, ev.Args[0], ev.Args[1]) // a pointer handed out again replaces a lost free
 				s.eng.Tracker().Alloc(ev.Args[0], ev.Args[1])
 				s.peak()
 			}
 		case trace.ClassDeviceFree:
-			if ev.Ret != 0 {
-				break
-			}
-			if sz, ok := s.foot.Free(ev.TS, ev.Args[0]); ok {
+			if wasLive {
 				s.eng.Tracker().Free(ev.Args[0])
 				for k := range s.viols { // a storage there later is another storage
-					if k[0] >= ev.Args[0] && k[0]-ev.Args[0] < sz {
+					if k[0] >= ev.Args[0] && k[0]-ev.Args[0] < freed {
 						delete(s.viols, k)
 					}
 				}
 			}
 		}
-	case trace.KindFunc:
-		for int(ev.Fn) >= len(s.fnClass) {
-			s.fnClass = append(s.fnClass, trace.ClassOther)
-			s.fnNames = append(s.fnNames, "")
-		}
-		s.fnClass[ev.Fn] = trace.ClassOf(ev.Text)
-		s.fnNames[ev.Fn] = ev.Text
-	case trace.KindGroup:
-		s.groups[ev.Group] = ev.Text
-	case trace.KindState:
-		s.recordedState(ev)
 	case trace.KindLost:
 		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
 	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
@@ -281,12 +260,7 @@ func (s *sim) switchThread(tid uint32) {
 	s.lastTID, s.lastList, s.haveLast = tid, s.tensors[tid], true
 }
 
-func (s *sim) group(ev *trace.Event) string {
-	if g, ok := s.groups[ev.Group]; ok {
-		return g
-	}
-	return fmt.Sprintf("group#%d", ev.Group)
-}
+func (s *sim) group(ev *trace.Event) string { return s.rec.GroupName(ev.Group) }
 
 func (s *sim) engineErr(err error) {
 	if err == nil {
@@ -325,9 +299,6 @@ func (s *sim) abi(ev *trace.Event) {
 		}
 	case trace.KindSave:
 		g := s.group(ev)
-		if ev.Handle != 0 {
-			s.recHandleBas[ev.Handle] = ev.Args[0]
-		}
 		h, err := s.eng.Save(g, ev.Args[0], ev.Args[1], uint32(ev.Args[2]))
 		s.engineErr(err)
 		if err == nil {
@@ -397,24 +368,6 @@ func (s *sim) drainEngine() {
 	s.pending = s.pending[:0]
 }
 
-// recordedState follows the recorded engine's releases (state host) and restores (host -> h2d).
-func (s *sim) recordedState(ev *trace.Event) {
-	from, to := offload.State(ev.Args[0]), offload.State(ev.Args[1])
-	s.foot.State(ev.TS, ev.Args[0], ev.Args[1], 0, ev.Args[3])
-	base := s.recHandleBas[ev.Handle]
-	switch {
-	case to == offload.Host:
-		if base != 0 {
-			s.recRelBase[base]++
-		}
-	case from == offload.Host && to == offload.H2D:
-		if base != 0 && s.recRelBase[base] > 0 {
-			s.recRelBase[base]--
-		}
-	}
-	s.res.RecordedFreed = s.foot.PeakReleased
-}
-
 // checkLaunch matches the launch's tensors against the external storages the simulation holds released.
 func (s *sim) checkLaunch(i int, ev *trace.Event) {
 	list := s.lastList
@@ -430,7 +383,7 @@ func (s *sim) checkLaunch(i int, ev *trace.Event) {
 			switch {
 			case t.addr == 0 && t.extent == r.size:
 				match = "null-extent"
-			case t.addr >= r.base && t.addr-r.base < r.size && s.recRelBase[r.base] == 0:
+			case t.addr >= r.base && t.addr-r.base < r.size && !s.rec.ReleasedAt(r.base):
 				match = "address"
 			}
 			if match == "" {
@@ -438,7 +391,7 @@ func (s *sim) checkLaunch(i int, ev *trace.Event) {
 			}
 			r.v.Reads++
 			if r.v.FirstRead == nil {
-				r.v.FirstRead = &Read{Kernel: s.fnNames[ev.Fn], TensorIndex: ti, Tensors: len(list), Addr: t.addr,
+				r.v.FirstRead = &Read{Kernel: s.rec.FuncName(ev.Fn), TensorIndex: ti, Tensors: len(list), Addr: t.addr,
 					Extent: t.extent, Match: match, Event: i, TS: ev.TS, TID: ev.TID, ReleasedNow: t.addr == 0}
 			}
 		}
@@ -447,17 +400,20 @@ func (s *sim) checkLaunch(i int, ev *trace.Event) {
 
 // peak evaluates the device-memory model at an allocation: device memory only grows there, and a
 // caching pool only allocates when it is full, so that is where the bytes in use are known (docs/replay.md).
-// The recorded and no-swap figures are report.Footprint's, the same as every report shows.
+// The recorded and no-swap figures are the recorded side's timeline.Footprint, the same as every report
+// shows.
 func (s *sim) peak() {
-	s.res.PeakRecorded = s.foot.Held.PeakBytes
-	s.res.PeakNoSwap = s.foot.PeakNoSwap
-	noSwap := s.foot.Held.LiveBytes + s.foot.Released
+	foot := &s.rec.Foot
+	s.res.PeakRecorded = foot.Held.PeakBytes
+	s.res.PeakNoSwap = foot.PeakNoSwap
+	noSwap := foot.Held.LiveBytes + foot.Released
 	s.res.PeakSimulated = max(s.res.PeakSimulated, noSwap-min(s.ops.released, noSwap))
 }
 
 func (s *sim) finish() {
 	r := s.res
 	r.BytesOut, r.BytesIn = s.ops.out, s.ops.in
+	r.RecordedFreed = s.rec.Foot.PeakReleased
 	r.NoSwapActivity = r.ABICalls == 0
 	r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
 	r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
@@ -495,26 +451,8 @@ func (s *sim) finish() {
 	}
 }
 
-// meta is the trace's KindMeta key=value pairs.
+// meta is the trace's KindMeta key=value pairs (timeline.ScanMeta).
 type meta map[string]string
-
-func parseMeta(events []trace.Event) meta {
-	m := meta{}
-	for i := range events {
-		if events[i].Kind != trace.KindMeta {
-			if len(m) > 0 {
-				break // the agent writes its metadata once, at the start
-			}
-			continue
-		}
-		for _, line := range strings.Split(events[i].Text, "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok {
-				m[k] = v
-			}
-		}
-	}
-	return m
-}
 
 func (m meta) prefetch() (int, bool) {
 	var v int

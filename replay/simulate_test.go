@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"swapagent/internal/tracetest"
 	"swapagent/offload"
 	"swapagent/trace"
 )
@@ -21,7 +22,11 @@ func TestOutputsOnlyReportsRoPE(t *testing.T) {
 	if code != ExitViolation {
 		t.Fatalf("exit %d, want 1\n%s%s", code, out, errs)
 	}
-	first := out[strings.Index(out, "violation 1:"):]
+	at := strings.Index(out, "violation 1:")
+	if at < 0 {
+		t.Fatalf("no violation 1 in the output:\n%s", out)
+	}
+	first := out[at:]
 	first = first[:strings.Index(first+"\n\n", "\n\n")]
 	for _, want := range []string{"(1048576 bytes) released by layer.0", "keyword input of layer.0..layer.3",
 		"read by:   aclnnMul, tensor 0 of 3", "during region_exit(layer.1)"} {
@@ -76,16 +81,16 @@ func TestSafeHasNoViolationsAndSaves(t *testing.T) {
 // TestMemoryModel: the peak is taken at allocations, minus what the simulation holds released then.
 func TestMemoryModel(t *testing.T) {
 	b := newBuilder("off")
-	b.malloc(chunk, 16<<20)
-	b.abi(trace.KindRegionEnter, "layer.0", 0, []uint64{chunk}, 1)
-	b.save("layer.0", chunk+0x100000, 4<<20, 0)
-	b.abi(trace.KindRegionExit, "layer.0", 0, []uint64{chunk + 0x800000})
-	b.abi(trace.KindRegionEnter, "layer.1", 0, []uint64{chunk + 0x800000}, 1)
-	b.save("layer.1", chunk+0x900000, 2<<20, 0)
-	b.abi(trace.KindRegionExit, "layer.1", 0, []uint64{chunk + 0xc00000}) // completes layer.0: 4 MiB released
-	b.malloc(chunk+(32<<20), 16<<20)                                      // peak point: 32 MiB live, 4 MiB released
-	b.abi(trace.KindBackwardEnter, "layer.1", 0, nil)
-	b.abi(trace.KindBackwardEnter, "layer.0", 0, nil)
+	b.Malloc(chunk, 16<<20)
+	b.ABI(trace.KindRegionEnter, "layer.0", 0, []uint64{chunk}, 1)
+	b.Save("layer.0", chunk+0x100000, 4<<20, 0)
+	b.ABI(trace.KindRegionExit, "layer.0", 0, []uint64{chunk + 0x800000})
+	b.ABI(trace.KindRegionEnter, "layer.1", 0, []uint64{chunk + 0x800000}, 1)
+	b.Save("layer.1", chunk+0x900000, 2<<20, 0)
+	b.ABI(trace.KindRegionExit, "layer.1", 0, []uint64{chunk + 0xc00000}) // completes layer.0: 4 MiB released
+	b.Malloc(chunk+(32<<20), 16<<20)                                      // peak point: 32 MiB live, 4 MiB released
+	b.ABI(trace.KindBackwardEnter, "layer.1", 0, nil)
+	b.ABI(trace.KindBackwardEnter, "layer.0", 0, nil)
 	p := b.write(t, t.TempDir())
 	h, evs, _ := trace.ReadFile(p)
 	r := Simulate(h, evs, Options{Policy: offload.PolicySafe})
@@ -120,9 +125,9 @@ func TestNullAddressMatch(t *testing.T) {
 
 func TestNoSwapActivity(t *testing.T) {
 	b := newBuilder("safe")
-	b.malloc(chunk, 1<<20)
+	b.Malloc(chunk, 1<<20)
 	b.op("aclnnMul", [2]uint64{chunk, 4096}, [2]uint64{chunk, 4096}, [2]uint64{chunk + 4096, 4096})
-	b.free(chunk)
+	b.Free(chunk)
 	code, out, errs := runMain(b.write(t, t.TempDir()), "--policy", "outputs-only")
 	if code != ExitClean || !strings.Contains(out, "no swap activity recorded") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
@@ -239,14 +244,14 @@ func TestSalvageAndStdin(t *testing.T) {
 		t.Fatal(err)
 	}
 	var starts []int
-	for i := range b.events {
+	for i := range b.Events {
 		if i%50 == 0 {
 			if err := w.Flush(); err != nil {
 				t.Fatal(err)
 			}
 			starts = append(starts, buf.Len())
 		}
-		if err := w.Add(&b.events[i]); err != nil {
+		if err := w.Add(&b.Events[i]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -296,20 +301,9 @@ func TestSalvageAndStdin(t *testing.T) {
 func TestTruncatedTraceIsUsable(t *testing.T) {
 	b := decoderTrace(3, false)
 	dir := t.TempDir()
-	var buf strings.Builder
-	w, _ := trace.NewWriter(&sbuf{&buf}, trace.Header{Version: trace.Version, PID: 1, Host: "t", Rank: -1})
-	half := len(b.events) / 2
-	for i := range b.events[:half] {
-		_ = w.Add(&b.events[i])
-	}
-	_ = w.Flush()
-	for i := range b.events[half:] {
-		_ = w.Add(&b.events[half+i])
-	}
-	_ = w.Flush()
-	data := buf.String()
+	data := tracetest.Encode(t, tracetest.Header(), b.Events, len(b.Events)/2-1) // two batches
 	p := filepath.Join(dir, "cut"+trace.FileSuffix)
-	if err := os.WriteFile(p, []byte(data[:len(data)-10]), 0o644); err != nil {
+	if err := os.WriteFile(p, data[:len(data)-10], 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := runMain(p, "--policy", "outputs-only")
@@ -318,14 +312,10 @@ func TestTruncatedTraceIsUsable(t *testing.T) {
 	}
 }
 
-type sbuf struct{ b *strings.Builder }
-
-func (s *sbuf) Write(p []byte) (int, error) { return s.b.Write(p) }
-
 // TestArbitraryEventsNeverPanic: a valid file can still hold nonsense (ABI calls out of order, unknown
 // handles and functions, launches claiming more tensors than exist); the simulation reports, never panics.
 func TestArbitraryEventsNeverPanic(t *testing.T) {
-	base := decoderTrace(3, false).events
+	base := decoderTrace(3, false).Events
 	rng := rand.New(rand.NewPCG(1, 2))
 	for round := 0; round < 200; round++ {
 		evs := make([]trace.Event, 0, len(base))

@@ -70,12 +70,12 @@ func JSON(sums []*Summary) Report {
 			p.LostRanges = append(p.LostRanges, LostRange{Batch: g.Batch, Offset: g.Offset, Bytes: g.Bytes,
 				Events: g.Events, AfterEvent: g.After, FromNS: g.FromTS, ToNS: g.ToTS, Description: g.String()})
 		}
-		if s.StatsFromTrace {
+		if s.HasStats {
 			p.StatsSource = "trace"
-			if json.Valid(s.StatsRaw) {
-				p.AgentStats = s.StatsRaw
+			if json.Valid(s.StatsJSON) {
+				p.AgentStats = s.StatsJSON
 			} else {
-				p.AgentStats, _ = json.Marshal(string(s.StatsRaw))
+				p.AgentStats, _ = json.Marshal(string(s.StatsJSON))
 			}
 		}
 		// Empty lists as [] rather than null, so consumers can index without a check.

@@ -1,110 +1,13 @@
 // memory.go owns the memory figures: the device memory a job held with swap, what the trace implies it
-// would have needed without swap, and the difference. It is the one computation behind run's summary,
-// every report format and replay's device-memory model (docs/cli.md, "Reading the memory figures").
+// would have needed without swap, and the difference, from the footprint package timeline follows (the
+// same model replay's recorded side reads). They are the figures of run's summary and every report
+// format (docs/cli.md, "Reading the memory figures").
 package report
 
-import "fmt"
+import (
+	"fmt"
 
-// Footprint follows one process's device memory through its events, in file order.
-//
-// Held is what the device provided to the job: live runtime allocations (aclrtMalloc*, minus aclrtFree),
-// or mapped bytes under VMM (aclrtMapMem minus aclrtUnmapMem; trace.ClassOf reads both alike).
-// Released is what the agent swapped out and has not yet restored (its state events). A framework's
-// caching pool takes released memory back and reuses it, and grows (a runtime allocation) only when it
-// is full, so at an allocation every held byte is in use and the job without swap would have needed
-// Held + Released: the no-swap figure is evaluated there, as replay does (docs/replay.md).
-type Footprint struct {
-	Held     Memory // runtime allocations or mappings, with their series
-	Released uint64 // bytes swapped out and not yet restored
-
-	// poolFree: released bytes the pool has not handed out again. In use is Held minus these. The pool
-	// hands released memory out again when a tensor is made there (Touch), and an allocation means it
-	// was full, so that resets them all. free holds the ranges still free, by base.
-	poolFree uint64
-	free     []span
-
-	PeakNoSwap     uint64 // the most Held + Released at an allocation
-	PeakNoSwapAtNS int64
-	PeakReleased   uint64 // the most bytes swapped out at once
-
-	NoSeries bool       // replay: figures only, no curves
-	InUse    []MemPoint // Held minus poolFree, after each change
-	NoSwap   []MemPoint // in use plus Released, after each change
-}
-
-// span is a released storage's former device range.
-type span struct{ base, size uint64 }
-
-// Alloc records a runtime allocation (or mapping) of size bytes at ptr.
-func (f *Footprint) Alloc(ts int64, ptr, size uint64) {
-	f.Held.noSeries = f.NoSeries
-	f.Held.alloc(ts, ptr, size)
-	f.poolFree, f.free = 0, f.free[:0]
-	if n := f.Held.LiveBytes + f.Released; n > f.PeakNoSwap {
-		f.PeakNoSwap, f.PeakNoSwapAtNS = n, ts
-	}
-	f.point(ts)
-}
-
-// Free records a runtime free (or unmap) of ptr and returns the bytes it held (false: not ours).
-func (f *Footprint) Free(ts int64, ptr uint64) (uint64, bool) {
-	f.Held.noSeries = f.NoSeries
-	size, ok := f.Held.free(ts, ptr)
-	if ok {
-		f.poolFree = min(f.poolFree, f.Held.LiveBytes)
-		f.point(ts)
-	}
-	return size, ok
-}
-
-// State records an agent state change of a storage of nbytes that was at base (0: unknown) (KindState:
-// from, to).
-func (f *Footprint) State(ts int64, from, to, base, nbytes uint64) {
-	switch {
-	case to == stateHost && from != stateHost: // copied out and released
-		f.Released += nbytes
-		f.PeakReleased = max(f.PeakReleased, f.Released)
-		if base != 0 && !f.NoSeries {
-			f.poolFree = min(f.poolFree+nbytes, f.Held.LiveBytes)
-			f.free = append(f.free, span{base, nbytes})
-		}
-	case from == stateHost && to == stateH2D: // restore begins: the storage takes device memory again
-		f.Released -= min(nbytes, f.Released)
-		f.poolFree -= min(nbytes, f.poolFree)
-	default:
-		return
-	}
-	f.point(ts)
-}
-
-// Touch records a tensor made at device address addr: memory released by swap there is in use again.
-func (f *Footprint) Touch(ts int64, addr uint64) {
-	for i := len(f.free) - 1; i >= 0; i-- { // few at once: the storages of the groups swapped out
-		sp := f.free[i]
-		if addr >= sp.base && addr-sp.base < sp.size {
-			f.poolFree -= min(sp.size, f.poolFree)
-			f.free = append(f.free[:i], f.free[i+1:]...)
-			f.point(ts)
-			return
-		}
-	}
-}
-
-// InUseBytes is Held minus the released bytes the pool still holds free.
-func (f *Footprint) InUseBytes() uint64 { return f.Held.LiveBytes - min(f.poolFree, f.Held.LiveBytes) }
-
-func (f *Footprint) point(ts int64) {
-	if f.NoSeries {
-		return
-	}
-	f.InUse = append(f.InUse, MemPoint{ts, f.InUseBytes()})
-	f.NoSwap = append(f.NoSwap, MemPoint{ts, f.InUseBytes() + f.Released})
-}
-
-// Offload states of swapagent.h (KindState Args[0] and Args[1]); States names them.
-const (
-	stateHost = 2
-	stateH2D  = 3
+	"swapagent/timeline"
 )
 
 // MemFigures are the memory figures of one process, the same in every format.
@@ -128,8 +31,8 @@ type MemFigures struct {
 	ReservedPeak uint64 `json:"reserved_address_space_peak_bytes"`
 }
 
-// Figures returns the footprint's memory figures; reserved is the reservation tracking (may be empty).
-func (f *Footprint) Figures(reserved *Memory, vmm bool) MemFigures {
+// figures returns the footprint's memory figures; reserved is the reservation tracking (may be empty).
+func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
 	m := MemFigures{Source: "runtime allocations", PeakInUse: f.Held.PeakBytes, PeakInUseAtNS: f.Held.PeakAtNS,
 		PeakNoSwap: max(f.PeakNoSwap, f.Held.PeakBytes), PeakNoSwapAtNS: f.PeakNoSwapAtNS,
 		SwappedOutPeak: f.PeakReleased, InUseAtEnd: f.InUseBytes()}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"swapagent/internal/tracetest"
 	"swapagent/trace"
 )
 
@@ -88,41 +89,11 @@ func workload() []trace.Event {
 // writeTrace writes events to dir/name, flushing a batch after each index in flushAfter (and at the end).
 func writeTrace(t testing.TB, dir, name string, h trace.Header, events []trace.Event, flushAfter ...int) string {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := trace.NewWriter(&buf, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range events {
-		if err := w.Add(&events[i]); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range flushAfter {
-			if f == i {
-				if err := w.Flush(); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(dir, name)
-	if err := os.WriteFile(p, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return tracetest.Write(t, filepath.Join(dir, name), h, events, flushAfter...)
 }
 
 // headerLen is the size of the file header: the first batch frame starts there.
-func headerLen(t testing.TB, h trace.Header) int {
-	var buf bytes.Buffer
-	if _, err := trace.NewWriter(&buf, h); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Len()
-}
+func headerLen(t testing.TB, h trace.Header) int { return len(tracetest.Encode(t, h, nil)) }
 
 func TestSummarize(t *testing.T) {
 	s := Summarize("x.swtrace", header(), workload(), false)
@@ -147,7 +118,7 @@ func TestSummarize(t *testing.T) {
 		{"internal", s.ABI.KeepReasons["internal"], uint64(1)},
 		{"input", s.ABI.KeepReasons["input"], uint64(1)},
 		{"transition", s.ABI.Transitions["d2h->host"], uint64(1)},
-		{"stats source", s.StatsFromTrace, false},
+		{"stats source", s.HasStats, false},
 		{"offloaded storages", s.Stats.OffloadedStorages, uint64(1)},
 		{"offloaded bytes", s.Stats.OffloadedBytes, uint64(50)},
 		{"restored bytes", s.Stats.RestoredBytes, uint64(50)},
@@ -212,7 +183,7 @@ func TestSummarizeStatsFromTrace(t *testing.T) {
 			evs := append(workload(), trace.Event{Kind: trace.KindStats, TS: 9000, Text: `{"offloaded_storages":1}`},
 				trace.Event{Kind: trace.KindStats, TS: 9100, Text: c.stats})
 			s := Summarize("x", header(), evs, false)
-			if !s.StatsFromTrace {
+			if !s.HasStats {
 				t.Fatal("stats not taken from the trace")
 			}
 			if s.Stats.OffloadedStorages != c.offloaded || s.Stats.PeakDeviceBytes != c.peak ||

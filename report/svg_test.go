@@ -136,12 +136,12 @@ func TestSVGMarks(t *testing.T) {
 	root.walk(func(n *svgNode) {
 		class := n.attr("class")
 		count[n.XMLName.Local+"."+class]++
-		switch {
-		case class == "axis-title":
+		switch class {
+		case "axis-title":
 			axisTitles = append(axisTitles, n.Text)
-		case class == "fault-label":
+		case "fault-label":
 			faultLabels = append(faultLabels, n.Text)
-		case class == "lane":
+		case "lane":
 			lanes = append(lanes, n.attr("data-group"))
 		}
 	})

@@ -76,7 +76,7 @@ func writeTextOne(w io.Writer, s *Summary) {
 
 	st := s.Stats
 	src := "from the agent's stats"
-	if !s.StatsFromTrace {
+	if !s.HasStats {
 		src = "derived from events"
 	}
 	fmt.Fprintf(w, "  swap (%s): %d storages offloaded (%s), %s restored, at most %s swapped out at once, released external %d\n",

@@ -178,7 +178,7 @@ func (n *svgNode) walk(f func(*svgNode)) {
 func TestDownsample(t *testing.T) {
 	var pts []MemPoint
 	for i := range 1000 {
-		pts = append(pts, MemPoint{int64(i), uint64(i % 97)})
+		pts = append(pts, MemPoint{TS: int64(i), Bytes: uint64(i % 97)})
 	}
 	pts[500].Bytes = 10_000
 	out := downsample(pts, 50, 500)

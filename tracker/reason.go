@@ -1,33 +1,35 @@
 // reason.go owns the keep reasons (numbered as swapagent.h's SWAPAGENT_KEEP_*) and the tracker's errors.
 package tracker
 
-import "errors"
+import (
+	"errors"
+
+	"swapagent/trace"
+)
 
 // Reason says why a saved storage stays on device; Internal means it may be swapped.
-// The values are the ABI's SWAPAGENT_KEEP_* codes and never change.
+// The values are the ABI's SWAPAGENT_KEEP_* codes (trace.Keep*) and never change.
 type Reason uint8
 
 // Keep reasons in rule order: for a non-duplicate save the lowest matching rule wins.
 const (
-	Internal  Reason = 0
-	Input     Reason = 1
-	Output    Reason = 2
-	Protected Reason = 3
-	Param     Reason = 4
-	Shared    Reason = 5
-	Small     Reason = 6
-	Duplicate Reason = 7
+	Internal  Reason = trace.KeepInternal
+	Input     Reason = trace.KeepInput
+	Output    Reason = trace.KeepOutput
+	Protected Reason = trace.KeepProtected
+	Param     Reason = trace.KeepParam
+	Shared    Reason = trace.KeepShared
+	Small     Reason = trace.KeepSmall
+	Duplicate Reason = trace.KeepDuplicate
 )
 
 // NumReasons is the number of Reason values.
-const NumReasons = 8
+const NumReasons = trace.NumKeepReasons
 
-var reasonNames = [NumReasons]string{"internal", "input", "output", "protected", "param", "shared", "small", "duplicate"}
-
-// String returns the name used in stats JSON ("input", "shared", ...).
+// String returns the reason's name as the stats JSON spells it (trace.KeepReasonNames).
 func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
+	if int(r) < len(trace.KeepReasonNames) {
+		return trace.KeepReasonNames[r]
 	}
 	return "unknown"
 }

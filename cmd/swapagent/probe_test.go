@@ -18,16 +18,16 @@ func TestProbeDecoderSim(t *testing.T) {
 	}
 	sim := testenv.Path(t, testenv.DecoderSim)
 	r := swapagent(t, nil, "probe", "--", sim, "--steps", "1")
-	if r.code != 0 {
-		t.Fatalf("exit %d, want 0\nstderr: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("exit %d, want 0\nstderr: %s", r.Code, r.Stderr)
 	}
-	printed := regexp.MustCompile(`(?m)^calls aclnnMul (\d+)$`).FindStringSubmatch(r.stdout)
-	probed := regexp.MustCompile(`(?m)^aclnnMul: calls (\d+), total `).FindStringSubmatch(r.stdout)
+	printed := regexp.MustCompile(`(?m)^calls aclnnMul (\d+)$`).FindStringSubmatch(r.Stdout)
+	probed := regexp.MustCompile(`(?m)^aclnnMul: calls (\d+), total `).FindStringSubmatch(r.Stdout)
 	if printed == nil || probed == nil || printed[1] != probed[1] {
-		t.Errorf("decoder-sim's aclnnMul count %v and the probe's %v differ or are missing:\n%s", printed, probed, r.stdout)
+		t.Errorf("decoder-sim's aclnnMul count %v and the probe's %v differ or are missing:\n%s", printed, probed, r.Stdout)
 	}
-	if !strings.Contains(r.stderr, "functions of") {
-		t.Errorf("stderr does not say what was attached: %q", r.stderr)
+	if !strings.Contains(r.Stderr, "functions of") {
+		t.Errorf("stderr does not say what was attached: %q", r.Stderr)
 	}
 }
 
@@ -51,9 +51,9 @@ func TestProbeUsageErrors(t *testing.T) {
 			usageErr(t, r, "probe", c.want)
 			continue
 		}
-		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
-		if r.code != 2 || len(lines) != 1 || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line with %q", c.args, r.code, r.stderr, c.want)
+		lines := strings.Split(strings.TrimSpace(r.Stderr), "\n")
+		if r.Code != 2 || len(lines) != 1 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line with %q", c.args, r.Code, r.Stderr, c.want)
 		}
 	}
 }
@@ -65,19 +65,19 @@ func TestProbeExitStatusAndOutput(t *testing.T) {
 		t.Fatal("swapagent probe needs root (unprivileged BPF is disabled here; CI runs as root)")
 	}
 	r := swapagent(t, nil, "probe", "--", "sh", "-c", "echo child; exit 3")
-	if r.code != 3 || !strings.Contains(r.stderr, "warning: none of the") || !strings.Contains(r.stderr, "was called") {
-		t.Errorf("exit %d stderr %q: want 3 and a warning that nothing was hit", r.code, r.stderr)
+	if r.Code != 3 || !strings.Contains(r.Stderr, "warning: none of the") || !strings.Contains(r.Stderr, "was called") {
+		t.Errorf("exit %d stderr %q: want 3 and a warning that nothing was hit", r.Code, r.Stderr)
 	}
 	r = swapagent(t, nil, "probe", "--", "/nonexistent/program")
-	if r.code != 127 {
-		t.Errorf("missing program: exit %d, want 127; stderr %q", r.code, r.stderr)
+	if r.Code != 127 {
+		t.Errorf("missing program: exit %d, want 127; stderr %q", r.Code, r.Stderr)
 	}
 	out := filepath.Join(t.TempDir(), "hist.txt")
 	sim := testenv.Path(t, testenv.DecoderSim)
 	r = swapagent(t, nil, "probe", "-o", out, "--", sim, "--steps", "1", "--layers", "2")
 	b, err := os.ReadFile(out)
-	if r.code != 0 || err != nil || !strings.Contains(string(b), "aclnnMul: calls ") || strings.Contains(r.stdout, "aclnnMul: calls") ||
-		!strings.Contains(r.stdout, "calls aclnnMul ") {
-		t.Errorf("-o: exit %d, file %q (%v), stdout %q", r.code, b, err, r.stdout)
+	if r.Code != 0 || err != nil || !strings.Contains(string(b), "aclnnMul: calls ") || strings.Contains(r.Stdout, "aclnnMul: calls") ||
+		!strings.Contains(r.Stdout, "calls aclnnMul ") {
+		t.Errorf("-o: exit %d, file %q (%v), stdout %q", r.Code, b, err, r.Stdout)
 	}
 }

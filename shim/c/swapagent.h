@@ -48,6 +48,14 @@ extern "C" {
 #define SWAPAGENT_KEEP_SMALL 6
 #define SWAPAGENT_KEEP_DUPLICATE 7
 
+/* Policies: the values of the environment variable SWAPAGENT_POLICY, read once when the agent loads.
+ * safe (the default) moves only storages internal to a swap wrapper; outputs-only keeps outputs,
+ * protected storages, parameters, small storages and duplicates, and moves inputs and shared storages
+ * too (hyper-parallel before its fix); off records and classifies but never moves a storage. */
+#define SWAPAGENT_POLICY_SAFE "safe"
+#define SWAPAGENT_POLICY_OUTPUTS_ONLY "outputs-only"
+#define SWAPAGENT_POLICY_OFF "off"
+
 /* release frees a storage's device memory (the framework's resize_(0)); restore gives it nbytes again
  * and returns the new base (0 on failure). */
 typedef int (*swapagent_release_fn)(void *ctx, int64_t handle, uintptr_t ptr, size_t nbytes);
@@ -90,6 +98,15 @@ int swapagent_region_enter_desc(const char *group, const uintptr_t *input_ptrs, 
  * pointers are skipped): call it before region_exit. A saved storage described without a PATH keeps the
  * name it had as an input. */
 int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *const *descs, size_t n);
+/* Saves n storages of the group's open region in one call, in order: handles[i] gets what
+ * swapagent_save(group, ptrs[i], nbytes[i], flags[i]) would return (flags NULL: all 0), a handle or a
+ * negative code. Returns SWAPAGENT_OK when every entry was saved, else the first refused entry's code. A
+ * bad group or array (NULL with n > 0, not readable, handles not writable, n above 262144) refuses the
+ * whole call (SWAPAGENT_EINVAL) and saves nothing. One drain, lock and pointer proof for all of them
+ * instead of one per storage: a companion can collect a region's saves and report them before
+ * region_exit (and before an unpack of one of them). */
+int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
+                     size_t n, int64_t *handles);
 
 #ifdef __cplusplus
 }

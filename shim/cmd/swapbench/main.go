@@ -104,10 +104,10 @@ func bench(o options, sync string) error {
 		name, policy, prefetch, gbps string
 	}
 	cfgs := []cfg{
-		{"off", "off", "1", ""},
-		{"safe", "safe", "1", ""},
-		{"safe prefetch 1 @" + gb + " GB/s", "safe", "1", gb},
-		{"safe prefetch 0 @" + gb + " GB/s", "safe", "0", gb},
+		{trace.PolicyOff, trace.PolicyOff, "1", ""},
+		{trace.PolicySafe, trace.PolicySafe, "1", ""},
+		{"safe prefetch 1 @" + gb + " GB/s", trace.PolicySafe, "1", gb},
+		{"safe prefetch 0 @" + gb + " GB/s", trace.PolicySafe, "0", gb},
 	}
 	res := make([]*runResult, len(cfgs))
 	for i, c := range cfgs {

@@ -11,15 +11,18 @@ import (
 	"swapagent/trace"
 )
 
-func main() {
+func main() { os.Exit(run()) }
+
+// run is the command; main exits with its status once its deferred removal of the temporary directory ran.
+func run() int {
 	if len(os.Args) != 3 {
 		fmt.Fprintln(os.Stderr, "usage: tracebytes LIBSWAPAGENT DECODER-SIM")
-		os.Exit(2)
+		return 2
 	}
 	dir, err := os.MkdirTemp("", "tracebytes")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tracebytes:", err)
-		os.Exit(1)
+		return 1
 	}
 	defer os.RemoveAll(dir)
 	cmd := exec.Command(os.Args[2], "--steps", "2")
@@ -32,18 +35,18 @@ func main() {
 	cmd.Env = append(env, "LD_PRELOAD="+os.Args[1], "SWAPAGENT_OUT="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "tracebytes: decoder-sim: %v\n%s", err, out)
-		os.Exit(1)
+		return 1
 	}
 	files, err := trace.FindTraces(dir)
 	if err != nil || len(files) != 1 {
 		fmt.Fprintf(os.Stderr, "tracebytes: want one trace, got %v (%v)\n", files, err)
-		os.Exit(1)
+		return 1
 	}
 	_, evs, err := trace.ReadFile(files[0])
 	st, serr := os.Stat(files[0])
 	if err != nil || serr != nil || len(evs) == 0 {
 		fmt.Fprintf(os.Stderr, "tracebytes: reading %s: %v %v\n", files[0], err, serr)
-		os.Exit(1)
+		return 1
 	}
 	calls := 0
 	for i := range evs {
@@ -53,4 +56,5 @@ func main() {
 	}
 	fmt.Printf("trace: %.2f bytes per event (%d events, %d of them calls, %d bytes; decoder-sim --steps 2)\n",
 		float64(st.Size())/float64(len(evs)), len(evs), calls, st.Size())
+	return 0
 }

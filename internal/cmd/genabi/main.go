@@ -1,0 +1,385 @@
+// Command genabi generates the control ABI's vocabulary from shim/c/swapagent.h, its one source: the
+// return codes, save flags, states, keep reasons, policies and the ABI version, as Go constants of package
+// trace (trace/abi_gen.go) and as the Python companion's constants (shim/python/swapagent/_abi.py).
+//
+// Usage, from anywhere in the module (go generate ./trace runs it too):
+//
+//	go run ./internal/cmd/genabi          # rewrite the generated files
+//	go run ./internal/cmd/genabi -check   # exit 1 when a generated file is not current (make test)
+//
+// Every #define SWAPAGENT_<NAME> with a value must belong to a known family, and each family must be
+// numbered as the generated code assumes (codes 0, -1, -2, ...; states and keep reasons 0, 1, 2, ...; flags
+// distinct bits; policies distinct names): a header edit that breaks that fails here, not in a reader.
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"go/format"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Paths relative to the module root.
+const (
+	headerPath = "shim/c/swapagent.h"
+	goPath     = "trace/abi_gen.go"
+	pyPath     = "shim/python/swapagent/_abi.py"
+)
+
+// constant is one #define of the header.
+type constant struct {
+	Name    string // after SWAPAGENT_: "EINVAL", "STATE_D2H"
+	Suffix  string // after the family's prefix: "EINVAL", "D2H"
+	Int     int64  // numeric value
+	Str     string // string value (policies)
+	Comment string // the trailing /* ... */ comment, if any
+}
+
+// vocab is the header's constants by family, in header order.
+type vocab struct {
+	Version  int64
+	Codes    []constant // OK first, then E*
+	Flags    []constant
+	States   []constant
+	Keep     []constant
+	Policies []constant
+}
+
+var (
+	defineRE = regexp.MustCompile(`^#define\s+SWAPAGENT_([A-Z0-9_]+)\s+(.+?)\s*(?:/\*\s*(.*?)\s*\*/)?\s*$`)
+	errorRE  = regexp.MustCompile(`^E[A-Z]+$`)
+)
+
+// parse reads the constants of the header text.
+func parse(src string) (*vocab, error) {
+	v := &vocab{Version: -1}
+	for i, line := range strings.Split(src, "\n") {
+		m := defineRE.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		c := constant{Name: m[1], Comment: m[3]}
+		raw := m[2]
+		if strings.HasPrefix(raw, `"`) {
+			s, err := strconv.Unquote(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: SWAPAGENT_%s: bad string %s", headerPath, i+1, c.Name, raw)
+			}
+			c.Str = s
+		} else {
+			num := strings.TrimSuffix(strings.TrimSuffix(strings.Trim(raw, "()"), "u"), "U")
+			n, err := strconv.ParseInt(num, 0, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: SWAPAGENT_%s: bad number %s", headerPath, i+1, c.Name, raw)
+			}
+			c.Int = n
+		}
+		isStr := strings.HasPrefix(raw, `"`)
+		family := func(prefix string, str bool) bool {
+			if !strings.HasPrefix(c.Name, prefix) || isStr != str {
+				return false
+			}
+			c.Suffix = strings.TrimPrefix(c.Name, prefix)
+			return true
+		}
+		switch {
+		case c.Name == "ABI_VERSION" && !isStr:
+			v.Version = c.Int
+		case (c.Name == "OK" || errorRE.MatchString(c.Name)) && !isStr:
+			c.Suffix = c.Name
+			v.Codes = append(v.Codes, c)
+		case family("SAVE_", false):
+			v.Flags = append(v.Flags, c)
+		case family("STATE_", false):
+			v.States = append(v.States, c)
+		case family("KEEP_", false):
+			v.Keep = append(v.Keep, c)
+		case family("POLICY_", true):
+			v.Policies = append(v.Policies, c)
+		default:
+			return nil, fmt.Errorf("%s:%d: SWAPAGENT_%s belongs to no family the generator knows: "+
+				"teach internal/cmd/genabi its family", headerPath, i+1, c.Name)
+		}
+	}
+	return v, v.validate()
+}
+
+// validate checks the numbering the generated code relies on.
+func (v *vocab) validate() error {
+	if v.Version < 1 {
+		return errors.New("no SWAPAGENT_ABI_VERSION")
+	}
+	if len(v.Codes) < 2 || v.Codes[0].Name != "OK" || v.Codes[0].Int != 0 {
+		return errors.New("the codes must start with SWAPAGENT_OK 0, then the SWAPAGENT_E* codes")
+	}
+	for i, c := range v.Codes[1:] {
+		if c.Int != int64(-1-i) {
+			return fmt.Errorf("SWAPAGENT_%s is %d: the error codes must be -1, -2, ... in order", c.Name, c.Int)
+		}
+	}
+	seen := int64(0)
+	for _, c := range v.Flags {
+		if c.Int <= 0 || c.Int&(c.Int-1) != 0 || seen&c.Int != 0 {
+			return fmt.Errorf("SWAPAGENT_%s is %d: flags must be distinct bits", c.Name, c.Int)
+		}
+		seen |= c.Int
+	}
+	for _, fam := range [][]constant{v.States, v.Keep} {
+		if len(fam) == 0 {
+			return errors.New("no states or no keep reasons")
+		}
+		for i, c := range fam {
+			if c.Int != int64(i) {
+				return fmt.Errorf("SWAPAGENT_%s is %d: states and keep reasons must be 0, 1, ... in order",
+					c.Name, c.Int)
+			}
+		}
+	}
+	if len(v.Policies) == 0 {
+		return errors.New("no SWAPAGENT_POLICY_* names")
+	}
+	names := map[string]bool{}
+	for _, c := range v.Policies {
+		if c.Str == "" || names[c.Str] {
+			return fmt.Errorf("SWAPAGENT_%s: policy names must be distinct and not empty", c.Name)
+		}
+		names[c.Str] = true
+	}
+	return nil
+}
+
+// camel turns a macro suffix into a Go name part: OUTPUTS_ONLY -> OutputsOnly; a part with a digit
+// stays as written (D2H).
+func camel(s string) string {
+	var b strings.Builder
+	for _, p := range strings.Split(s, "_") {
+		if p == "" {
+			continue
+		}
+		if strings.ContainsAny(p, "0123456789") {
+			b.WriteString(p)
+			continue
+		}
+		b.WriteString(p[:1] + strings.ToLower(p[1:]))
+	}
+	return b.String()
+}
+
+// name is the lower-case name of a state or keep reason: its suffix (STATE_D2H gives d2h).
+func name(c constant) string { return strings.ToLower(c.Suffix) }
+
+func comment(c constant, lang string) string {
+	lead := " // "
+	if lang == "py" {
+		lead = "  # "
+	}
+	s := lead + "SWAPAGENT_" + c.Name
+	if c.Comment != "" {
+		s += ": " + c.Comment
+	}
+	return s
+}
+
+const generatedLine = "Code generated by genabi from " + headerPath + "; DO NOT EDIT."
+
+// goSource renders trace/abi_gen.go.
+func goSource(v *vocab) ([]byte, error) {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("// %s\n\n", generatedLine)
+	p("package trace\n\n")
+	p("// ABIVersion is SWAPAGENT_ABI_VERSION, the version of the control ABI.\n")
+	p("const ABIVersion = %d\n\n", v.Version)
+
+	p("// Return codes of the control calls: SWAPAGENT_OK and the SWAPAGENT_E* codes, never renumbered.\n")
+	p("const (\n")
+	for _, c := range v.Codes {
+		p("\tCode%s = %d%s\n", c.Suffix, c.Int, comment(c, "go"))
+	}
+	p(")\n\n")
+	p("// NumErrorCodes is the number of SWAPAGENT_E* codes: they are -1 to -NumErrorCodes.\n")
+	p("const NumErrorCodes = %d\n\n", len(v.Codes)-1)
+	p("// ErrorCodeNames names the SWAPAGENT_E* codes as the header does, code c at index -c-1.\n")
+	p("var ErrorCodeNames = [NumErrorCodes]string{\n")
+	for _, c := range v.Codes[1:] {
+		p("\t%q,\n", c.Suffix)
+	}
+	p("}\n\n")
+
+	p("// Flags of swapagent_save (SWAPAGENT_SAVE_*).\n")
+	p("const (\n")
+	for _, c := range v.Flags {
+		p("\tSave%s = %d%s\n", camel(c.Suffix), c.Int, comment(c, "go"))
+	}
+	p(")\n\n")
+
+	for _, fam := range []struct {
+		consts                       []constant
+		prefix, num, names, what, fn string
+	}{
+		{v.States, "State", "NumStates", "StateNames", "states", "swapagent_state (SWAPAGENT_STATE_*)"},
+		{v.Keep, "Keep", "NumKeepReasons", "KeepReasonNames", "keep reasons",
+			"swapagent_keep_reason (SWAPAGENT_KEEP_*)"},
+	} {
+		p("// The %s of %s.\n", fam.what, fam.fn)
+		p("const (\n")
+		for _, c := range fam.consts {
+			p("\t%s%s = %d%s\n", fam.prefix, camel(c.Suffix), c.Int, comment(c, "go"))
+		}
+		p(")\n\n")
+		p("// %s is the number of %s.\n", fam.num, fam.what)
+		p("const %s = %d\n\n", fam.num, len(fam.consts))
+		p("// %s names the %s by value: the header's names in lower case.\n", fam.names, fam.what)
+		p("var %s = [%s]string{\n", fam.names, fam.num)
+		for _, c := range fam.consts {
+			p("\t%q,\n", name(c))
+		}
+		p("}\n\n")
+	}
+
+	p("// Policies: the values of SWAPAGENT_POLICY (SWAPAGENT_POLICY_*).\n")
+	p("const (\n")
+	for _, c := range v.Policies {
+		p("\tPolicy%s = %q%s\n", camel(c.Suffix), c.Str, comment(c, "go"))
+	}
+	p(")\n\n")
+	p("// Policies lists the policies in the header's order.\n")
+	p("var Policies = [...]string{")
+	for i, c := range v.Policies {
+		if i > 0 {
+			p(", ")
+		}
+		p("Policy%s", camel(c.Suffix))
+	}
+	p("}\n")
+	return format.Source(b.Bytes())
+}
+
+// pySource renders shim/python/swapagent/_abi.py.
+func pySource(v *vocab) []byte {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# %s\n", generatedLine)
+	p("\"\"\"The constants of the agent's C ABI (swapagent.h): return codes, save flags, states, keep reasons,\n")
+	p("policies and the ABI version. swapagent.core imports them.\"\"\"\n\n")
+	p("ABI_VERSION = %d\n\n", v.Version)
+	p("# Return codes of the control calls (never renumbered).\n")
+	for _, c := range v.Codes {
+		p("%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
+	}
+	p("ERROR_NAMES = {\n")
+	for _, c := range v.Codes[1:] {
+		p("    %s: %q,\n", c.Suffix, c.Suffix)
+	}
+	p("}\n\n")
+	p("# Flags of swapagent_save.\n")
+	for _, c := range v.Flags {
+		p("SAVE_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
+	}
+	for _, fam := range []struct {
+		consts             []constant
+		prefix, names, doc string
+	}{
+		{v.States, "STATE_", "STATES", "States of swapagent_state"},
+		{v.Keep, "KEEP_", "KEEP_REASONS", "Keep reasons of swapagent_keep_reason"},
+	} {
+		p("\n# %s; %s names them by value.\n", fam.doc, fam.names)
+		for _, c := range fam.consts {
+			p("%s%s = %d\n", fam.prefix, c.Suffix, c.Int)
+		}
+		p("%s = (", fam.names)
+		for i, c := range fam.consts {
+			if i > 0 {
+				p(", ")
+			}
+			p("%q", name(c))
+		}
+		p(")\n")
+	}
+	p("\n# Policies: the values of SWAPAGENT_POLICY.\n")
+	for _, c := range v.Policies {
+		p("POLICY_%s = %q\n", c.Suffix, c.Str)
+	}
+	p("POLICIES = (")
+	for i, c := range v.Policies {
+		if i > 0 {
+			p(", ")
+		}
+		p("POLICY_%s", c.Suffix)
+	}
+	p(")\n")
+	return b.Bytes()
+}
+
+// moduleRoot is the directory of the go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = up
+	}
+}
+
+func run(check bool) error {
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	src, err := os.ReadFile(filepath.Join(root, headerPath))
+	if err != nil {
+		return err
+	}
+	v, err := parse(string(src))
+	if err != nil {
+		return err
+	}
+	goSrc, err := goSource(v)
+	if err != nil {
+		return err
+	}
+	stale := 0
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{goPath, goSrc}, {pyPath, pySource(v)}} {
+		full := filepath.Join(root, f.path)
+		if check {
+			if old, err := os.ReadFile(full); err != nil || !bytes.Equal(old, f.data) {
+				fmt.Fprintf(os.Stderr, "genabi: %s is not current with %s: run make generate\n", f.path, headerPath)
+				stale++
+			}
+			continue
+		}
+		if err := os.WriteFile(full, f.data, 0o644); err != nil {
+			return err
+		}
+	}
+	if stale > 0 {
+		return fmt.Errorf("%d generated file(s) not current", stale)
+	}
+	return nil
+}
+
+func main() {
+	check := flag.Bool("check", false, "compare the generated files with what the header gives instead of writing them")
+	flag.Parse()
+	if err := run(*check); err != nil {
+		fmt.Fprintln(os.Stderr, "genabi:", err)
+		os.Exit(1)
+	}
+}
