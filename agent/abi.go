@@ -10,7 +10,7 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"sync"
+	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -42,15 +42,13 @@ func checkGroup(name string) error {
 	return nil
 }
 
-// misuseOnce logs each kind of misuse once, so a buggy caller cannot flood the log.
-var misuseOnce sync.Map
-
+// misuse logs each kind of misuse once (a.misused), so a buggy caller cannot flood the log.
 func (a *Agent) misuse(call string, code int, err error) {
 	key := fmt.Sprintf("%s/%d", call, code)
 	if errors.Is(err, tracker.ErrPointer) { // a bad pointer is worth its own line, whatever came before
 		key += "/pointer"
 	}
-	if _, dup := misuseOnce.LoadOrStore(key, true); dup {
+	if _, dup := a.misused.LoadOrStore(key, true); dup {
 		return
 	}
 	a.lg.Warn(fmt.Sprintf("swapagent_%s: %v (code %d); further errors of this kind are not logged", call, err, code))
@@ -58,11 +56,17 @@ func (a *Agent) misuse(call string, code int, err error) {
 
 // rejected counts refused calls by code (index -code-1), and refused unpacks apart (they return 0).
 type rejected struct {
-	codes  [8]atomic.Uint64
+	codes  [trace.NumErrorCodes]atomic.Uint64
 	unpack atomic.Uint64
 }
 
-var codeNames = [8]string{"einval", "egroup", "ehandle", "eorder", "estate", "enoops", "eruntime", "edisabled"}
+// codeNames are the codes' keys in the stats JSON: swapagent.h's names (trace.ErrorCodeNames) in lower case.
+var codeNames = func() (names [trace.NumErrorCodes]string) {
+	for i, n := range trace.ErrorCodeNames {
+		names[i] = strings.ToLower(n)
+	}
+	return names
+}()
 
 func (r *rejected) snapshot() map[string]uint64 {
 	m := make(map[string]uint64, len(codeNames)+1)
@@ -95,6 +99,27 @@ func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []
 	a.recordText(kind, group, handle, ret, ptrs, "", args...)
 }
 
+// threadID is the calling thread's ID for the trace's ABI events: a system call unless the library sets a
+// cheaper source (SetThreadID).
+var threadID = func() uint32 { return uint32(syscall.Gettid()) }
+
+// SetThreadID replaces the source of the calling thread's ID (the C side caches it per thread); call it
+// before the first control call.
+func SetThreadID(f func() uint32) { threadID = f }
+
+// residentTable keeps the C side's table of resident handles (offload.EvResident): base 0 removes the
+// handle. The C side answers an unpack of a resident handle itself and records it in the ring as
+// FnUnpack (the drain traces it as the unpack it is); nil without a C side (tests).
+var residentTable func(handle int64, base uint64)
+
+// SetResidentTable installs the C side's resident-handle table (shim/exports.go); call it before the
+// first control call.
+func SetResidentTable(f func(handle int64, base uint64)) { residentTable = f }
+
+// FnUnpack is the function ID of an unpack the C side answered itself (shim/c/sa.h, SA_FN_UNPACK): Args[0]
+// the handle, Ret the base.
+const FnUnpack = 0xFFFF
+
 // recordText is record with the event's Text.
 func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, text string,
 	args ...uint64) {
@@ -103,7 +128,7 @@ func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptr
 	if a.closed || a.w == nil {
 		return
 	}
-	ev := trace.Event{Kind: kind, TS: a.ts(), TID: uint32(syscall.Gettid()), Handle: handle, Ret: ret, Ptrs: ptrs,
+	ev := trace.Event{Kind: kind, TS: a.ts(), TID: threadID(), Handle: handle, Ret: ret, Ptrs: ptrs,
 		Text: text}
 	if group != "" {
 		ev.Group = a.groupLocked(group)
@@ -248,6 +273,64 @@ func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
 	return ret
 }
 
+// SaveN registers the saved storages of group's open region in one call (swapagent_save_n): entry i is
+// what Save(group, ptrs[i], sizes[i], flags[i]) would have answered (flags nil: all 0), written to out[i]
+// (a handle, or a negative code; each refused entry is counted like a refused save), with one drain, one
+// engine lock and one proof of the host ranges for all of them. It returns OK when every entry was saved,
+// else the first refused entry's code. A bad group or mismatched lengths refuse the whole call (EINVAL,
+// out untouched).
+func (a *Agent) SaveN(group string, ptrs, sizes []uint64, flags []uint32, out []int64) int {
+	if err := checkGroup(group); err != nil {
+		return a.result("save_n", err)
+	}
+	if len(sizes) != len(ptrs) || len(out) != len(ptrs) || (flags != nil && len(flags) != len(ptrs)) {
+		return a.result("save_n", fmt.Errorf("%w: %d pointers, %d sizes, %d flags, %d handles", offload.ErrInvalid,
+			len(ptrs), len(sizes), len(flags), len(out)))
+	}
+	if len(ptrs) == 0 {
+		return OK
+	}
+	e := a.begin()
+	errs := make([]error, len(ptrs))
+	if e != nil {
+		e.SaveN(group, ptrs, sizes, flags, out, errs)
+	} else {
+		for i := range errs {
+			errs[i] = errNoEngine
+		}
+	}
+	rc := OK
+	for i, err := range errs {
+		if err != nil {
+			out[i] = int64(a.result("save", err))
+			if rc == OK {
+				rc = int(out[i])
+			}
+		}
+	}
+	a.recordSaves(group, ptrs, sizes, flags, out)
+	return rc
+}
+
+// recordSaves records each entry of a SaveN as the KindSave event a Save makes.
+func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, out []int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.w == nil {
+		return
+	}
+	ev := trace.Event{Kind: trace.KindSave, TS: a.ts(), TID: threadID(), Group: a.groupLocked(group)}
+	for i, p := range ptrs {
+		var f uint32
+		if flags != nil {
+			f = flags[i]
+		}
+		ev.Handle, ev.Ret = max(out[i], 0), out[i]
+		ev.Args = [6]uint64{p, sizes[i], uint64(f), 0}
+		a.addLocked(&ev)
+	}
+}
+
 // RegionExit closes a region with its output storages.
 func (a *Agent) RegionExit(group string, outputs []uint64) int {
 	if err := checkGroup(group); err != nil {
@@ -378,6 +461,10 @@ func (a *Agent) Observe(ev offload.Event) {
 		}
 	case offload.EvRestore:
 		a.unwatch(ev.Storage)
+	case offload.EvResident:
+		if r := residentTable; r != nil {
+			r(ev.Handle, ev.Base)
+		}
 	case offload.EvError:
 		a.lg.Warn("offload: " + ev.Detail)
 	default:

@@ -91,7 +91,6 @@ type fstore struct {
 	vmm    bool // the two VMM mappings
 	refs   int  // live handles saved inside it
 	alias  bool // a view of it was saved: the older overlapping storage is held freed by the tracker
-	kept   bool // released by a group that finished: empty by design
 	parent *world
 }
 
@@ -382,7 +381,16 @@ func (w *world) save() {
 	if !w.mapped && s.vmm {
 		bad = true
 	}
-	h := w.a.Save(name, p, n, uint32(w.byte()%2))
+	var h int64
+	if f := uint32(w.byte() % 2); (kind/12)%3 == 0 { // the batch call, with this save as its one entry
+		out := []int64{0}
+		rc := w.a.SaveN(name, []uint64{p}, []uint64{n}, []uint32{f}, out)
+		if h = out[0]; h == 0 { // refused as a whole (a bad group): nothing saved
+			h = int64(rc)
+		}
+	} else {
+		h = w.a.Save(name, p, n, f)
+	}
 	if h <= 0 {
 		w.count(h)
 	}

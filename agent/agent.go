@@ -38,11 +38,18 @@ type Agent struct {
 	cfg    Config
 	native Native
 	stderr io.Writer
-	host   string
-	pid    int
-	argv   []string
-	t0     time.Time
-	off    int64 // TS of t0 on the trace clock
+	// logQ keeps warnings and errors for the trace (KindLog); logHook may run with mu held or not, so it
+	// queues under its own lock.
+	logQ struct {
+		sync.Mutex
+		lines []string
+	}
+	misused sync.Map // kinds of misuse already logged: each is logged once (misuse)
+	host    string
+	pid     int
+	argv    []string
+	t0      time.Time
+	off     int64 // TS of t0 on the trace clock
 
 	lg *zap.Logger // stderr at the configured level, plus the log file once open
 
@@ -111,22 +118,16 @@ func consoleEncoder() zapcore.Encoder {
 	return zapcore.NewConsoleEncoder(ec)
 }
 
-// logHook keeps warnings and errors for the trace (KindLog). It may run with a.mu held or not, so it only
-// queues under its own lock.
-var logQ struct {
-	sync.Mutex
-	lines []string
-}
-
+// logHook queues warnings and errors for the trace (a.logQ).
 func (a *Agent) logHook(e zapcore.Entry) error {
 	if e.Level < zapcore.WarnLevel {
 		return nil
 	}
-	logQ.Lock()
-	if len(logQ.lines) < maxPendingLog {
-		logQ.lines = append(logQ.lines, strings.ToLower(e.Level.String())+": "+e.Message)
+	a.logQ.Lock()
+	if len(a.logQ.lines) < maxPendingLog {
+		a.logQ.lines = append(a.logQ.lines, strings.ToLower(e.Level.String())+": "+e.Message)
 	}
-	logQ.Unlock()
+	a.logQ.Unlock()
 	return nil
 }
 
@@ -251,8 +252,17 @@ func (a *Agent) drainLocked() int {
 			a.openLocked()
 		}
 		start := a.native.StartMono()
+		served := 0
 		for i := range a.buf[:n] {
 			r := &a.buf[i]
+			if r.Fn == FnUnpack { // a control call the C side answered: the unpack it is, not a runtime call
+				served++
+				if a.w != nil {
+					a.addLocked(&trace.Event{Kind: trace.KindUnpack, TS: r.TS - start, TID: r.TID,
+						Handle: int64(r.Args[0]), Ret: r.Ret})
+				}
+				continue
+			}
 			if int(r.Fn) < len(a.calls) {
 				a.calls[r.Fn]++
 			}
@@ -266,7 +276,7 @@ func (a *Agent) drainLocked() int {
 				Args: r.Args}
 			a.addLocked(ev)
 		}
-		a.events += uint64(n)
+		a.events += uint64(n - served)
 		total += n
 		if n < len(a.buf) {
 			break
@@ -351,10 +361,10 @@ func (a *Agent) addLogLocked(line string) {
 }
 
 func (a *Agent) logsLocked() {
-	logQ.Lock()
-	lines := logQ.lines
-	logQ.lines = nil
-	logQ.Unlock()
+	a.logQ.Lock()
+	lines := a.logQ.lines
+	a.logQ.lines = nil
+	a.logQ.Unlock()
 	for _, l := range lines {
 		a.addLogLocked(l)
 	}
@@ -490,9 +500,7 @@ func (a *Agent) statsLocked(es *offload.Stats) []byte {
 	m["faults"] = faults
 	m["rejected"] = a.rejected.snapshot()
 	defaults := map[string]any{"offloaded_storages": 0, "offloaded_bytes": 0, "restored_bytes": 0,
-		"kept": map[string]int{"input": 0, "output": 0, "protected": 0, "param": 0, "shared": 0, "small": 0,
-			"duplicate": 0},
-		"released_external": 0, "peak_device_bytes": 0, "faults": []any{}}
+		"kept": offload.Kept{}, "released_external": 0, "peak_device_bytes": 0, "faults": []any{}}
 	for k, v := range defaults {
 		if _, ok := m[k]; !ok {
 			m[k] = v

@@ -58,6 +58,7 @@ type handle struct {
 	truth      tracker.Reason // what the ownership model says
 	reason     tracker.Reason // what the policy made of it (KeepReason)
 	u          *unit
+	resident   bool // announced as staying on device until forgotten (EvResident)
 }
 
 // unit is one storage's swap state, shared by every handle that lets it move: the duplicates of its
@@ -103,7 +104,10 @@ type Engine struct {
 	st     Stats
 	gstats map[string]*GroupStats
 	evq    []Event
-	seq    uint64
+	spare  []Event // an empty queue array to reuse (unlock)
+	// resident counts the handles announced resident per storage ID (announceResident).
+	resident map[uint64]int
+	seq      uint64
 }
 
 // NewEngine returns an engine. A nil mover disables moving (internal storages are kept and counted as
@@ -196,15 +200,30 @@ func (e *Engine) SetStorageOps(ops StorageOps) {
 
 func (e *Engine) lock() { e.mu.Lock() }
 
-// unlock releases the lock, then delivers queued events so an observer may call back.
+// unlock releases the lock, then delivers queued events so an observer may call back. The queue's array is
+// kept for the next call (a region's exit queues an event per saved storage): it goes back unless an
+// observer's call queued events meanwhile.
 func (e *Engine) unlock() {
 	evs := e.evq
 	e.evq = nil
 	e.mu.Unlock()
+	if len(evs) == 0 {
+		return
+	}
 	for _, ev := range evs {
 		e.obs.Observe(ev)
 	}
+	if cap(evs) <= maxSpareEvents {
+		clear(evs)
+		e.mu.Lock()
+		if e.spare == nil || cap(e.spare) < cap(evs) {
+			e.spare = evs[:0]
+		}
+		e.mu.Unlock()
+	}
 }
+
+const maxSpareEvents = 1 << 12
 
 func (e *Engine) emit(ev Event) {
 	if e.obs == nil {
@@ -212,6 +231,9 @@ func (e *Engine) emit(ev Event) {
 	}
 	e.seq++
 	ev.Seq = e.seq
+	if e.evq == nil && e.spare != nil {
+		e.evq, e.spare = e.spare, nil
+	}
 	e.evq = append(e.evq, ev)
 }
 
@@ -270,6 +292,34 @@ func (e *Engine) Save(name string, ptr, nbytes uint64, flags uint32) (int64, err
 	if err != nil {
 		return 0, err
 	}
+	return e.saved(g, name, sv, nbytes), nil
+}
+
+// SaveN is Save of each entry (ptrs[i], sizes[i], flags[i]; flags nil: all 0) in order, under one lock:
+// hs[i] is entry i's handle, or 0 with errs[i] its error.
+func (e *Engine) SaveN(name string, ptrs, sizes []uint64, flags []uint32, hs []int64, errs []error) {
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil || g.phase != phForward {
+		err := fmt.Errorf("%w: save in group %q outside its region", ErrOrder, name)
+		for i := range ptrs {
+			hs[i], errs[i] = 0, err
+		}
+		return
+	}
+	svs := make([]tracker.Saved, len(ptrs))
+	e.tr.SaveN(name, ptrs, sizes, flags, svs, errs)
+	for i := range ptrs {
+		hs[i] = 0
+		if errs[i] == nil {
+			hs[i] = e.saved(g, name, svs[i], sizes[i])
+		}
+	}
+}
+
+// saved makes the handle of a save the tracker registered.
+func (e *Engine) saved(g *group, name string, sv tracker.Saved, nbytes uint64) int64 {
 	h := &handle{id: lastHandle.Add(1), g: g, sid: sv.Storage, size: nbytes, dup: sv.Duplicate}
 	if h.dup {
 		h.reason, h.truth = tracker.Duplicate, tracker.Duplicate
@@ -285,7 +335,7 @@ func (e *Engine) Save(name string, ptr, nbytes uint64, flags uint32) (int64, err
 	e.handles[h.id] = h
 	e.st.Saves++
 	e.gs(name).Saves++
-	return h.id, nil
+	return h.id
 }
 
 // effective is the reason the policy acts on.
@@ -388,11 +438,50 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 		}
 	}
 	e.pending = launched
+	e.announceResident(g)
 	g.region = nil
 	g.phase = phExited
 	e.removeOrder(g)
 	e.order = append(e.order, g)
 	return nil
+}
+
+// announceResident tells the observer which handles of the region that just exited stay on device until
+// their group is forgotten, so that their unpacks can be answered without the engine (EvResident, with
+// their base): under off every one (nothing ever moves), under safe those kept whose storage no unit
+// moves (another group saving it later makes it shared, so kept there too). Never under outputs-only,
+// where another group may move a storage this one keeps.
+func (e *Engine) announceResident(g *group) {
+	if e.obs == nil || (e.cfg.Policy != PolicyOff && e.cfg.Policy != PolicySafe) {
+		return
+	}
+	for _, h := range g.region {
+		if h.resident || e.unitOf(h) != nil || (e.cfg.Policy == PolicySafe && h.reason == tracker.Internal) {
+			continue
+		}
+		base, ok := e.tr.Base(h.sid)
+		if !ok || base == 0 {
+			continue
+		}
+		h.resident = true
+		if e.resident == nil {
+			e.resident = map[uint64]int{}
+		}
+		e.resident[h.sid]++
+		e.emit(Event{Kind: EvResident, Group: g.name, Handle: h.id, Storage: h.sid, Base: base, Size: h.size})
+	}
+}
+
+// unresident withdraws h's announcement (Base 0).
+func (e *Engine) unresident(h *handle) {
+	if !h.resident {
+		return
+	}
+	h.resident = false
+	if e.resident[h.sid]--; e.resident[h.sid] <= 0 {
+		delete(e.resident, h.sid)
+	}
+	e.emit(Event{Kind: EvResident, Group: h.g.name, Handle: h.id, Storage: h.sid, Size: h.size})
 }
 
 // unshare keeps a storage that another live group also saved: their internal handles become shared and
@@ -438,6 +527,13 @@ func (e *Engine) attach(g *group, h *handle) *unit {
 				Detail: "already offloaded by " + u.owner.name})
 		}
 		return nil
+	}
+	if e.resident[h.sid] > 0 { // not expected under off or safe (see announceResident): withdraw, to be sure
+		for _, o := range e.handles {
+			if o.sid == h.sid {
+				e.unresident(o)
+			}
+		}
 	}
 	u := &unit{sid: h.sid, size: h.size, state: Device, owner: g, devValid: true}
 	if !e.launch(u, g, h) {
@@ -831,6 +927,7 @@ func (e *Engine) BackwardExit(name string) error {
 func (e *Engine) forget(g *group) {
 	for _, h := range g.handles {
 		delete(e.handles, h.id)
+		e.unresident(h)
 		e.emit(Event{Kind: EvForget, Group: g.name, Handle: h.id, Storage: h.sid, Size: h.size, Reason: h.reason})
 		if u := h.u; u != nil {
 			if u.refs--; u.refs == 0 {

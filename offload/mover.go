@@ -36,7 +36,7 @@ type Mover interface {
 	CopyIn(dstDevice, srcHost, n uint64) (Copy, error)  // launch host -> device
 	// Wait blocks the host until c (and every copy launched before it) completed.
 	Wait(c Copy) error
-	// Before makes the work queued from now on on streams wait, on the device, for c: the host does not
+	// Before makes the work queued on streams from now on wait, on the device, for c: the host does not
 	// block.
 	Before(c Copy, streams []uint64) error
 }

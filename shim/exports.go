@@ -7,16 +7,37 @@ package main
 /*
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sa_go.h"
+
+// The calling thread's ID, cached per thread: the trace's ABI events carry it, and a system call per event
+// would cost more than the event.
+static __thread uint32_t sa_ctl_tid;
+static uint32_t sa_ctl_thread(void) {
+  if (sa_ctl_tid == 0) sa_ctl_tid = (uint32_t)syscall(SYS_gettid);
+  return sa_ctl_tid;
+}
 */
 import "C"
 
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
 	"unsafe"
 
 	"swapagent/agent"
 )
+
+func init() {
+	agent.SetThreadID(func() uint32 { return uint32(C.sa_ctl_thread()) })
+	agent.SetResidentTable(func(h int64, base uint64) { C.sa_resident_set(C.int64_t(h), C.uintptr_t(base)) })
+}
 
 const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a reason to copy gigabytes
 
@@ -28,8 +49,56 @@ const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a re
 // unreadable memory are refused (a reason is returned). A name longer than agent.MaxGroup comes back cut
 // at MaxGroup+1 bytes, for the agent's group rule to refuse.
 func cGroup(a *agent.Agent, p *C.char) (string, string) {
+	if p == nil {
+		return "", "NULL group"
+	}
+	addr := uint64(uintptr(unsafe.Pointer(p)))
+	if name, ok := groupNames.at(addr); ok {
+		// Proven before at this address: the name stands if its bytes and NUL are still there (read through
+		// the kernel, as the first time), which is all the full read would find.
+		var small [64]byte
+		b := small[:]
+		if len(name)+1 > len(b) {
+			b = make([]byte, len(name)+1)
+		}
+		b = b[:len(name)+1]
+		if n, exact := a.HostMaps().Read(b, addr); exact && n == len(b) && b[len(name)] == 0 &&
+			string(b[:len(name)]) == name {
+			return name, ""
+		}
+	}
 	var buf [agent.MaxGroup + 1]byte
-	return cString(a, p, buf[:], "group")
+	name, bad := cString(a, p, buf[:], "group")
+	if bad == "" && len(name) <= agent.MaxGroup {
+		groupNames.put(addr, name)
+	}
+	return name, bad
+}
+
+// groupNames remembers the group names read so far by their address (a companion passes the same bytes
+// every call), so that a call reads a name's few bytes instead of MaxGroup+1 over two pages and makes no
+// string. An entry is only a hint: it is used after the kernel read the same bytes at that address again.
+var groupNames nameCache
+
+type nameCache struct {
+	mu sync.Mutex
+	m  map[uint64]string
+}
+
+func (c *nameCache) at(addr uint64) (string, bool) {
+	c.mu.Lock()
+	name, ok := c.m[addr]
+	c.mu.Unlock()
+	return name, ok
+}
+
+func (c *nameCache) put(addr uint64, name string) {
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= 4096 { // bounded: a caller that passes fresh buffers every time starts it over
+		c.m = make(map[uint64]string)
+	}
+	c.m[addr] = name
+	c.mu.Unlock()
 }
 
 // cString reads a C string into buf (its length is the longest string accepted, plus one) by cGroup's
@@ -82,18 +151,83 @@ func cDescs(a *agent.Agent, p **C.char, n C.size_t) ([]string, string) {
 		return nil, bad
 	}
 	out := make([]string, len(ptrs))
-	buf := make([]byte, maxDesc+1)
+	done := cStrings(a, ptrs, maxDesc+1, out)
+	var buf []byte
 	for i, q := range ptrs {
-		if q == 0 {
+		if q == 0 || done[i] {
 			continue
 		}
-		s, bad := cString(a, (*C.char)(unsafe.Pointer(uintptr(q))), buf, fmt.Sprintf("descs[%d]", i))
+		if buf == nil {
+			buf = make([]byte, maxDesc+1)
+		}
+		// q is a C address read from C memory: reinterpret its bits (never a Go pointer).
+		s, bad := cString(a, *(**C.char)(unsafe.Pointer(&q)), buf, "descs["+strconv.Itoa(i)+"]")
 		if bad != "" {
 			return nil, bad
 		}
 		out[i] = s
 	}
 	return out, ""
+}
+
+// cStrings reads the C strings at ptrs (0 entries skipped), each up to the end of its page and at most
+// limit bytes, in one read through the kernel of as few pieces as the strings allow (overlapping or adjacent
+// ranges are merged: strings a caller keeps together cost one piece), and sets out[i] for each one that
+// ends (NUL) in what was read: short strings nearly always do. It returns which it set; the others
+// (running past their page, in a piece that could not be read whole, or every one where the kernel refuses
+// such reads) are for cString, one by one.
+func cStrings(a *agent.Agent, ptrs []uint64, limit int, out []string) []bool {
+	done := make([]bool, len(ptrs))
+	page := uint64(os.Getpagesize())
+	type str struct {
+		lo, hi uint64
+		i, run int
+	}
+	ss := make([]str, 0, len(ptrs))
+	for i, q := range ptrs {
+		if q != 0 && q <= ^uint64(0)-uint64(limit) {
+			ss = append(ss, str{lo: q, hi: q + min(uint64(limit), page-q%page), i: i})
+		}
+	}
+	sort.Slice(ss, func(x, y int) bool { return ss[x].lo < ss[y].lo })
+	var at []uint64
+	var lens []int
+	for k := range ss {
+		if n := len(at); n > 0 && ss[k].lo <= at[n-1]+uint64(lens[n-1]) {
+			lens[n-1] = int(max(at[n-1]+uint64(lens[n-1]), ss[k].hi) - at[n-1])
+		} else {
+			at, lens = append(at, ss[k].lo), append(lens, int(ss[k].hi-ss[k].lo))
+		}
+		ss[k].run = len(at) - 1
+	}
+	offs, total := make([]int, len(at)), 0
+	for r, l := range lens {
+		offs[r] = total
+		total += l
+	}
+	buf, ok := make([]byte, total), make([]bool, len(at))
+	for r := 0; r < len(at); {
+		got, exact := a.HostMaps().ReadPieces(buf[offs[r]:], at[r:], lens[r:])
+		if !exact {
+			break
+		}
+		for ; r < len(at) && got >= lens[r]; r++ {
+			ok[r] = true
+			got -= lens[r]
+		}
+		r++ // piece r could not be read whole: its strings are cString's
+	}
+	for _, x := range ss {
+		if !ok[x.run] {
+			continue
+		}
+		from := offs[x.run] + int(x.lo-at[x.run])
+		piece := buf[from : from+int(x.hi-x.lo)]
+		if j := bytes.IndexByte(piece, 0); j >= 0 {
+			out[x.i], done[x.i] = string(piece[:j]), true
+		}
+	}
+	return done
 }
 
 // ptrSlice copies n pointers; NULL with n > 0, n beyond the trace limit and an array the process cannot
@@ -108,21 +242,40 @@ func ptrSlice(a *agent.Agent, p *C.uintptr_t, n C.size_t, what string) ([]uint64
 	if n > maxPtrs {
 		return nil, fmt.Sprintf("%s: n = %d is above the limit of %d", what, uint64(n), maxPtrs)
 	}
-	addr, hm := uint64(uintptr(unsafe.Pointer(p))), a.HostMaps()
-	bad := fmt.Sprintf("%s: %d pointers at %#x are not readable memory", what, uint64(n), addr)
 	out := make([]uint64, int(n))
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*len(out))
-	if got, exact := hm.Read(b, addr); exact {
-		if got != len(b) {
-			return nil, bad
-		}
-		return out, ""
+	if !cRead(a, unsafe.Pointer(p), unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*len(out))) {
+		return nil, fmt.Sprintf("%s: %d pointers at %#x are not readable memory", what, uint64(n),
+			uint64(uintptr(unsafe.Pointer(p))))
 	}
-	if hm.Available() && !hm.Covers(addr, uint64(len(b)), false) {
-		return nil, bad
-	}
-	copy(out, unsafe.Slice((*uint64)(unsafe.Pointer(p)), int(n)))
 	return out, ""
+}
+
+// cRead copies len(dst) bytes at p into dst, from memory proven readable (through the kernel, or where
+// the kernel refuses such reads, the index); false when it is not.
+func cRead(a *agent.Agent, p unsafe.Pointer, dst []byte) bool {
+	addr, hm := uint64(uintptr(p)), a.HostMaps()
+	if got, exact := hm.Read(dst, addr); exact {
+		return got == len(dst)
+	}
+	if hm.Available() && !hm.Covers(addr, uint64(len(dst)), false) {
+		return false
+	}
+	copy(dst, unsafe.Slice((*byte)(p), len(dst)))
+	return true
+}
+
+// cWrite copies src to p, into memory proven writable (through the kernel, or where the kernel refuses,
+// the index); false when it is not.
+func cWrite(a *agent.Agent, p unsafe.Pointer, src []byte) bool {
+	addr, hm := uint64(uintptr(p)), a.HostMaps()
+	if done, exact := hm.Write(src, addr); exact {
+		return done
+	}
+	if hm.Available() && !hm.Covers(addr, uint64(len(src)), true) {
+		return false
+	}
+	copy(unsafe.Slice((*byte)(p), len(src)), src)
+	return true
 }
 
 // guard contains a panic inside the agent: the agent goes inert (the C side passes every call through
@@ -238,6 +391,87 @@ func sa_go_save(group *C.char, ptr C.uintptr_t, nbytes C.size_t, flags C.uint32_
 		return C.int64_t(a.Invalid("save", bad))
 	}
 	return C.int64_t(a.Save(g, uint64(ptr), uint64(nbytes), uint32(flags)))
+}
+
+//export sa_go_save_n
+func sa_go_save_n(group *C.char, ptrs *C.uintptr_t, nbytes *C.size_t, flags *C.uint32_t, n C.size_t,
+	handles *C.int64_t) (ret C.int) {
+	defer guard("swapagent_save_n", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	g, bad := cGroup(a, group)
+	var ps, sizes []uint64
+	var fs []uint32
+	if bad == "" {
+		ps, sizes, fs, bad = saveArrays(a, ptrs, nbytes, flags, n)
+	}
+	if bad == "" && handles == nil && n > 0 {
+		bad = fmt.Sprintf("NULL handles with n = %d", uint64(n))
+	}
+	if bad != "" {
+		return C.int(a.Invalid("save_n", bad))
+	}
+	if n == 0 {
+		return C.int(a.SaveN(g, nil, nil, nil, nil))
+	}
+	// The output must be writable before anything is saved: a save the caller never hears of would leak.
+	out := make([]int64, int(n))
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*len(out))
+	if !cWrite(a, unsafe.Pointer(handles), dst) {
+		return C.int(a.Invalid("save_n", fmt.Sprintf("handles: %d values at %#x are not writable memory",
+			uint64(n), uint64(uintptr(unsafe.Pointer(handles))))))
+	}
+	rc := a.SaveN(g, ps, sizes, fs, out)
+	if !cWrite(a, unsafe.Pointer(handles), dst) {
+		return C.int(a.Invalid("save_n", "handles: no longer writable memory"))
+	}
+	return C.int(rc)
+}
+
+// saveArrays reads save_n's arrays (flags NULL: none) in one read through the kernel; what cannot be read
+// that way is read (and refused) array by array, by ptrSlice's rule.
+func saveArrays(a *agent.Agent, ptrs *C.uintptr_t, nbytes *C.size_t, flags *C.uint32_t, n C.size_t) (
+	[]uint64, []uint64, []uint32, string) {
+	if n == 0 {
+		return nil, nil, nil, ""
+	}
+	if ptrs != nil && nbytes != nil && n <= maxPtrs {
+		ps, sizes := make([]uint64, int(n)), make([]uint64, int(n))
+		at := []uint64{uint64(uintptr(unsafe.Pointer(ptrs))), uint64(uintptr(unsafe.Pointer(nbytes)))}
+		lens := []int{8 * int(n), 8 * int(n)}
+		var fs []uint32
+		if flags != nil {
+			fs = make([]uint32, int(n))
+			at, lens = append(at, uint64(uintptr(unsafe.Pointer(flags)))), append(lens, 4*int(n))
+		}
+		buf := make([]byte, 20*int(n))
+		if got, exact := a.HostMaps().ReadPieces(buf, at, lens); exact && got == lens[0]+lens[1]+4*len(fs) {
+			for i := range ps {
+				ps[i] = *(*uint64)(unsafe.Pointer(&buf[8*i]))
+				sizes[i] = *(*uint64)(unsafe.Pointer(&buf[8*(int(n)+i)]))
+			}
+			for i := range fs {
+				fs[i] = *(*uint32)(unsafe.Pointer(&buf[16*int(n)+4*i]))
+			}
+			return ps, sizes, fs, ""
+		}
+	}
+	ps, bad := ptrSlice(a, ptrs, n, "ptrs")
+	var sizes []uint64
+	var fs []uint32
+	if bad == "" {
+		sizes, bad = ptrSlice(a, (*C.uintptr_t)(unsafe.Pointer(nbytes)), n, "nbytes")
+	}
+	if bad == "" && flags != nil {
+		fs = make([]uint32, int(n))
+		if !cRead(a, unsafe.Pointer(flags), unsafe.Slice((*byte)(unsafe.Pointer(&fs[0])), 4*len(fs))) {
+			bad = fmt.Sprintf("flags: %d values at %#x are not readable memory", uint64(n),
+				uint64(uintptr(unsafe.Pointer(flags))))
+		}
+	}
+	return ps, sizes, fs, bad
 }
 
 //export sa_go_region_exit

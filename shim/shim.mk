@@ -1,13 +1,12 @@
 # shim/shim.mk: builds libswapagent.so (the C interposers of shim/c, strict-warning object linked
-# whole into the Go c-shared library of shim/*.go and agent/), installs swapagent.h, builds the C test
-# programs of shim/c/test and the shim benchmark.
+# whole into the Go c-shared library of ./shim and the packages it imports, as the Makefile's go_deps
+# lists them), installs swapagent.h, builds the C test programs of shim/c/test and the shim benchmark.
 SHIM_C_SRCS := $(sort $(wildcard shim/c/*.c))
 SHIM_C_HDRS := $(sort $(wildcard shim/c/*.h shim/c/*.def))
 SHIM_OBJDIR := $(BUILD)/obj/shim
 SHIM_OBJS := $(patsubst shim/c/%.c,$(SHIM_OBJDIR)/%.o,$(SHIM_C_SRCS))
 SHIM_ARCHIVE := $(SHIM_OBJDIR)/sashim.o
 SHIM_LIB := $(BUILD)/lib/libswapagent.so
-SHIM_GO_SRCS := $(sort $(wildcard shim/*.go agent/*.go internal/buildinfo/*.go trace/*.go offload/*.go tracker/*.go))
 SHIM_TEST_SRCS := $(sort $(wildcard shim/c/test/*.c))
 SHIM_TEST_BINS := $(patsubst shim/c/test/sa_%.c,$(BUILD)/test/sa-%,$(SHIM_TEST_SRCS))
 SHIM_CFLAGS := $(CFLAGS) -fno-semantic-interposition -fvisibility=hidden -I$(ACL_INC) -Ishim/c
@@ -26,8 +25,9 @@ $(SHIM_ARCHIVE): $(SHIM_OBJS)
 # The object reaches the external link as -extldflags (see shim/main.go; CGO_LDFLAGS would add it once per
 # cgo package), so each $(BUILD) links its own architecture's. Go's build cache does not hash a file named
 # in linker flags, so the object's hash goes into the link flags: a changed C shim always relinks.
-$(SHIM_LIB): $(SHIM_ARCHIVE) $(SHIM_GO_SRCS) go.mod
+$(SHIM_LIB): $(SHIM_ARCHIVE) $(GO_DEPS_DIR)/libswapagent.so.d
 	@mkdir -p $(@D)
+	@$(call go_deps,./shim)
 	$(GO_TARGET_ENV) $(GO) build -buildmode=c-shared -ldflags "-extldflags=$(abspath $(SHIM_ARCHIVE)) \
 		$(GO_VERSION_LDFLAGS) -X main.cShimHash=$$(sha256sum $(SHIM_ARCHIVE) | cut -c1-16)" -o $@ ./shim
 	@rm -f $(BUILD)/lib/libswapagent.h

@@ -28,6 +28,7 @@ type HostMaps struct {
 	mu    sync.Mutex
 	m     spans // readable mappings; id 1 when also writable
 	avail bool  // the file could be read
+	stale bool  // memory went away since the list was read (Invalidate): read it again before trusting it
 	self  bool  // the list is this process's: a hit can be confirmed by reading
 	reads uint64
 	buf   []byte
@@ -87,12 +88,65 @@ func (h *HostMaps) Read(dst []byte, addr uint64) (n int, exact bool) {
 // vm is 1 while process_vm_readv works on this process, 2 once the kernel refused it.
 var vm atomic.Int32
 
+// selfPID is this process's ID, read once: a system call per read would cost as much as the read. The Go
+// side never runs in a forked child (the C side refuses every call there), so it cannot change.
+var selfPID = os.Getpid()
+
+// Indexed reports whether [addr, addr+n) lies in readable mappings (writable too when write) by the index
+// alone, read again on a miss and after Invalidate: no system call when it is there. The index may still be
+// older than memory the process unmapped by itself, so this is no proof that a load would not fault; it is
+// what a save is checked against, the copy of the storage being proven with Covers (and made through the
+// kernel) when it comes.
+func (h *HostMaps) Indexed(addr, n uint64, write bool) bool {
+	if addr == 0 || n == 0 || addr > ^uint64(0)-n {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.reads == 0 || h.stale || !h.coversLocked(addr, addr+n, write) {
+		h.refreshLocked()
+		return h.coversLocked(addr, addr+n, write)
+	}
+	return true
+}
+
+// Write copies src to [addr, addr+len(src)) through the kernel (process_vm_writev), so memory that cannot
+// be written is an error rather than a fault: it returns whether every byte was written, and exact false
+// when the kernel refuses the call itself (then nothing was written and only the index can speak).
+func (h *HostMaps) Write(src []byte, addr uint64) (done, exact bool) {
+	if len(src) == 0 {
+		return true, true
+	}
+	if addr == 0 || addr > ^uint64(0)-uint64(len(src)) || vm.Load() == 2 {
+		return false, vm.Load() != 2
+	}
+	local := []unix.Iovec{{Base: &src[0]}}
+	local[0].SetLen(len(src))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(src)}}
+	n, err := unix.ProcessVMWritev(selfPID, local, remote, 0)
+	if err != nil {
+		if errors.Is(err, unix.EFAULT) || errors.Is(err, unix.ENOMEM) {
+			return false, true
+		}
+		return false, false
+	}
+	return n == len(src), true
+}
+
 // readSelf reads one byte at each of at into dst.
 func readSelf(dst []byte, at []uint64) (int, bool) {
 	lens := make([]int, len(at))
 	for i := range lens {
 		lens[i] = 1
 	}
+	return readPieces(dst, at, lens)
+}
+
+// ReadPieces copies the pieces (address at[i], length lens[i]) into dst, in order and packed, in one read
+// through the kernel (up to 1024 pieces a call): it stops before the first piece that cannot be read whole
+// and returns the bytes copied, a sum of whole pieces. exact is false when the kernel refuses the call
+// itself (nothing was read). Many C arguments cost one system call this way instead of one each.
+func (h *HostMaps) ReadPieces(dst []byte, at []uint64, lens []int) (n int, exact bool) {
 	return readPieces(dst, at, lens)
 }
 
@@ -116,7 +170,7 @@ func readPieces(dst []byte, at []uint64, lens []int) (int, bool) {
 			remote = append(remote, unix.RemoteIovec{Base: uintptr(at[k]), Len: lens[k]})
 			want += lens[k]
 		}
-		n, err := unix.ProcessVMReadv(os.Getpid(), local, remote, 0)
+		n, err := unix.ProcessVMReadv(selfPID, local, remote, 0)
 		if err != nil {
 			if errors.Is(err, unix.EFAULT) || errors.Is(err, unix.ENOMEM) {
 				vm.Store(1)
@@ -148,6 +202,14 @@ func (h *HostMaps) ReadableEnd(addr, max uint64) (uint64, bool) {
 	}
 	h.refreshLocked()
 	return h.endLocked(addr, max)
+}
+
+// Invalidate says that memory went away (the runtime freed device memory, which an emulator keeps in host
+// mappings): the next lookup reads the list again.
+func (h *HostMaps) Invalidate() {
+	h.mu.Lock()
+	h.stale = true
+	h.mu.Unlock()
 }
 
 // Refresh reads the list again.
@@ -209,6 +271,7 @@ func (h *HostMaps) endLocked(addr, max uint64) (uint64, bool) {
 
 func (h *HostMaps) refreshLocked() {
 	h.reads++
+	h.stale = false
 	f, err := os.Open(h.path)
 	if err != nil {
 		h.avail, h.m.s = false, h.m.s[:0]

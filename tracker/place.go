@@ -3,7 +3,10 @@
 // range lies inside one live device allocation, or inside adjacent VMM mappings of one reservation, or else
 // inside host memory the process has mapped readable (writable too, for a base bytes will be copied into)
 // and touching no device memory. Anything else is ErrInvalid (and ErrPointer) and is never copied: a memcpy
-// on it kills the process, and no recover can catch that.
+// on it kills the process, and no recover can catch that. Host memory is proven through the kernel
+// (HostMaps.Covers) where bytes are to be copied (Place, Restored); a save, which touches nothing, checks a
+// host range against the index of mappings alone (HostMaps.Indexed: no system call per storage), read again
+// on a miss and after the runtime freed device memory.
 package tracker
 
 import (
@@ -42,6 +45,17 @@ func (t *Tracker) Place(addr, n uint64, write bool) (Place, error) {
 }
 
 func (t *Tracker) placeLocked(addr, n uint64, write bool) (Place, error) {
+	return t.placeWith(addr, n, write, hostAsk)
+}
+
+// How placeWith tells host memory: proven (HostMaps.Covers: the index, and the range's first and last
+// byte read through the kernel), or by the index alone (HostMaps.Indexed, no system call on a hit).
+const (
+	hostAsk = iota
+	hostIndex
+)
+
+func (t *Tracker) placeWith(addr, n uint64, write bool, host int) (Place, error) {
 	bad := func(format string, args ...any) (Place, error) {
 		return Nowhere, fmt.Errorf("%w: %w: %#x (%d bytes) %s", ErrInvalid, ErrPointer, addr, n,
 			fmt.Sprintf(format, args...))
@@ -70,7 +84,8 @@ func (t *Tracker) placeLocked(addr, n uint64, write bool) (Place, error) {
 	if i, j := t.resv.overlapping(addr, hi); j > i {
 		return bad("runs into VMM address space %#x", t.resv.s[i].base)
 	}
-	if t.host != nil && t.host.Covers(addr, n, write) {
+	if t.host != nil && ((host == hostAsk && t.host.Covers(addr, n, write)) ||
+		(host == hostIndex && t.host.Indexed(addr, n, write))) {
 		return OnHost, nil
 	}
 	what := "readable"
@@ -117,6 +132,9 @@ func (t *Tracker) Unreserve(ptr uint64) {
 	t.mu.Lock()
 	if i, ok := t.resv.find(ptr); ok && t.resv.s[i].base == ptr {
 		t.resv.remove(i)
+		if t.host != nil {
+			t.host.Invalidate()
+		}
 	}
 	t.mu.Unlock()
 }

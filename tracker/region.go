@@ -96,10 +96,43 @@ func (t *Tracker) Save(name string, ptr, nbytes uint64, flags uint32) (Saved, er
 		return Saved{}, fmt.Errorf("%w: save in group %q outside its region", ErrOrder, name)
 	}
 	if t.host != nil {
-		if _, err := t.placeLocked(ptr, nbytes, false); err != nil {
+		if _, err := t.placeWith(ptr, nbytes, false, hostIndex); err != nil {
 			return Saved{}, err
 		}
 	}
+	return t.saveLocked(g, name, ptr, nbytes, flags), nil
+}
+
+// SaveN is Save of each entry (ptrs[i], sizes[i], flags[i]; flags nil: all 0) in order under one lock:
+// out[i] and errs[i] are what Save would have returned for entry i.
+func (t *Tracker) SaveN(name string, ptrs, sizes []uint64, flags []uint32, out []Saved, errs []error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	g := t.getGroup(name, false)
+	for i, ptr := range ptrs {
+		out[i], errs[i] = Saved{}, nil
+		switch {
+		case ptr == 0 || sizes[i] == 0:
+			errs[i] = fmt.Errorf("%w: save of an empty storage (ptr %#x, %d bytes)", ErrInvalid, ptr, sizes[i])
+			continue
+		case g == nil || !g.inRegion:
+			errs[i] = fmt.Errorf("%w: save in group %q outside its region", ErrOrder, name)
+			continue
+		case t.host != nil:
+			if _, errs[i] = t.placeWith(ptr, sizes[i], false, hostIndex); errs[i] != nil {
+				continue
+			}
+		}
+		var f uint32
+		if flags != nil {
+			f = flags[i]
+		}
+		out[i] = t.saveLocked(g, name, ptr, sizes[i], f)
+	}
+}
+
+// saveLocked registers a save whose range passed the pointer rule.
+func (t *Tracker) saveLocked(g *group, name string, ptr, nbytes uint64, flags uint32) Saved {
 	seq := t.tick()
 	var s *storage
 	if i, ok := t.mapped.find(ptr); ok {
@@ -110,14 +143,13 @@ func (t *Tracker) Save(name string, ptr, nbytes uint64, flags uint32) (Saved, er
 	if s == nil {
 		t.nextID++
 		t.gens[ptr]++
-		s = &storage{id: t.nextID, base: ptr, addr: ptr, gen: t.gens[ptr], size: nbytes, mapped: true,
-			holds: map[string]int{}}
+		s = &storage{id: t.nextID, base: ptr, addr: ptr, gen: t.gens[ptr], size: nbytes, mapped: true}
 		t.storages[s.id] = s
 		for _, sp := range t.mapped.insert(span{base: ptr, end: spanEnd(ptr, nbytes), id: s.id}) {
 			t.markStale(sp.id, seq)
 		}
 	}
-	s.holds[name]++
+	s.holds.add(name)
 	if g.first == nil {
 		g.first = map[uint64]int{}
 	}
@@ -126,7 +158,7 @@ func (t *Tracker) Save(name string, ptr, nbytes uint64, flags uint32) (Saved, er
 		g.first[s.id] = len(g.saves)
 	}
 	g.saves = append(g.saves, save{sid: s.id, size: nbytes, flags: flags, dup: dup})
-	return Saved{Index: len(g.saves) - 1, Storage: s.id, Gen: s.gen, Duplicate: dup}, nil
+	return Saved{Index: len(g.saves) - 1, Storage: s.id, Gen: s.gen, Duplicate: dup}
 }
 
 // ExitRegion closes group's region and classifies the saves made in it. Rules, first match wins:
@@ -180,11 +212,8 @@ func (t *Tracker) ExitRegion(name string, outputs []uint64, minBytes uint64) ([]
 		if sv.flags&FlagParam != 0 {
 			c.Match |= bit(Param)
 		}
-		for other := range s.holds {
-			if other != name {
-				c.Match |= bit(Shared)
-				break
-			}
+		if s.holds.other(name) {
+			c.Match |= bit(Shared)
 		}
 		if sv.size < minBytes {
 			c.Match |= bit(Small)
@@ -308,10 +337,8 @@ func (t *Tracker) Forget(name string) error {
 		if s == nil {
 			continue
 		}
-		if s.holds[name]--; s.holds[name] <= 0 {
-			delete(s.holds, name)
-		}
-		if len(s.holds) == 0 {
+		s.holds.drop(name)
+		if s.holds.empty() {
 			if s.mapped {
 				if i, ok := t.mapped.find(s.base); ok && t.mapped.s[i].id == s.id {
 					t.mapped.remove(i)
@@ -330,11 +357,7 @@ func (t *Tracker) SavedByOthers(id uint64, group string) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if s := t.storages[id]; s != nil {
-		for g := range s.holds {
-			if g != group {
-				return true
-			}
-		}
+		return s.holds.other(group)
 	}
 	return false
 }

@@ -43,7 +43,7 @@ type storage struct {
 	released bool
 	relBy    string
 	relSeq   uint64
-	holds    map[string]int // live groups that saved it, with their save counts
+	holds    holders // live groups that saved it, with their save counts
 	inputs   []InputUse
 	inputIx  map[string]int
 	tensor   trace.Tensor // dtype and shape, when the companion described it
@@ -235,6 +235,9 @@ func (t *Tracker) Free(ptr uint64) (Allocation, bool) {
 	t.liveBytes -= a.Size
 	t.hist.add(Record{Kind: RecFreed, Seq: seq, Time: t.now(), Base: a.Base, Size: a.Size})
 	t.staleRange(sp.base, sp.end, seq)
+	if t.host != nil { // a save checks host ranges against the index, which may still list that memory
+		t.host.Invalidate()
+	}
 	return a, true
 }
 
@@ -311,9 +314,7 @@ func (t *Tracker) info(s *storage) StorageInfo {
 	in := StorageInfo{ID: s.id, Base: s.base, Addr: s.addr, Gen: s.gen, Size: s.size,
 		Released: s.released, ReleasedBy: s.relBy, Freed: s.freed,
 		Inputs: append([]InputUse(nil), s.inputs...), Tensor: s.tensor}
-	for g := range s.holds {
-		in.Holders = append(in.Holders, g)
-	}
+	in.Holders = s.holds.names()
 	sortStrings(in.Holders)
 	return in
 }

@@ -23,6 +23,7 @@ extern int sa_go_region_enter(char *group, uintptr_t *ptrs, size_t n, size_t npo
 extern int sa_go_region_enter_desc(char *group, uintptr_t *ptrs, char **descs, size_t n, size_t npos);
 extern int sa_go_describe(char *group, uintptr_t *ptrs, char **descs, size_t n);
 extern int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags);
+extern int sa_go_save_n(char *group, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags, size_t n, int64_t *handles);
 extern int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n);
 extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
 extern int sa_go_group_streams(char *group, uintptr_t *streams, size_t n);
@@ -147,6 +148,12 @@ SA_EXPORT int64_t swapagent_save(const char *group, uintptr_t storage_ptr, size_
   return sa_go_save((char *)group, storage_ptr, nbytes, flags);
 }
 
+SA_EXPORT int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
+                               size_t n, int64_t *handles) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_save_n((char *)group, (uintptr_t *)ptrs, (size_t *)nbytes, (uint32_t *)flags, n, handles);
+}
+
 SA_EXPORT int swapagent_region_exit(const char *group, const uintptr_t *output_ptrs, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return sa_go_region_exit((char *)group, (uintptr_t *)output_ptrs, n);
@@ -169,6 +176,12 @@ SA_EXPORT int swapagent_backward_enter(const char *group) {
 
 SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
   if (sa_refuse()) return 0;
+  /* A storage the agent said stays on device (resident.c): nothing to bring back, no call into Go. */
+  uintptr_t base = sa_resident_get(handle);
+  if (base != 0) {
+    sa_record(SA_FN_UNPACK, (int64_t)base, (uint64_t)handle, 0, 0, 0, 0, 0);
+    return base;
+  }
   return sa_go_unpack(handle);
 }
 

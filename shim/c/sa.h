@@ -74,6 +74,12 @@ SA_HIDDEN void sa_record(int fn, int64_t ret, uint64_t a0, uint64_t a1, uint64_t
 SA_HIDDEN int64_t sa_now(void);
 SA_HIDDEN extern _Atomic uint64_t sa_lost;
 
+/* Resident handles (resident.c): the base of a handle whose storage stays on device, 0 when unknown. An
+ * unpack answered from it is recorded as the pseudo function SA_FN_UNPACK (agent.FnUnpack): args[0] the
+ * handle, ret the base. */
+#define SA_FN_UNPACK 0xFFFF
+SA_HIDDEN uintptr_t sa_resident_get(int64_t handle);
+
 /* The tensors a launch reads and writes (tensors.c): its executor's, else those its thread created since
  * its previous launch. At most SA_TENSORS per launch are checked. */
 #define SA_TENSORS 16

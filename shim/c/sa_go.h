@@ -55,6 +55,9 @@ int sa_real_event_done(uintptr_t event);
 int sa_thread_tensors(sa_tensor *out, int max);
 /* The launch check's watched ranges: n values, [lo, hi) pairs (replaces the previous set). */
 void sa_set_dead(const uint64_t *ranges, int n);
+/* Resident handles (resident.c): base != 0 puts the handle in the table of those swapagent_unpack answers
+ * in C, base 0 takes it out. */
+void sa_resident_set(int64_t handle, uintptr_t base);
 /* The runtime's error message captured at the last failed sync ("" when none). */
 const char *sa_err_msg(void);
 

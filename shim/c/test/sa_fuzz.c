@@ -47,6 +47,7 @@ static struct {
   int (*enter_desc)(const char *, const uintptr_t *, const char *const *, size_t, size_t);
   int (*describe)(const char *, const uintptr_t *, const char *const *, size_t);
   int64_t (*save)(const char *, uintptr_t, size_t, uint32_t);
+  int (*save_n)(const char *, const uintptr_t *, const size_t *, const uint32_t *, size_t, int64_t *);
   int (*exit)(const char *, const uintptr_t *, size_t);
   int (*protect)(const char *, const uintptr_t *, size_t);
   int (*streams)(const char *, const uintptr_t *, size_t);
@@ -656,7 +657,41 @@ static void do_save(void) {
   } else {
     p = (uintptr_t)"a string literal", n = 8, bound = 0, what = "read-only host memory", expect = ANY;
   }
-  int64_t h = abi.save(name, p, n, chance(50) ? SWAPAGENT_SAVE_PARAM : 0);
+  uint32_t flags = chance(50) ? SWAPAGENT_SAVE_PARAM : 0;
+  int64_t h;
+  if (chance(250)) {
+    /* The batch call with this save as its one entry; now and then with an array it cannot use (NULL,
+     * unmapped, a read-only output), which refuses the whole call and saves nothing. */
+    const uintptr_t *pp = &p;
+    const size_t *np = &n;
+    const uint32_t *fp = chance(300) ? NULL : &flags; /* NULL flags: all 0 */
+    int64_t out = 0, *op = &out;
+    const char *bad = NULL;
+    if (chance(60)) {
+      switch (below(4)) {
+      case 0:
+        pp = NULL, bad = "NULL ptrs";
+        break;
+      case 1:
+        np = (const size_t *)GARBAGE, bad = "unmapped nbytes";
+        break;
+      case 2:
+        fp = (const uint32_t *)GARBAGE, bad = "unmapped flags";
+        break;
+      default:
+        op = (int64_t *)(uintptr_t) "read-only handles", bad = "read-only handles";
+        break;
+      }
+    }
+    int rc = abi.save_n(name, pp, np, fp, 1, op);
+    h = out != 0 ? out : rc; /* out untouched: refused as a whole */
+    if (bad != NULL)
+      note(&k_garbage, rc == SWAPAGENT_EINVAL && out == 0, "save_n with %s returned %d (entry %lld), want EINVAL",
+           bad, rc, (long long)out);
+    if (bad != NULL) expect = ANY;
+  } else {
+    h = abi.save(name, p, n, flags);
+  }
   if (h <= 0) count(h);
   if (g >= 0 && grp[g].phase == FWD) {
     if (expect == BAD)
@@ -718,6 +753,7 @@ int main(int argc, char **argv) {
   LOOKUP(enter_desc, "swapagent_region_enter_desc");
   LOOKUP(describe, "swapagent_describe");
   LOOKUP(save, "swapagent_save");
+  LOOKUP(save_n, "swapagent_save_n");
   LOOKUP(exit, "swapagent_region_exit");
   LOOKUP(protect, "swapagent_protect");
   LOOKUP(streams, "swapagent_group_streams");

@@ -432,7 +432,7 @@ def worker(opt):
         for b in r["blocks"]:
             for k, v in b.pop("calls").items():
                 calls[k].extend(v)
-        res["profile"]["medians"] = {k: sorted(v)[len(v) // 2] for k, v in calls.items()}
+        res["profile"]["medians"] = {k: sorted(v)[len(v) // 2] for k, v in calls.items() if v}
         res["profile"]["counts"] = {k: len(v) / (len(r["blocks"]) * opt.steps) for k, v in calls.items()}
         del r["blocks"]
     real = [c for c in configs if c in ("off", "safe")]

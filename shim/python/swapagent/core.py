@@ -11,6 +11,7 @@ the device and calls back into the registry to release (resize to 0) or restore 
 
 import collections
 import ctypes
+import itertools
 import dataclasses
 import json
 import logging
@@ -20,18 +21,11 @@ import threading
 import warnings
 import weakref
 
-ABI_VERSION = 1
-
-# Stable error codes and enums of swapagent.h.
-OK = 0
-EINVAL, EGROUP, EHANDLE, EORDER, ESTATE, ENOOPS, ERUNTIME, EDISABLED = -1, -2, -3, -4, -5, -6, -7, -8
-ERROR_NAMES = {
-    EINVAL: "EINVAL", EGROUP: "EGROUP", EHANDLE: "EHANDLE", EORDER: "EORDER",
-    ESTATE: "ESTATE", ENOOPS: "ENOOPS", ERUNTIME: "ERUNTIME", EDISABLED: "EDISABLED",
-}
-SAVE_PARAM = 1
-STATES = ("device", "d2h", "host", "h2d")
-KEEP_REASONS = ("internal", "input", "output", "protected", "param", "shared", "small", "duplicate")
+# Stable error codes and enums of swapagent.h, generated from it (_abi.py).
+from ._abi import (  # noqa: F401
+    ABI_VERSION, EDISABLED, EGROUP, EHANDLE, EINVAL, ENOOPS, EORDER, ERROR_NAMES, ERUNTIME, ESTATE,
+    KEEP_REASONS, OK, POLICIES, SAVE_PARAM, STATES,
+)
 
 log = logging.getLogger("swapagent")
 
@@ -232,8 +226,8 @@ class Agent:
             save = self.save_c
             return [self.check("save", save(g, p, b, f)) for p, b, f in zip(ptrs, nbytes, flags)]
         out = (ctypes.c_int64 * n)()
-        rc = self._save_n(g, (_uintptr * n)(*ptrs), (ctypes.c_size_t * n)(*nbytes), (ctypes.c_uint32 * n)(*flags),
-                          n, out)
+        rc = self._save_n(g, (_uintptr * n)(*ptrs), (ctypes.c_size_t * n)(*nbytes),
+                          (ctypes.c_uint32 * n)(*flags) if any(flags) else None, n, out)
         hs = out[:]
         if rc < 0:  # entries left 0: the call itself was refused
             hs = [h if h else rc for h in hs]
@@ -645,6 +639,7 @@ class Framework:
 
 registry = Registry()
 _entries = registry._entries  # pylint: disable=protected-access
+_chain = itertools.chain
 
 
 # ---- gradient hooks on the tensors crossing a region ----------------------------------------------
@@ -940,25 +935,43 @@ class Layer:
         start, n = len(hs), len(bptr)
         if start >= n:
             return
-        live = [i for i in range(start, n) if refs[i]]
+        bsize, bflag, bstore = self._bsize, self._bflag, self._bstore
+        if 0 in refs[start:]:  # some storage's saved tensors are all gone already: not reported
+            live = [i for i in range(start, n) if refs[i]]
+        else:
+            live = range(start, n)
         hs.extend([0] * (n - start))
         if live:
-            bsize, bflag, bstore = self._bsize, self._bflag, self._bstore
-            ptrs, sizes, flags = [bptr[i] for i in live], [bsize[i] for i in live], [bflag[i] for i in live]
+            if start == 0 and len(live) == n:  # the common case: everything the region saved, at its exit
+                ptrs, sizes, flags, stores = bptr, bsize, bflag, bstore
+            else:
+                ptrs, sizes = [bptr[i] for i in live], [bsize[i] for i in live]
+                flags, stores = [bflag[i] for i in live], [bstore[i] for i in live]
             save_n = getattr(self.agent, "save_n", None)
             if save_n is not None:
                 got = save_n(self.group, ptrs, sizes, flags)
             else:  # an agent object without batches (tests): one save each
                 got = [self.agent.save(self.group, *e) for e in zip(ptrs, sizes, flags)]
-            saved, handles = self._saved, self._handles
-            for i, h in zip(live, got):
-                hs[i] = h
-                if h > 0 and refs[i]:
-                    _entries[h] = bstore[i]
-                    handles.append(h)
-                    saved.extend((h, bptr[i], bsize[i], bflag[i]))
-        for i in range(start, n):
-            self._bstore[i] = None  # the registry holds what it needs
+            if isinstance(live, range):
+                hs[start:] = got
+            else:
+                for i, h in zip(live, got):
+                    hs[i] = h
+            if min(got) > 0:
+                _entries.update(zip(got, stores))
+                self._handles.extend(got)
+                self._saved.extend(_chain.from_iterable(zip(got, ptrs, sizes, flags)))
+            else:
+                for h, s, e in zip(got, stores, zip(got, ptrs, sizes, flags)):
+                    if h > 0:
+                        _entries[h] = s
+                        self._handles.append(h)
+                        self._saved.extend(e)
+            # A saved tensor freed while the agent was called: its entry goes too (Packed.__del__ found none).
+            for i in live:
+                if not refs[i]:
+                    _entries.pop(hs[i], None)
+        bstore[start:] = [None] * (n - start)  # the registry holds what it needs
 
     def _hot_path(self):
         fw = self.fw
