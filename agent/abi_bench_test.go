@@ -140,3 +140,24 @@ func BenchmarkParts(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkDescribe times swapagent_describe of a region's saved storages (dtype and shape, no path), as
+// the companions call it before each region exit: ns per described storage.
+func BenchmarkDescribe(b *testing.B) {
+	a, n := benchAgent(b, "off", 1<<40)
+	mem := make([]byte, benchSaves*4096)
+	n.push(fnMalloc, addr(mem), uint64(len(mem)))
+	ptrs, descs := make([]uint64, benchSaves), make([]string, benchSaves)
+	for i := range ptrs {
+		ptrs[i] = addr(mem) + uint64(i)*4096
+		descs[i] = "\tfloat32\t2,32,16"
+	}
+	a.RegionEnter("layer.0", ptrs[:1], 1)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if c := a.Describe("layer.0", ptrs, descs); c != OK {
+			b.Fatalf("describe: %d", c)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*benchSaves), "ns/storage")
+}

@@ -10,6 +10,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -323,8 +324,9 @@ func wasArg(s tracker.StorageInfo, arg string) bool {
 	return false
 }
 
-// rankCandidates puts storages still released and owned outside their groups (inputs) first, keeping
-// the newest first among equals.
+// rankCandidates puts storages still released and owned outside their groups (inputs) first, and among
+// equals the earliest release (the one that destroyed the storage), as doctor ranks a trace's storages.
+// c comes newest first (tracker history order).
 func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
 	score := func(s tracker.StorageInfo) int {
 		n := 0
@@ -336,6 +338,7 @@ func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
 		}
 		return n
 	}
+	slices.Reverse(c)
 	sort.SliceStable(c, func(i, j int) bool { return score(c[i]) > score(c[j]) })
 	return c
 }

@@ -336,15 +336,7 @@ func regionEnterCall(group *C.char, ptrs *C.uintptr_t, descs **C.char, n, npos C
 	if a == nil {
 		return agent.EDisabled
 	}
-	g, bad := cGroup(a, group)
-	var ps []uint64
-	var ds []string
-	if bad == "" {
-		ps, bad = ptrSlice(a, ptrs, n, "input_ptrs")
-	}
-	if bad == "" {
-		ds, bad = cDescs(a, descs, n)
-	}
+	g, ps, ds, bad := describedArgs(a, group, ptrs, descs, n, "input_ptrs")
 	if bad == "" && npos > n {
 		bad = fmt.Sprintf("n_positional %d > n %d", uint64(npos), uint64(n))
 	}
@@ -361,22 +353,28 @@ func sa_go_describe(group *C.char, ptrs *C.uintptr_t, descs **C.char, n C.size_t
 	if a == nil {
 		return agent.EDisabled
 	}
-	g, bad := cGroup(a, group)
-	var ps []uint64
-	var ds []string
-	if bad == "" {
-		ps, bad = ptrSlice(a, ptrs, n, "ptrs")
-	}
+	g, ps, ds, bad := describedArgs(a, group, ptrs, descs, n, "ptrs")
 	if bad == "" && descs == nil && n > 0 {
 		bad = fmt.Sprintf("NULL descs with n = %d", uint64(n))
-	}
-	if bad == "" {
-		ds, bad = cDescs(a, descs, n)
 	}
 	if bad != "" {
 		return C.int(a.Invalid("describe", bad))
 	}
 	return C.int(a.Describe(g, ps, ds))
+}
+
+// describedArgs reads a group, n pointers (named arg in a refusal) and their n descriptions (descs NULL:
+// none), the arguments of the calls that describe tensors; bad is why they were refused.
+func describedArgs(a *agent.Agent, group *C.char, ptrs *C.uintptr_t, descs **C.char, n C.size_t,
+	arg string) (g string, ps []uint64, ds []string, bad string) {
+	g, bad = cGroup(a, group)
+	if bad == "" {
+		ps, bad = ptrSlice(a, ptrs, n, arg)
+	}
+	if bad == "" {
+		ds, bad = cDescs(a, descs, n)
+	}
+	return g, ps, ds, bad
 }
 
 //export sa_go_save

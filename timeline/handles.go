@@ -73,7 +73,7 @@ func (t *Timeline) save(ev *trace.Event) {
 		return
 	}
 	h := t.handle(ev.Handle)
-	h.Group, h.Base, h.Nbytes, h.Flags, h.Gen = ev.Group, ev.Args[0], ev.Args[1], ev.Args[2], ev.Args[3]
+	h.Group, h.Base, h.Nbytes, h.Flags = ev.Group, ev.Args[0], ev.Args[1], ev.Args[2] // the generation: classify
 	t.tensor.saved(ev.Group, h)
 }
 

@@ -18,7 +18,8 @@ const (
 	// KindRegionEnter: Group, Ptrs (inputs), Args[0] = number of positional inputs (rest are keyword),
 	// Text = the inputs' Tensor descriptions when the companion gave them (JoinTensors: a line per input).
 	KindRegionEnter Kind = 4
-	// KindSave: Group, Handle, Args[0] = storage ptr, Args[1] = nbytes, Args[2] = flags, Args[3] = generation.
+	// KindSave: Group, Handle, Args[0] = storage ptr, Args[1] = nbytes, Args[2] = flags, Args[3] = 0
+	// (reserved: a storage's generation is known at region exit and comes with its KindClassify).
 	KindSave Kind = 5
 	// KindRegionExit: Group, Ptrs (outputs).
 	KindRegionExit Kind = 6
