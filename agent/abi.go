@@ -205,7 +205,7 @@ func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, 
 		err = e.RegionEnter(group, inputs, nPositional)
 	}
 	if err == nil && descs != nil {
-		if t := a.trackerRef(); t != nil {
+		if t := a.tracker; t != nil {
 			err = t.Describe(group, inputs, tensors)
 		}
 	}
@@ -227,7 +227,7 @@ func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
 	}
 	err = errNoEngine
 	if e := a.begin(); e != nil {
-		err = a.trackerRef().Describe(group, ptrs, tensors)
+		err = a.tracker.Describe(group, ptrs, tensors)
 	}
 	c := a.result("describe", err)
 	a.recordText(trace.KindDescribe, group, 0, int64(c), ptrs, trace.JoinTensors(tensors))

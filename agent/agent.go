@@ -59,7 +59,7 @@ type Agent struct {
 	// Lock order: the engine's lock, then mu, then the tracker's. Nothing holding mu calls the engine.
 	mu        sync.Mutex // guards everything below
 	engine    *offload.Engine
-	tracker   *tracker.Tracker // the engine's; fed with every drained allocation and free
+	tracker   *tracker.Tracker // the ownership model (Tracker), handed to the engine
 	streams   *offload.Streams // the engine's; fed with every stream work is enqueued on
 	ops       offload.StorageOps
 	kinds     []trace.Class        // what each function id does, learnt from its name
@@ -98,7 +98,8 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 	}
 	a := &Agent{cfg: cfg, native: native, stderr: stderr, host: host, pid: os.Getpid(), argv: os.Args,
 		t0: time.Now(), buf: make([]Raw, drainBatch), fnSeen: make([]bool, 1024), calls: make([]uint64, 1024),
-		groups: map[string]uint32{}, stop: make(chan struct{}), hostMem: tracker.NewHostMaps(tracker.ProcMaps)}
+		groups: map[string]uint32{}, stop: make(chan struct{}), hostMem: tracker.NewHostMaps(tracker.ProcMaps),
+		tracker: tracker.New()}
 	a.off = native.Now() - native.StartMono()
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))

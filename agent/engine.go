@@ -38,18 +38,20 @@ func Code(err error) int {
 }
 
 // StartEngine builds the offload engine the control ABI delegates to. The policy, prefetch depth and
-// small threshold come from the configuration; mover copies the bytes. Its tracker applies the pointer
-// rule (tracker/place.go) to every saved and restored storage.
+// small threshold come from the configuration; mover copies the bytes. The agent owns the tracker and
+// hands it to the engine: it feeds it the runtime's allocations and frees, and the tracker applies the
+// pointer rule (tracker/place.go) to every saved and restored storage.
 func (a *Agent) StartEngine(mover offload.Mover) {
 	p, err := offload.ParsePolicy(a.cfg.Policy)
 	if err != nil { // LoadConfig already replaced a bad value; keep the default rather than fail
 		p = offload.PolicySafe
 	}
+	tr := a.tracker
+	tr.CheckPointers(a.hostMem)
 	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
-		Unordered: a.cfg.TestUnordered}, mover, nil, a)
-	e.Tracker().CheckPointers(a.hostMem)
+		Unordered: a.cfg.TestUnordered, Tracker: tr}, mover, nil, a)
 	a.mu.Lock()
-	a.engine, a.tracker, a.streams = e, e.Tracker(), e.Streams()
+	a.engine, a.streams = e, e.Streams()
 	ops := a.ops
 	a.mu.Unlock()
 	if ops != nil {

@@ -58,15 +58,9 @@ func (a *Agent) feedLocked(r *Raw) {
 	}
 }
 
-// Place says where [addr, addr+n) is by the pointer rule (tracker/place.go), as far as drained: the mover
-// asks before each copy (write: bytes are to be copied into it).
-func (a *Agent) Place(addr, n uint64, write bool) (tracker.Place, error) {
-	t := a.trackerRef()
-	if t == nil {
-		return tracker.Nowhere, fmt.Errorf("%w: no tracker", offload.ErrDisabled)
-	}
-	return t.Place(addr, n, write)
-}
+// Tracker is the agent's ownership model: the engine's (StartEngine hands it over), fed with every
+// drained allocation and free; a mover proves the pointers it copies with its Place.
+func (a *Agent) Tracker() *tracker.Tracker { return a.tracker }
 
 // watch adds a released external storage to the ranges the C launch check inspects; unwatch removes it
 // when the storage is restored.
@@ -125,7 +119,7 @@ func (a *Agent) raceFault(f offload.Fault, id uint64, r inflight) (offload.Fault
 	f.Detail = fmt.Sprintf("%s uses tensor %d at %#x, inside a storage of %s while the agent is moving it: %s",
 		f.Kernel, f.TensorIndex, f.Addr, r.group, what)
 	var cands []tracker.StorageInfo
-	if t := a.trackerRef(); t != nil {
+	if t := a.tracker; t != nil {
 		if s, ok := t.Storage(id); ok {
 			cands = append(cands, s)
 		}
@@ -190,7 +184,7 @@ func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int, tens
 			Detected: "region_enter", Arg: tn.Path, Tensor: tn.String(),
 			Detail: fmt.Sprintf("%s of %s has no device memory", inputName(i, keyword, tn), group)}
 		if p == 0 && len(cands) > 0 {
-			if t := a.trackerRef(); t != nil { // the likely storage was needed here too: its owner grows
+			if t := a.tracker; t != nil { // the likely storage was needed here too: its owner grows
 				t.NoteInput(cands[0].ID, group, keyword, tn.Path)
 				if s, ok := t.Storage(cands[0].ID); ok {
 					cands[0] = s
@@ -242,7 +236,7 @@ func (a *Agent) watchedStorage(p uint64) (uint64, bool) {
 // attribute returns the storages that best explain an access to addr (size bytes), most likely first: the
 // released storage whose range held addr, or for address 0 the released storages of that size.
 func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
-	t := a.trackerRef()
+	t := a.tracker
 	if t == nil {
 		return nil
 	}
@@ -286,7 +280,7 @@ func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
 // positional): the likely owners of an input that arrives with address 0. When the companion named the
 // argument (arg), the storages that were that same argument of earlier groups come first.
 func (a *Agent) releasedInputs(keyword bool, arg string) []tracker.StorageInfo {
-	t := a.trackerRef()
+	t := a.tracker
 	if t == nil {
 		return nil
 	}
@@ -341,12 +335,6 @@ func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
 	slices.Reverse(c)
 	sort.SliceStable(c, func(i, j int) bool { return score(c[i]) > score(c[j]) })
 	return c
-}
-
-func (a *Agent) trackerRef() *tracker.Tracker {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.tracker
 }
 
 // report fills f from the most likely storage, prints the block, traces and flushes it. A storage already

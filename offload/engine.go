@@ -116,13 +116,16 @@ func NewEngine(cfg Config, mover Mover, ops StorageOps, obs Observer) *Engine {
 	if cfg.Prefetch < 0 {
 		cfg.Prefetch = 0
 	}
-	return &Engine{cfg: cfg, mover: mover, ops: ops, obs: obs, tr: tracker.New(), streams: &Streams{},
+	tr := cfg.Tracker
+	if tr == nil {
+		tr = tracker.New()
+	}
+	return &Engine{cfg: cfg, mover: mover, ops: ops, obs: obs, tr: tr, streams: &Streams{},
 		groups: map[string]*group{}, handles: map[int64]*handle{}, units: map[uint64]*unit{},
 		gstats: map[string]*GroupStats{}}
 }
 
-// Tracker returns the engine's tracker; the agent feeds it runtime allocations and frees and uses it
-// for fault attribution.
+// Tracker returns the engine's tracker (Config.Tracker, or its own).
 func (e *Engine) Tracker() *tracker.Tracker { return e.tr }
 
 // Streams returns the engine's record of the job's streams; the agent feeds it every stream it sees work
@@ -495,8 +498,7 @@ func (e *Engine) unshare(h *handle) {
 			continue
 		}
 		if o.g != h.g && o.classified && o.reason == tracker.Internal {
-			o.match |= 1 << tracker.Shared
-			o.truth = tracker.Shared
+			o.match, o.truth = o.match.With(tracker.Shared)
 			e.setReason(o, tracker.Shared, "also saved by "+h.g.name)
 		}
 	}
@@ -986,8 +988,7 @@ func (e *Engine) Protect(name string, ptrs []uint64) error {
 			if h.sid != sid || !h.classified || h.dup {
 				continue
 			}
-			h.match |= 1 << tracker.Protected
-			h.truth = tracker.First(h.match)
+			h.match, h.truth = h.match.With(tracker.Protected)
 			e.setReason(h, e.effective(h.match, h.truth), "protected after region exit")
 			if h.reason == tracker.Internal {
 				continue

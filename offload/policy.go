@@ -74,6 +74,9 @@ type Config struct {
 	// Unordered drops the event ordering of the mover's copies against the job's streams (After and
 	// Before are not called). Tests only: it is the control that shows the hazard checker sees the bug.
 	Unordered bool
+	// Tracker is the ownership model the engine asks (tracker/): its owner's, who feeds it the runtime's
+	// allocations and frees and proves pointers with it. nil: a tracker of the engine's own (tests, replay).
+	Tracker *tracker.Tracker
 }
 
 // DefaultConfig is the configuration of the environment's defaults: safe, prefetch 1, DefaultMinBytes.

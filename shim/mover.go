@@ -406,5 +406,5 @@ func (m *hybridMover) Timeline() offload.Timeline { return m.rt.Timeline() }
 
 // wireEngine starts the offload engine with the hybrid mover.
 func wireEngine(a *agent.Agent) {
-	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), place: a.Place})
+	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), place: a.Tracker().Place})
 }

@@ -42,6 +42,13 @@ func (m Mask) Has(r Reason) bool { return m&(1<<r) != 0 }
 
 func bit(r Reason) Mask { return 1 << r }
 
+// With is m with rule r matched too, and the reason the ownership rule now gives: the first matching rule
+// (First). A reclassification after region exit (protected, shared) goes through it.
+func (m Mask) With(r Reason) (Mask, Reason) {
+	m |= bit(r)
+	return m, First(m)
+}
+
 // Errors returned by the tracker; package offload re-exports them as its ABI errors.
 var (
 	ErrInvalid = errors.New("invalid argument")
