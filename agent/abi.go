@@ -331,62 +331,46 @@ func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, 
 	}
 }
 
+// groupCall is the skeleton of the calls that take a group: the group rule, a drain, the engine's method
+// (EDISABLED without an engine), the code, and the call's trace event (kind 0: none).
+func (a *Agent) groupCall(call string, kind trace.Kind, group string, ptrs []uint64,
+	do func(*offload.Engine) error) int {
+	if err := checkGroup(group); err != nil {
+		return a.result(call, err)
+	}
+	err := errNoEngine
+	if e := a.begin(); e != nil {
+		err = do(e)
+	}
+	c := a.result(call, err)
+	if kind != 0 {
+		a.record(kind, group, 0, int64(c), ptrs)
+	}
+	return c
+}
+
 // RegionExit closes a region with its output storages.
 func (a *Agent) RegionExit(group string, outputs []uint64) int {
-	if err := checkGroup(group); err != nil {
-		return a.result("region_exit", err)
-	}
-	e := a.begin()
-	err := errNoEngine
-	if e != nil {
-		err = e.RegionExit(group, outputs)
-	}
-	c := a.result("region_exit", err)
-	a.record(trace.KindRegionExit, group, 0, int64(c), outputs)
-	return c
+	return a.groupCall("region_exit", trace.KindRegionExit, group, outputs,
+		func(e *offload.Engine) error { return e.RegionExit(group, outputs) })
 }
 
 // Protect keeps ptrs on device for group.
 func (a *Agent) Protect(group string, ptrs []uint64) int {
-	if err := checkGroup(group); err != nil {
-		return a.result("protect", err)
-	}
-	e := a.begin()
-	err := errNoEngine
-	if e != nil {
-		err = e.Protect(group, ptrs)
-	}
-	c := a.result("protect", err)
-	a.record(trace.KindProtect, group, 0, int64(c), ptrs)
-	return c
+	return a.groupCall("protect", trace.KindProtect, group, ptrs,
+		func(e *offload.Engine) error { return e.Protect(group, ptrs) })
 }
 
 // GroupStreams states the streams group's kernels run on (swapagent_group_streams).
 func (a *Agent) GroupStreams(group string, streams []uint64) int {
-	if err := checkGroup(group); err != nil {
-		return a.result("group_streams", err)
-	}
-	e := a.begin()
-	err := errNoEngine
-	if e != nil {
-		err = e.SetGroupStreams(group, streams)
-	}
-	return a.result("group_streams", err)
+	return a.groupCall("group_streams", 0, group, nil,
+		func(e *offload.Engine) error { return e.SetGroupStreams(group, streams) })
 }
 
 // BackwardEnter marks the start of group's backward.
 func (a *Agent) BackwardEnter(group string) int {
-	if err := checkGroup(group); err != nil {
-		return a.result("backward_enter", err)
-	}
-	e := a.begin()
-	err := errNoEngine
-	if e != nil {
-		err = e.BackwardEnter(group)
-	}
-	c := a.result("backward_enter", err)
-	a.record(trace.KindBackwardEnter, group, 0, int64(c), nil)
-	return c
+	return a.groupCall("backward_enter", trace.KindBackwardEnter, group, nil,
+		func(e *offload.Engine) error { return e.BackwardEnter(group) })
 }
 
 // Unpack ensures handle's storage is on device and returns its base (0 on error).
@@ -408,43 +392,32 @@ func (a *Agent) Unpack(handle int64) uint64 {
 
 // BackwardExit marks the end of group's backward.
 func (a *Agent) BackwardExit(group string) int {
-	if err := checkGroup(group); err != nil {
-		return a.result("backward_exit", err)
-	}
+	return a.groupCall("backward_exit", trace.KindBackwardExit, group, nil,
+		func(e *offload.Engine) error { return e.BackwardExit(group) })
+}
+
+// handleQuery is the skeleton of the calls that ask about a handle: a drain, the engine's answer or the
+// code of its error (EDISABLED without an engine). Not traced: they change nothing.
+func (a *Agent) handleQuery(call string, handle int64, ask func(*offload.Engine, int64) (int, error)) int {
 	e := a.begin()
-	err := errNoEngine
-	if e != nil {
-		err = e.BackwardExit(group)
+	if e == nil {
+		return a.result(call, errNoEngine)
 	}
-	c := a.result("backward_exit", err)
-	a.record(trace.KindBackwardExit, group, 0, int64(c), nil)
-	return c
+	v, err := ask(e, handle)
+	if err != nil {
+		return a.result(call, err)
+	}
+	return v
 }
 
 // State returns handle's state (0 device, 1 d2h, 2 host, 3 h2d) or a negative code.
 func (a *Agent) State(handle int64) int {
-	e := a.begin()
-	if e == nil {
-		return a.result("state", errNoEngine)
-	}
-	s, err := e.State(handle)
-	if err != nil {
-		return a.result("state", err)
-	}
-	return s
+	return a.handleQuery("state", handle, (*offload.Engine).State)
 }
 
 // KeepReason returns handle's keep reason or a negative code.
 func (a *Agent) KeepReason(handle int64) int {
-	e := a.begin()
-	if e == nil {
-		return a.result("keep_reason", errNoEngine)
-	}
-	r, err := e.KeepReason(handle)
-	if err != nil {
-		return a.result("keep_reason", err)
-	}
-	return r
+	return a.handleQuery("keep_reason", handle, (*offload.Engine).KeepReason)
 }
 
 // Observe records the engine's decisions in the trace (the agent is the engine's offload.Observer).

@@ -547,21 +547,22 @@ func sa_go_backward_exit(group *C.char) (ret C.int) {
 //export sa_go_state
 func sa_go_state(handle C.int64_t) (ret C.int) {
 	defer guard("swapagent_state", &ret, agent.EDisabled)
-	a := theAgent
-	if a == nil {
-		return agent.EDisabled
-	}
-	return C.int(a.State(int64(handle)))
+	return handleCall(handle, (*agent.Agent).State)
 }
 
 //export sa_go_keep_reason
 func sa_go_keep_reason(handle C.int64_t) (ret C.int) {
 	defer guard("swapagent_keep_reason", &ret, agent.EDisabled)
+	return handleCall(handle, (*agent.Agent).KeepReason)
+}
+
+// handleCall runs a control call that takes only a handle.
+func handleCall(handle C.int64_t, call func(*agent.Agent, int64) int) C.int {
 	a := theAgent
 	if a == nil {
 		return agent.EDisabled
 	}
-	return C.int(a.KeepReason(int64(handle)))
+	return C.int(call(a, int64(handle)))
 }
 
 // sa_go_stats_json writes the stats JSON and a NUL when it fits in cap; it returns the JSON's length
