@@ -210,7 +210,7 @@ func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, 
 		}
 	}
 	c := a.result("region_enter", err)
-	a.recordText(trace.KindRegionEnter, group, 0, int64(c), inputs, trace.JoinTensors(tensors), uint64(nPositional))
+	a.recordText(trace.KindRegionEnter, group, 0, int64(c), inputs, wireText(descs), uint64(nPositional))
 	return c
 }
 
@@ -230,8 +230,19 @@ func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
 		err = a.tracker.Describe(group, ptrs, tensors)
 	}
 	c := a.result("describe", err)
-	a.recordText(trace.KindDescribe, group, 0, int64(c), ptrs, trace.JoinTensors(tensors))
+	a.recordText(trace.KindDescribe, group, 0, int64(c), ptrs, wireText(descs))
 	return c
+}
+
+// wireText is the trace Text of checked descriptions: their lines as given (trace.JoinTensors's form,
+// without building them again), "" when none says anything.
+func wireText(descs []string) string {
+	for _, d := range descs {
+		if d != "" {
+			return strings.Join(descs, "\n")
+		}
+	}
+	return ""
 }
 
 // parseTensors reads n descriptions (none: n zero Tensors); a malformed one refuses the call.

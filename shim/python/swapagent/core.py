@@ -193,7 +193,8 @@ class Agent:
 
     @staticmethod
     def _texts(descs):
-        return (ctypes.c_char_p * len(descs))(*[d.encode() for d in descs])
+        """descs as a C array of strings; bytes are passed as they are (saved_desc's, cached)."""
+        return (ctypes.c_char_p * len(descs))(*[d if type(d) is bytes else d.encode() for d in descs])
 
     def region_enter(self, group, ptrs, n_positional, descs=None):
         """descs: one description line per pointer (describe_line), or None."""
@@ -418,6 +419,19 @@ def describe_tail(t):
 def describe_line(path, t):
     """The description the agent takes (swapagent.h): "PATH\tDTYPE\tSHAPE"."""
     return path + "\t" + describe_tail(t)
+
+
+_saved_descs = {}  # (dtype, shape) -> b"\tDTYPE\tSHAPE", ready for the C array
+
+
+def saved_desc(t):
+    """The description of a saved tensor that is no argument (empty PATH), as bytes, cached per dtype and
+    shape: a region's saves are described at its exit with no string built per tensor."""
+    key = (t.dtype, tuple(t.shape))
+    d = _saved_descs.get(key)
+    if d is None:
+        d = _saved_descs[key] = ("\t" + describe_tail(t)).encode()
+    return d
 
 
 def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
@@ -883,7 +897,7 @@ class Layer:
                 descs.append(describe_line(path, t))
         # What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's).
         ptrs.extend(self._bptr)
-        descs.extend("\t" + describe_tail(t) for t in self._saved_t)
+        descs.extend(map(saved_desc, self._saved_t))
         self._saved_t.clear()
         self.agent.describe(self.group, ptrs, descs)
         self.agent.region_exit(self.group, [q for q in map(ptr, outs) if q is not None])
