@@ -17,10 +17,9 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
-from test_companions import CLI, HERE, LIB, PKG, REPO, need, ok  # pylint: disable=unused-import
+from test_companions import CLI, HERE, LIB, PKG, REPO, grad_arrays, need, ok  # pylint: disable=unused-import
 import models
 
 STEPS = 2
@@ -98,14 +97,6 @@ def runs(tmp_path_factory, request):
     with capman.global_and_fixture_disabled() if capman else contextlib.nullcontext():
         sys.stdout.write("\n" + "\n".join(lines) + "\n")
         sys.stdout.flush()
-
-
-def grad_arrays(out, step):
-    arrays, i = [], 0
-    while os.path.exists(os.path.join(out, "grad.%d.%d.npy" % (step, i))):
-        arrays.append(np.load(os.path.join(out, "grad.%d.%d.npy" % (step, i))))
-        i += 1
-    return arrays
 
 
 @pytest.mark.parametrize("model", NAMES)
