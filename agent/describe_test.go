@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -66,6 +67,19 @@ func TestDescribedInputFault(t *testing.T) {
 	if c := a.Describe("layer.2", []uint64{1}, []string{"x\tfloat32\t-1"}); c != EInvalid {
 		t.Errorf("a malformed description: %d, want EInvalid", c)
 	}
+	// The framework runs layer.2 anyway: its first kernel reads the table at address 0 (the C launch check
+	// calls LaunchFault). The same storage, found by size, with its dtype and shape; the stats list both.
+	a.LaunchFault("aclnnMul", 1, 0, 2048)
+	var st struct {
+		Faults []offload.Fault `json:"faults"`
+	}
+	if err := json.Unmarshal(a.StatsJSON(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Faults) != 2 || st.Faults[1].Detected != "launch" || st.Faults[1].ReleasedBy != "layer.0" ||
+		st.Faults[1].StorageTensor != "float32 [32, 1, 1, 16]" || st.Faults[0].Arg != "rotary_cos_sin[0]" {
+		t.Errorf("stats faults %+v", st.Faults)
+	}
 	a.Shutdown()
 
 	block := stderr.String()
@@ -73,6 +87,7 @@ func TestDescribedInputFault(t *testing.T) {
 		"keyword input rotary_cos_sin[0] (float32 [32, 1, 1, 16], 2048 bytes) of layer.2 has no device memory",
 		"(2048 bytes: float32 [32, 1, 1, 16]) was released by layer.0",
 		"owner: keyword input rotary_cos_sin[0] of layer.0..layer.2",
+		"FAULT: aclnnMul uses tensor 1 at address 0x0 (2048 bytes)",
 	} {
 		if !strings.Contains(block, want) {
 			t.Errorf("fault block lacks %q:\n%s", want, block)
@@ -107,7 +122,8 @@ func TestDescribedInputFault(t *testing.T) {
 				describes++
 			}
 		case trace.KindFault:
-			if !strings.Contains(ev.Text, `"arg":"rotary_cos_sin[0]"`) ||
+			atEnter := strings.Contains(ev.Text, `"detected":"region_enter"`)
+			if atEnter != strings.Contains(ev.Text, `"arg":"rotary_cos_sin[0]"`) ||
 				!strings.Contains(ev.Text, `"storage_tensor":"float32 [32, 1, 1, 16]"`) {
 				t.Errorf("fault record %s", ev.Text)
 			}
