@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"go.uber.org/zap"
 
@@ -99,23 +98,6 @@ func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []
 	a.recordText(kind, group, handle, ret, ptrs, "", args...)
 }
 
-// threadID is the calling thread's ID for the trace's ABI events: a system call unless the library sets a
-// cheaper source (SetThreadID).
-var threadID = func() uint32 { return uint32(syscall.Gettid()) }
-
-// SetThreadID replaces the source of the calling thread's ID (the C side caches it per thread); call it
-// before the first control call.
-func SetThreadID(f func() uint32) { threadID = f }
-
-// residentTable keeps the C side's table of resident handles (offload.EvResident): base 0 removes the
-// handle. The C side answers an unpack of a resident handle itself and records it in the ring as
-// FnUnpack (the drain traces it as the unpack it is); nil without a C side (tests).
-var residentTable func(handle int64, base uint64)
-
-// SetResidentTable installs the C side's resident-handle table (shim/exports.go); call it before the
-// first control call.
-func SetResidentTable(f func(handle int64, base uint64)) { residentTable = f }
-
 // FnUnpack is the function ID of an unpack the C side answered itself (shim/c/sa.h, SA_FN_UNPACK): Args[0]
 // the handle, Ret the base.
 const FnUnpack = 0xFFFF
@@ -128,7 +110,7 @@ func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptr
 	if a.closed || a.w == nil {
 		return
 	}
-	ev := trace.Event{Kind: kind, TS: a.ts(), TID: threadID(), Handle: handle, Ret: ret, Ptrs: ptrs,
+	ev := trace.Event{Kind: kind, TS: a.ts(), TID: a.native.ThreadID(), Handle: handle, Ret: ret, Ptrs: ptrs,
 		Text: text}
 	if group != "" {
 		ev.Group = a.groupLocked(group)
@@ -330,7 +312,7 @@ func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, 
 	if a.closed || a.w == nil {
 		return
 	}
-	ev := trace.Event{Kind: trace.KindSave, TS: a.ts(), TID: threadID(), Group: a.groupLocked(group)}
+	ev := trace.Event{Kind: trace.KindSave, TS: a.ts(), TID: a.native.ThreadID(), Group: a.groupLocked(group)}
 	for i, p := range ptrs {
 		var f uint32
 		if flags != nil {
@@ -446,9 +428,7 @@ func (a *Agent) Observe(ev offload.Event) {
 	case offload.EvRestore:
 		a.unwatch(ev.Storage)
 	case offload.EvResident:
-		if r := residentTable; r != nil {
-			r(ev.Handle, ev.Base)
-		}
+		a.native.SetResident(ev.Handle, ev.Base)
 	case offload.EvError:
 		a.lg.Warn("offload: " + ev.Detail)
 	default:

@@ -31,9 +31,6 @@ func benchAgent(b *testing.B, policy string, minBytes uint64) (*Agent, *fakeNati
 	n := &fakeNative{t0: time.Now()}
 	a := New(Config{Policy: policy, Out: b.TempDir(), Prefetch: 1, MinBytes: minBytes, Level: zapcore.ErrorLevel,
 		Rank: -1}, n, io.Discard, nil)
-	old := threadID
-	SetThreadID(func() uint32 { return 1 }) // the library's is a thread-local read (shim/exports.go)
-	b.Cleanup(func() { threadID = old })
 	a.StartEngine(offload.NewMemcpyMover())
 	a.SetStorageOps(nopOps{})
 	b.Cleanup(a.Shutdown)

@@ -69,16 +69,18 @@ func (n *fakeNative) FnName(fn uint16) string {
 	}
 	return ""
 }
-func (n *fakeNative) TakeLost() uint64        { return 0 }
-func (n *fakeNative) Now() int64              { return int64(time.Since(n.t0)) }
-func (n *fakeNative) StartMono() int64        { return 0 }
-func (n *fakeNative) StartWall() int64        { return n.t0.UnixNano() }
-func (n *fakeNative) CrashPending() int       { return 0 }
-func (n *fakeNative) CrashAck()               {}
-func (n *fakeNative) MarkDrainerThread()      {}
-func (n *fakeNative) SetDead(ranges []uint64) {}
-func (n *fakeNative) RecentErrMsg() string    { return "" }
-func (n *fakeNative) Disable()                {}
+func (n *fakeNative) TakeLost() uint64          { return 0 }
+func (n *fakeNative) Now() int64                { return int64(time.Since(n.t0)) }
+func (n *fakeNative) StartMono() int64          { return 0 }
+func (n *fakeNative) StartWall() int64          { return n.t0.UnixNano() }
+func (n *fakeNative) CrashPending() int         { return 0 }
+func (n *fakeNative) CrashAck()                 {}
+func (n *fakeNative) MarkDrainerThread()        {}
+func (n *fakeNative) SetDead(ranges []uint64)   {}
+func (n *fakeNative) RecentErrMsg() string      { return "" }
+func (n *fakeNative) Disable()                  {}
+func (n *fakeNative) ThreadID() uint32          { return 1 }
+func (n *fakeNative) SetResident(int64, uint64) {}
 
 func addr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 

@@ -35,4 +35,11 @@ type Native interface {
 	RecentErrMsg() string
 	// Disable makes the C side inert: pure pass-through, control calls refused.
 	Disable()
+	// ThreadID is the calling thread's ID for the trace's ABI events (the C side caches it per thread: no
+	// system call per event).
+	ThreadID() uint32
+	// SetResident keeps the C side's table of resident handles (offload.EvResident): base 0 removes the
+	// handle. The C side answers an unpack of a resident handle itself and records it in the ring as
+	// FnUnpack (the drain traces it as the unpack it is).
+	SetResident(handle int64, base uint64)
 }

@@ -7,18 +7,8 @@ package main
 /*
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "sa_go.h"
-
-// The calling thread's ID, cached per thread: the trace's ABI events carry it, and a system call per event
-// would cost more than the event.
-static __thread uint32_t sa_ctl_tid;
-static uint32_t sa_ctl_thread(void) {
-  if (sa_ctl_tid == 0) sa_ctl_tid = (uint32_t)syscall(SYS_gettid);
-  return sa_ctl_tid;
-}
 */
 import "C"
 
@@ -33,11 +23,6 @@ import (
 
 	"swapagent/agent"
 )
-
-func init() {
-	agent.SetThreadID(func() uint32 { return uint32(C.sa_ctl_thread()) })
-	agent.SetResidentTable(func(h int64, base uint64) { C.sa_resident_set(C.int64_t(h), C.uintptr_t(base)) })
-}
 
 const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a reason to copy gigabytes
 

@@ -9,7 +9,19 @@ package main
 /*
 #cgo CFLAGS: -I${SRCDIR}/c
 #cgo LDFLAGS: -ldl -lpthread
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "sa_go.h"
+
+// The calling thread's ID, cached per thread: the trace's ABI events carry it, and a system call per event
+// would cost more than the event.
+static __thread uint32_t sa_ctl_tid;
+static uint32_t sa_ctl_thread(void) {
+  if (sa_ctl_tid == 0) sa_ctl_tid = (uint32_t)syscall(SYS_gettid);
+  return sa_ctl_tid;
+}
 */
 import "C"
 
@@ -74,6 +86,10 @@ func (native) CrashAck()            { C.sa_crash_ack() }
 func (native) MarkDrainerThread()   { C.sa_drainer_thread() }
 func (native) RecentErrMsg() string { return C.GoString(C.sa_err_msg()) }
 func (native) Disable()             { C.sa_set_inert() }
+func (native) ThreadID() uint32     { return uint32(C.sa_ctl_thread()) }
+func (native) SetResident(h int64, base uint64) {
+	C.sa_resident_set(C.int64_t(h), C.uintptr_t(base))
+}
 
 func (native) SetDead(ranges []uint64) {
 	if len(ranges) == 0 {
