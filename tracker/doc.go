@@ -37,7 +37,9 @@
 // # Attribution
 //
 // For fault diagnosis the tracker remembers, per storage, which groups received it as an input and how
-// (StorageInfo.Owner: "keyword input of layer.0..layer.10"), and keeps a bounded history of releases
+// (StorageInfo.Owner: "keyword input rotary_cos_sin[0] of layer.0..layer.10", the argument's path when the
+// companion described it with Describe, "keyword input of ..." otherwise), the dtype and shape of what a
+// group saved (StorageInfo.Tensor), and keeps a bounded history of releases
 // (with the releasing group), frees and storages freed under their savers, searchable by contained
 // address (FindRecent) or by size (FindSize). Lookup answers "which live allocation holds address A"
 // with a binary search over a sorted slice: cheap enough to run at every kernel launch.
