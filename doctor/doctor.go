@@ -1,8 +1,10 @@
 // Package doctor owns `swapagent doctor`: post-mortem diagnosis of null-address and aicore faults from an
 // msrun log directory, and from the swapagent traces beside it when there are any.
 //
-// doctor.go finds the logs and traces, builds one Fault per fault record and explains it; parse.go reads
-// the logs, size.go explains sizes, traces.go reads traces, render.go prints, main.go is the subcommand.
+// doctor.go finds the logs and traces, builds one Fault per fault record and explains it; the log lines
+// are parsed and sizes explained by package acllog, logmeta.go reads a log's pid and times, match.go says
+// which trace belongs to which log, traces.go reads traces (folded by package timeline), render.go prints,
+// main.go is the subcommand.
 package doctor
 
 import (

@@ -1,5 +1,6 @@
 /* hooks.c: the interposers generated from hooks.def, the generic aclnn launch hook with its trampoline pool
- * for ops reached through dlsym, the chained exception callback and the per-thread tensor list. An
+ * for ops reached through dlsym, the chained exception callback and the launch check (which tensors a
+ * launch reads is tensors.c's). An
  * interposer touches only its real-function pointer, a counter and the ring: it never allocates, locks or
  * calls into Go, so it works before the Go runtime is ready and in a forked child. */
 #ifndef _GNU_SOURCE
