@@ -8,8 +8,6 @@
 package doctor
 
 import (
-	"swapagent/acllog"
-
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +18,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"swapagent/acllog"
 )
 
 // Result is a diagnosis of one directory. It marshals to the JSON `doctor --format json` prints.

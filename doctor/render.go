@@ -2,12 +2,12 @@
 package doctor
 
 import (
-	"swapagent/acllog"
-	"swapagent/internal/cli"
-
 	"fmt"
 	"io"
 	"strings"
+
+	"swapagent/acllog"
+	"swapagent/internal/cli"
 )
 
 // runtimeCodes names the runtime error codes the parser picks up.
