@@ -40,25 +40,6 @@
 #define GARBAGE ((uintptr_t)0x12345678)
 #define NCODES 8
 
-static struct {
-  int (*set_ops)(swapagent_release_fn, swapagent_restore_fn, void *);
-  int (*enter_kw)(const char *, const uintptr_t *, size_t, size_t);
-  int (*enter)(const char *, const uintptr_t *, size_t);
-  int (*enter_desc)(const char *, const uintptr_t *, const char *const *, size_t, size_t);
-  int (*describe)(const char *, const uintptr_t *, const char *const *, size_t);
-  int64_t (*save)(const char *, uintptr_t, size_t, uint32_t);
-  int (*save_n)(const char *, const uintptr_t *, const size_t *, const uint32_t *, size_t, int64_t *);
-  int (*exit)(const char *, const uintptr_t *, size_t);
-  int (*protect)(const char *, const uintptr_t *, size_t);
-  int (*streams)(const char *, const uintptr_t *, size_t);
-  int (*bwd_enter)(const char *);
-  uintptr_t (*unpack)(int64_t);
-  int (*bwd_exit)(const char *);
-  int (*state)(int64_t);
-  int (*reason)(int64_t);
-  int (*stats)(char *, size_t);
-} abi;
-
 enum { DEV, HOST, VMM };
 
 /* A framework storage: its base moves on restore, its bytes never change until it is renewed. */
@@ -736,7 +717,6 @@ static void on_alarm(int sig) {
 }
 
 
-#define LOOKUP(field, sym) SA_LOOKUP("sa-fuzz", abi.field, sym)
 
 int main(int argc, char **argv) {
   if (argc != 3 || atoll(argv[2]) < 0) {
@@ -747,22 +727,7 @@ int main(int argc, char **argv) {
   long long calls = atoll(argv[2]);
   rng = seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull;
   setvbuf(stdout, NULL, _IOLBF, 0);
-  LOOKUP(set_ops, "swapagent_set_storage_ops");
-  LOOKUP(enter_kw, "swapagent_region_enter_kw");
-  LOOKUP(enter, "swapagent_region_enter");
-  LOOKUP(enter_desc, "swapagent_region_enter_desc");
-  LOOKUP(describe, "swapagent_describe");
-  LOOKUP(save, "swapagent_save");
-  LOOKUP(save_n, "swapagent_save_n");
-  LOOKUP(exit, "swapagent_region_exit");
-  LOOKUP(protect, "swapagent_protect");
-  LOOKUP(streams, "swapagent_group_streams");
-  LOOKUP(bwd_enter, "swapagent_backward_enter");
-  LOOKUP(unpack, "swapagent_unpack");
-  LOOKUP(bwd_exit, "swapagent_backward_exit");
-  LOOKUP(state, "swapagent_state");
-  LOOKUP(reason, "swapagent_keep_reason");
-  LOOKUP(stats, "swapagent_stats_json");
+  if (sa_abi_load("sa-fuzz") != 0) return 2;
   if (aclInit(NULL) != 0 || aclrtSetDevice(0) != 0) {
     fprintf(stderr, "sa-fuzz: aclInit/aclrtSetDevice failed\n");
     return 2;

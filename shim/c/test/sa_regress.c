@@ -28,19 +28,6 @@
 #define MAX_HANDLES 8192
 
 /* The ABI, looked up at run time: the program never links the agent. */
-static struct {
-  int (*set_ops)(swapagent_release_fn, swapagent_restore_fn, void *);
-  int (*enter_kw)(const char *, const uintptr_t *, size_t, size_t);
-  int64_t (*save)(const char *, uintptr_t, size_t, uint32_t);
-  int (*exit)(const char *, const uintptr_t *, size_t);
-  int (*bwd_enter)(const char *);
-  uintptr_t (*unpack)(int64_t);
-  int (*bwd_exit)(const char *);
-  int (*state)(int64_t);
-  int (*reason)(int64_t);
-  int (*stats)(char *, size_t);
-} abi;
-
 /* A framework storage: its base moves on restore, its bytes never change. */
 typedef struct {
   char name[32];
@@ -213,7 +200,6 @@ static const char *reason_name(int r) {
 }
 
 
-#define LOOKUP(field, sym) SA_LOOKUP("sa-regress", abi.field, sym)
 
 int main(int argc, char **argv) {
   int layers = argc > 1 ? atoi(argv[1]) : 4;
@@ -223,16 +209,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0); /* every check line is out even if the process dies */
-  LOOKUP(set_ops, "swapagent_set_storage_ops");
-  LOOKUP(enter_kw, "swapagent_region_enter_kw");
-  LOOKUP(save, "swapagent_save");
-  LOOKUP(exit, "swapagent_region_exit");
-  LOOKUP(bwd_enter, "swapagent_backward_enter");
-  LOOKUP(unpack, "swapagent_unpack");
-  LOOKUP(bwd_exit, "swapagent_backward_exit");
-  LOOKUP(state, "swapagent_state");
-  LOOKUP(reason, "swapagent_keep_reason");
-  LOOKUP(stats, "swapagent_stats_json");
+  if (sa_abi_load("sa-regress") != 0) return 2;
   if (aclInit(NULL) != 0 || aclrtSetDevice(0) != 0) {
     fprintf(stderr, "sa-regress: aclInit/aclrtSetDevice failed\n");
     return 2;
