@@ -187,9 +187,7 @@ func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, 
 		err = e.RegionEnter(group, inputs, nPositional)
 	}
 	if err == nil && descs != nil {
-		if t := a.tracker; t != nil {
-			err = t.Describe(group, inputs, tensors)
-		}
+		err = a.tracker.Describe(group, inputs, tensors)
 	}
 	c := a.result("region_enter", err)
 	a.recordText(trace.KindRegionEnter, group, 0, int64(c), inputs, wireText(descs), uint64(nPositional))

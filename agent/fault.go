@@ -22,7 +22,7 @@ import (
 
 // feedLocked tells the tracker about a drained allocation or free and keeps the peak of live device bytes.
 func (a *Agent) feedLocked(r *Raw) {
-	if a.tracker == nil || r.Ret != 0 {
+	if r.Ret != 0 {
 		return
 	}
 	if int(r.Fn) >= len(a.kinds) {
@@ -119,10 +119,8 @@ func (a *Agent) raceFault(f offload.Fault, id uint64, r inflight) (offload.Fault
 	f.Detail = fmt.Sprintf("%s uses tensor %d at %#x, inside a storage of %s while the agent is moving it: %s",
 		f.Kernel, f.TensorIndex, f.Addr, r.group, what)
 	var cands []tracker.StorageInfo
-	if t := a.tracker; t != nil {
-		if s, ok := t.Storage(id); ok {
-			cands = append(cands, s)
-		}
+	if s, ok := a.tracker.Storage(id); ok {
+		cands = append(cands, s)
 	}
 	if len(cands) == 0 {
 		f.Storage, f.Nbytes = fmt.Sprintf("%#x", r.base), r.end-r.base
@@ -184,11 +182,10 @@ func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int, tens
 			Detected: "region_enter", Arg: tn.Path, Tensor: tn.String(),
 			Detail: fmt.Sprintf("%s of %s has no device memory", inputName(i, keyword, tn), group)}
 		if p == 0 && len(cands) > 0 {
-			if t := a.tracker; t != nil { // the likely storage was needed here too: its owner grows
-				t.NoteInput(cands[0].ID, group, keyword, tn.Path)
-				if s, ok := t.Storage(cands[0].ID); ok {
-					cands[0] = s
-				}
+			// The likely storage was needed here too: its owner grows.
+			a.tracker.NoteInput(cands[0].ID, group, keyword, tn.Path)
+			if s, ok := a.tracker.Storage(cands[0].ID); ok {
+				cands[0] = s
 			}
 		}
 		a.report(f, cands)
@@ -237,9 +234,6 @@ func (a *Agent) watchedStorage(p uint64) (uint64, bool) {
 // released storage whose range held addr, or for address 0 the released storages of that size.
 func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
 	t := a.tracker
-	if t == nil {
-		return nil
-	}
 	var out []tracker.StorageInfo
 	add := func(r tracker.Record) {
 		if r.Kind != tracker.RecReleased {
@@ -281,9 +275,6 @@ func (a *Agent) attribute(addr, size uint64) []tracker.StorageInfo {
 // argument (arg), the storages that were that same argument of earlier groups come first.
 func (a *Agent) releasedInputs(keyword bool, arg string) []tracker.StorageInfo {
 	t := a.tracker
-	if t == nil {
-		return nil
-	}
 	var out []tracker.StorageInfo
 	seen := map[uint64]bool{}
 	for _, r := range t.History(tracker.HistoryCap) {
