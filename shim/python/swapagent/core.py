@@ -621,6 +621,15 @@ class Framework:
             return None
         return self.storage_ptr(s) if self.storage_nbytes(s) > 0 else 0
 
+    def storage_ptrs(self, ts):
+        """The storage pointers of the non-empty storages of tensors ts, as a frozenset (param_ptrs's)."""
+        out = set()
+        for t in ts:
+            s = self.storage(t)
+            if s is not None and self.storage_nbytes(s) > 0:
+                out.add(self.storage_ptr(s))
+        return frozenset(out)
+
     def param_ptrs(self, module, cache=None):
         """The storage pointers of module's parameters and buffers. cache is a dict the caller keeps for
         the module between calls (None: no cache): a framework part may keep there what lets it answer
@@ -861,17 +870,10 @@ class Layer:
         named = walk_named(args, self._is_tensor, "args", [])
         ins = [t for _, t in named]
         # Backward exit waits for the gradient of each positional input that takes one.
-        if ins:
-            fw, seen = self.fw, set()
-            for t in ins:
-                if id(t) in seen or not fw.takes_grad(t):
-                    continue
-                seen.add(id(t))
-                ch = chain(fw, t)
-                if ch is not None:
-                    with self._lock:
-                        p.inputs_left += 1
-                    ch.add(_Call(p, INPUT))
+        n = self._hook_grads(p, ins, INPUT)
+        if n:
+            with self._lock:
+                p.inputs_left += n
         n_named = len(named)
         for k, v in kwargs.items() if kwargs else ():
             walk_named(v, self._is_tensor, k, named)
@@ -907,14 +909,21 @@ class Layer:
         if p is None:
             return
         # Backward enter: the first gradient of an output (however nested) to arrive.
-        fw, seen = self.fw, set()
-        for t in outs:
+        self._hook_grads(p, outs, OUTPUT)
+
+    def _hook_grads(self, p, ts, kind):
+        """Adds a kind (INPUT, OUTPUT) call of forward p to the gradient chain of each distinct tensor of ts
+        that takes a gradient; returns how many were hooked. No gradient fires during the forward."""
+        fw, seen, n = self.fw, set(), 0
+        for t in ts:
             if id(t) in seen or not fw.takes_grad(t):
                 continue
             seen.add(id(t))
             ch = chain(fw, t)
             if ch is not None:
-                ch.add(_Call(p, OUTPUT))
+                ch.add(_Call(p, kind))
+                n += 1
+        return n
 
     # pack and unpack run once per saved tensor each, Packed.__del__ once more: they are closures over what
     # they use (no attribute lookups), made in _hot_path; these methods are their documented entry points.

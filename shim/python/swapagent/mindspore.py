@@ -74,7 +74,7 @@ class MindSpore(core.Framework):
         is rebuilt only when a parameter or buffer was replaced or its data moved (set_data, ...): every
         call still reads the current _params and _buffers of every Cell."""
         if cache is None:
-            return _ptrs(self, _param_tensors([module], expand=True))
+            return self.storage_ptrs(_param_tensors([module], expand=True))
         cells = cache.get("cells")
         shape = None
         if cells is not None:
@@ -87,9 +87,9 @@ class MindSpore(core.Framework):
         try:
             key = tuple([t.data_ptr() for t in ts])
         except (RuntimeError, TypeError, ValueError):
-            return _ptrs(self, ts)
+            return self.storage_ptrs(ts)
         if key != cache.get("key"):
-            cache["key"], cache["ptrs"] = key, _ptrs(self, ts)
+            cache["key"], cache["ptrs"] = key, self.storage_ptrs(ts)
         return cache["ptrs"]
 
     # Framework.alias. MindSpore 2.10 has no Tensor.detach. Tensor.data is a tensor on the same storage (a
@@ -138,15 +138,6 @@ def _param_tensors(cells, expand=False):
                 ts.append(p)
         ts.extend(b for b in getattr(cell, "_buffers", {}).values() if b is not None)  # pylint: disable=protected-access
     return ts
-
-
-def _ptrs(fw, ts):
-    ptrs = set()
-    for t in ts:
-        s = fw.storage(t)
-        if s is not None and s.nbytes() > 0:
-            ptrs.add(s.data_ptr())
-    return frozenset(ptrs)
 
 
 def _executor():

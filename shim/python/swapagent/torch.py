@@ -70,7 +70,7 @@ class Torch(core.Framework):
         added, replaced or moved (module.to(), FSDP's flat parameters, p.data = ...): every call reads the
         current _parameters and _buffers of every submodule and their data_ptr."""
         if cache is None:
-            return _ptrs(self, list(module.parameters()) + list(module.buffers()))
+            return self.storage_ptrs(list(module.parameters()) + list(module.buffers()))
         if cache.get("gen") != _modules_registered[0] or _register is None:
             mods = list(module.modules())
             cache["gen"] = _modules_registered[0]
@@ -79,9 +79,9 @@ class Torch(core.Framework):
         try:
             key = tuple([t.data_ptr() for t in ts])
         except (RuntimeError, NotImplementedError):
-            return _ptrs(self, ts)
+            return self.storage_ptrs(ts)
         if key != cache.get("key"):
-            cache["key"], cache["ptrs"] = key, _ptrs(self, ts)
+            cache["key"], cache["ptrs"] = key, self.storage_ptrs(ts)
         return cache["ptrs"]
 
     # Framework.alias: t.detach(), the same storage and version counter without grad_fn; the method itself,
@@ -118,15 +118,6 @@ def _module_registered(_module, _name, _submodule):
 _register = getattr(_torch.nn.modules.module, "register_module_module_registration_hook", None)
 if _register is not None:
     _register(_module_registered)
-
-
-def _ptrs(fw, ts):
-    ptrs = set()
-    for t in ts:
-        s = fw.storage(t)
-        if s is not None and s.nbytes() > 0:
-            ptrs.add(s.data_ptr())
-    return frozenset(ptrs)
 
 
 def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
