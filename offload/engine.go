@@ -178,12 +178,18 @@ func (e *Engine) after(streams []uint64) error {
 }
 
 // before makes every known stream's later work wait for copy c on the device: a restored storage may be
-// read by any of them, and no one may reuse the memory it landed in before the copy is done.
+// read by any of them, and no one may reuse the memory it landed in before the copy is done. With no stream
+// known (a job that has only made synchronous calls so far) no device wait could order its next use, a
+// synchronous copy on the default stream included, after c: the host waits instead.
 func (e *Engine) before(c Copy) error {
 	if e.cfg.Unordered || c == 0 {
 		return nil
 	}
-	return e.mover.Before(c, e.streams.All())
+	streams := e.streams.All()
+	if len(streams) == 0 {
+		return e.mover.Wait(c)
+	}
+	return e.mover.Before(c, streams)
 }
 
 func (e *Engine) launched(c Copy) Copy {

@@ -2,6 +2,7 @@ package offload
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -152,5 +153,59 @@ func TestStreamsSince(t *testing.T) {
 	s.Destroyed(9)
 	if got := s.All(); !slices.Equal(got, []uint64{2, 5}) {
 		t.Errorf("all: %v", got)
+	}
+}
+
+// TestNoStreamHostWaits: with no stream known (a job of synchronous calls only: sa-regress), nothing on the
+// device orders the job's next read after a copy back, so the host waits for it before the unpack
+// returns. Without this a synchronous read right after the unpack saw the storage's fresh, empty memory.
+func TestNoStreamHostWaits(t *testing.T) {
+	f := newFW(t)
+	mv := &orderMover{MemcpyMover: NewMemcpyMover()}
+	e := NewEngine(Config{Policy: PolicySafe, Prefetch: 1}, mv, f, nil)
+	ls := f.stack(2, 1, 64<<10)
+	var hs []int64
+	for i, l := range ls {
+		g := fmt.Sprintf("g%d", i)
+		if err := e.RegionEnter(g, ptrs(l.pos), 1); err != nil {
+			t.Fatal(err)
+		}
+		h, _ := e.Save(g, l.saves[0].ptr(), 64<<10, 0)
+		f.bind(h, l.saves[0])
+		hs = append(hs, h)
+		if err := e.RegionExit(g, ptrs(l.outs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.released(ls[0].saves[0]) != 1 {
+		t.Fatal("g0's storage was not released")
+	}
+	mv.take()
+	if err := e.BackwardEnter("g1"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := e.Unpack(hs[1]); err != nil || b != ls[1].saves[0].ptr() {
+		t.Fatalf("unpack g1: %#x %v", b, err)
+	}
+	if err := e.BackwardExit("g1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.BackwardEnter("g0"); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := e.Unpack(hs[0]); err != nil || b != ls[0].saves[0].ptr() {
+		t.Fatalf("unpack g0: %#x %v", b, err)
+	}
+	log := mv.take()
+	if strings.Contains(log, "before") {
+		t.Errorf("ordered against streams nobody used: %s", log)
+	}
+	for _, in := range regexp.MustCompile(`in#(\d+)`).FindAllStringSubmatch(log, -1) {
+		if !strings.Contains(log, "wait#"+in[1]) {
+			t.Errorf("copy back %s was not waited for by the host: %s", in[0], log)
+		}
+	}
+	if !strings.Contains(log, "in#") {
+		t.Errorf("nothing came back: %s", log)
 	}
 }
