@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"swapagent/offload"
+	"swapagent/trace"
 )
 
 // Function ids of the fake runtime.
@@ -538,12 +539,12 @@ func (w *world) step() {
 	}
 }
 
-func (w *world) stats() map[string]any {
-	var m map[string]any
-	if err := json.Unmarshal(w.a.StatsJSON(), &m); err != nil {
+func (w *world) stats() trace.Stats {
+	var st trace.Stats
+	if err := json.Unmarshal(w.a.StatsJSON(), &st); err != nil {
 		w.t.Fatalf("stats JSON: %v", err)
 	}
-	return m
+	return st
 }
 
 func runABI(t *testing.T, in []byte) {
@@ -563,21 +564,20 @@ func runABI(t *testing.T, in []byte) {
 	for steps := 0; len(w.in) > 0 && steps < 4096; steps++ {
 		w.step()
 	}
-	m := w.stats()
-	rej, ok := m["rejected"].(map[string]any)
-	if !ok {
-		t.Fatalf("stats JSON has no \"rejected\" object: %v", m["rejected"])
+	rej := w.stats().Rejected
+	if rej == nil {
+		t.Fatal("stats JSON has no \"rejected\" object")
 	}
 	extra := 0
 	for i, name := range codeNames {
-		got := int(rej[name].(float64))
+		got := int(rej[name])
 		if got < w.refused[i] {
 			t.Errorf("rejected.%s = %d, the calls returned it %d times", name, got, w.refused[i])
 		}
 		extra += got - w.refused[i]
 	}
 	// An unpack returns 0, not its code, so its refusals may sit under any code.
-	if unp := int(rej["unpack"].(float64)); extra != w.zeros || unp != w.zeros {
+	if unp := int(rej["unpack"]); extra != w.zeros || unp != w.zeros {
 		t.Errorf("rejected beyond the codes seen: %d, rejected.unpack %d; unpacks that returned 0: %d", extra, unp,
 			w.zeros)
 	}

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"swapagent/offload"
+	"swapagent/trace"
 )
 
 func TestBadArgumentAnswers(t *testing.T) {
@@ -97,14 +98,12 @@ func TestBadArgumentAnswers(t *testing.T) {
 	check("backward_enter of a finished group", a.BackwardEnter("g"), OK)
 	check("a C argument that could not be read", a.Invalid("save", "NULL group"), EInvalid)
 
-	var st struct {
-		Rejected map[string]int `json:"rejected"`
-	}
+	var st trace.Stats
 	if err := json.Unmarshal(a.StatsJSON(), &st); err != nil {
 		t.Fatal(err)
 	}
 	for code := -1; code >= -8; code-- {
-		if got := st.Rejected[codeNames[-code-1]]; got != want[code] {
+		if got := int(st.Rejected[codeNames[-code-1]]); got != want[code] {
 			t.Errorf("rejected.%s = %d, want %d", codeNames[-code-1], got, want[code])
 		}
 	}

@@ -63,7 +63,7 @@ type Agent struct {
 	peakDev   uint64               // highest live device bytes seen (runtime allocations)
 	dead      map[uint64][2]uint64 // released external storages (by storage ID): [base, end)
 	racing    map[uint64]inflight  // storages an agent copy is moving (by storage ID)
-	faults    []offload.Fault
+	faults    []trace.Fault
 	faultIx   map[string]int // fault key -> index in faults
 	exception [6]uint64      // the last exception callback's info (task, stream, thread, device, code)
 	file      *os.File
@@ -180,7 +180,7 @@ func (a *Agent) Fail(where string, r any) {
 }
 
 func (a *Agent) tick() {
-	var es *offload.Stats
+	var es *trace.Stats
 	if a.native.CrashPending() != 0 {
 		es = a.engineStats()
 	}

@@ -70,9 +70,7 @@ func TestDescribedInputFault(t *testing.T) {
 	// The framework runs layer.2 anyway: its first kernel reads the table at address 0 (the C launch check
 	// calls LaunchFault). The same storage, found by size, with its dtype and shape; the stats list both.
 	a.LaunchFault("aclnnMul", 1, 0, 2048)
-	var st struct {
-		Faults []offload.Fault `json:"faults"`
-	}
+	var st trace.Stats
 	if err := json.Unmarshal(a.StatsJSON(), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,8 @@ func (a *Agent) pushDeadLocked() {
 // inside a watched range. The launch goes on afterwards: the agent reports, it never changes behaviour.
 func (a *Agent) LaunchFault(kernel string, index int, addr, size uint64) {
 	a.Drain()
-	f := offload.Fault{Kernel: kernel, TensorIndex: index, Addr: addr, Size: size, Detected: "launch"}
+	f := trace.Fault{Kernel: kernel, TensorIndex: index, Addr: trace.Uint(addr), Size: trace.Uint(size),
+		Detected: "launch"}
 	if id, r, ok := a.racingStorage(addr); ok {
 		a.report(a.raceFault(f, id, r))
 		return
@@ -110,7 +111,7 @@ func (a *Agent) LaunchFault(kernel string, index int, addr, size uint64) {
 // raceFault describes a launch on a storage an agent copy is moving: the job's stream or event use put
 // the kernel outside the ordering the agent set up (a stream it never saw inside the region, a kernel
 // queued after the region exit on a storage the region owned), so the copy and the kernel race.
-func (a *Agent) raceFault(f offload.Fault, id uint64, r inflight) (offload.Fault, []tracker.StorageInfo) {
+func (a *Agent) raceFault(f trace.Fault, id uint64, r inflight) (trace.Fault, []tracker.StorageInfo) {
 	f.Detected, f.ReleasedBy = "race", r.group // the group whose offload moves it
 	what := "its copy to host (the storage is released once the copy completes)"
 	if r.to == offload.H2D {
@@ -123,7 +124,7 @@ func (a *Agent) raceFault(f offload.Fault, id uint64, r inflight) (offload.Fault
 		cands = append(cands, s)
 	}
 	if len(cands) == 0 {
-		f.Storage, f.Nbytes = fmt.Sprintf("%#x", r.base), r.end-r.base
+		f.Storage, f.Nbytes = trace.StorageName(fmt.Sprintf("%#x", r.base)), trace.Uint(r.end-r.base)
 	}
 	return f, cands
 }
@@ -132,7 +133,7 @@ func (a *Agent) raceFault(f offload.Fault, id uint64, r inflight) (offload.Fault
 // recent error message names the kernel, tensor, address and size, which are matched to a storage.
 func (a *Agent) SyncFault(call string, code int) {
 	a.Drain()
-	f := offload.Fault{Kernel: call, TensorIndex: -1, Detected: "sync", Code: code}
+	f := trace.Fault{Kernel: call, TensorIndex: -1, Detected: "sync", Code: code}
 	recs, _ := acllog.ParseLog(strings.NewReader(a.native.RecentErrMsg()))
 	for _, r := range recs {
 		if r.KernelName != "" {
@@ -141,10 +142,10 @@ func (a *Agent) SyncFault(call string, code int) {
 		for _, t := range r.Tensors {
 			f.TensorIndex = t.Index
 			if t.Addr != nil {
-				f.Addr = *t.Addr
+				f.Addr = trace.Uint(*t.Addr)
 			}
 			if t.Size != nil {
-				f.Size = *t.Size
+				f.Size = trace.Uint(*t.Size)
 			}
 			break
 		}
@@ -157,7 +158,7 @@ func (a *Agent) SyncFault(call string, code int) {
 	a.mu.Unlock()
 	var cands []tracker.StorageInfo
 	if f.Size > 0 || f.Addr != 0 {
-		cands = a.attribute(f.Addr, f.Size)
+		cands = a.attribute(uint64(f.Addr), uint64(f.Size))
 	}
 	a.report(f, cands)
 }
@@ -178,7 +179,7 @@ func (a *Agent) checkInputs(group string, inputs []uint64, nPositional int, tens
 		default:
 			continue
 		}
-		f := offload.Fault{Kernel: fmt.Sprintf("region_enter(%s)", group), TensorIndex: i, Addr: p,
+		f := trace.Fault{Kernel: fmt.Sprintf("region_enter(%s)", group), TensorIndex: i, Addr: trace.Uint(p),
 			Detected: "region_enter", Arg: tn.Path, Tensor: tn.String(),
 			Detail: fmt.Sprintf("%s of %s has no device memory", inputName(i, keyword, tn), group)}
 		if p == 0 && len(cands) > 0 {
@@ -330,16 +331,17 @@ func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
 
 // report fills f from the most likely storage, prints the block, traces and flushes it. A storage already
 // reported by the same check only counts a repeat.
-func (a *Agent) report(f offload.Fault, cands []tracker.StorageInfo) {
+func (a *Agent) report(f trace.Fault, cands []tracker.StorageInfo) {
 	if len(cands) > 0 {
 		s := cands[0]
-		f.Storage, f.Generation, f.Nbytes, f.Owner = s.Name(), s.Gen, s.Size, s.Owner()
+		f.Storage, f.Generation, f.Nbytes = trace.StorageName(s.Name()), trace.Uint(s.Gen), trace.Uint(s.Size)
+		f.Owner = s.Owner()
 		f.StorageTensor = s.Tensor.String()
 		if s.ReleasedBy != "" {
 			f.ReleasedBy = s.ReleasedBy
 		}
 	}
-	key := f.Detected + "/" + f.Storage
+	key := f.Detected + "/" + string(f.Storage)
 	if f.Storage == "" {
 		key = fmt.Sprintf("%s/%s/%d/%d", f.Detected, f.Kernel, f.Addr, f.Size)
 	}
@@ -364,7 +366,7 @@ func (a *Agent) report(f offload.Fault, cands []tracker.StorageInfo) {
 
 // faultBlock renders one fault for stderr, compute-sanitizer style: what was accessed, then the most
 // likely cause, then the other candidates.
-func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) string {
+func faultBlock(f trace.Fault, cands []tracker.StorageInfo, policy string) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, "swapagent: "+format+"\n", args...) }
 	switch f.Detected {
@@ -376,7 +378,7 @@ func faultBlock(f offload.Fault, cands []tracker.StorageInfo, policy string) str
 		p("========= FAULT (race): %s", f.Detail)
 		p("=========   found at launch, before the kernel runs: the job's streams or events put this kernel " +
 			"outside the order the agent's copies follow (docs/design.md, \"Stream ordering\")")
-		name, size := f.Storage, f.Nbytes
+		name, size := string(f.Storage), uint64(f.Nbytes)
 		if len(cands) > 0 {
 			name, size = cands[0].Name(), cands[0].Size
 		}

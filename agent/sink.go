@@ -6,7 +6,6 @@ package agent
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -152,19 +151,15 @@ func (a *Agent) metaText() string {
 	if a.cfg.RankSet {
 		rank = strconv.Itoa(a.cfg.Rank)
 	}
-	argv := make([]string, len(a.argv))
-	for i, s := range a.argv {
-		argv[i] = strconv.Quote(s)
-	}
-	return strings.Join([]string{
-		"policy=" + a.cfg.Policy,
-		"prefetch=" + strconv.Itoa(a.cfg.Prefetch),
-		"min_bytes=" + strconv.FormatUint(a.cfg.MinBytes, 10),
-		"rank=" + rank,
-		"pid=" + strconv.Itoa(a.pid),
-		"version=" + buildinfo.Version,
-		"abi=" + strconv.Itoa(buildinfo.ABIVersion),
-		"out=" + a.cfg.Out,
-		"argv=" + strings.Join(argv, " "),
-	}, "\n")
+	return trace.Meta{
+		trace.MetaPolicy:   a.cfg.Policy,
+		trace.MetaPrefetch: strconv.Itoa(a.cfg.Prefetch),
+		trace.MetaMinBytes: strconv.FormatUint(a.cfg.MinBytes, 10),
+		trace.MetaRank:     rank,
+		trace.MetaPID:      strconv.Itoa(a.pid),
+		trace.MetaVersion:  buildinfo.Version,
+		trace.MetaABI:      strconv.Itoa(buildinfo.ABIVersion),
+		trace.MetaOut:      a.cfg.Out,
+		trace.MetaArgv:     trace.QuoteArgv(a.argv),
+	}.String()
 }

@@ -1,21 +1,21 @@
-// stats.go owns the stats JSON (architecture.md, "Stats JSON"): the engine's accounting with the agent's
-// runtime figures, as swapagent_stats_json answers it and as the trace's KindStats records it.
+// stats.go owns the stats JSON (architecture.md, "Stats JSON"; the record is trace.Stats): the engine's
+// accounting with the agent's runtime figures, as swapagent_stats_json answers it and as the trace's
+// KindStats records it.
 package agent
 
 import (
 	"encoding/json"
 	"strconv"
 
-	"swapagent/offload"
 	"swapagent/trace"
 )
 
-func (a *Agent) addStatsLocked(es *offload.Stats) {
+func (a *Agent) addStatsLocked(es *trace.Stats) {
 	a.addLocked(&trace.Event{Kind: trace.KindStats, TS: a.ts(), Text: string(a.statsLocked(es))})
 }
 
 // engineStats snapshots the engine's stats; called without mu (the engine's lock comes first).
-func (a *Agent) engineStats() *offload.Stats {
+func (a *Agent) engineStats() *trace.Stats {
 	a.mu.Lock()
 	e := a.engine
 	a.mu.Unlock()
@@ -24,17 +24,6 @@ func (a *Agent) engineStats() *offload.Stats {
 	}
 	s := e.Stats()
 	return &s
-}
-
-// RuntimeStats are the agent's own counters, the "runtime" object of the stats JSON.
-type RuntimeStats struct {
-	Calls       map[string]uint64 `json:"calls"`
-	Events      uint64            `json:"events"`
-	Lost        uint64            `json:"lost"`
-	TraceEvents uint64            `json:"trace_events"`
-	TraceBytes  uint64            `json:"trace_bytes"`
-	Policy      string            `json:"policy"`
-	Engine      bool              `json:"engine"`
 }
 
 // StatsJSON returns the stats JSON: the engine's stats (architecture.md; zero values without an engine)
@@ -48,29 +37,19 @@ func (a *Agent) StatsJSON() []byte {
 }
 
 // statsLocked renders the stats JSON from the engine's snapshot es (nil without an engine), the agent's
-// own peak device bytes and faults, and the runtime counters.
-func (a *Agent) statsLocked(es *offload.Stats) []byte {
-	m := map[string]any{}
+// own peak device bytes, faults and refused calls, and the runtime counters.
+func (a *Agent) statsLocked(es *trace.Stats) []byte {
+	var s trace.Stats
 	if es != nil {
-		if b, err := json.Marshal(es); err == nil {
-			_ = json.Unmarshal(b, &m)
-		}
+		s = *es
 	}
-	m["peak_device_bytes"] = a.peakDev
-	faults := make([]any, 0, len(a.faults))
-	for _, f := range a.faults {
-		faults = append(faults, f)
+	if s.Groups == nil {
+		s.Groups = map[string]trace.GroupStats{}
 	}
-	m["faults"] = faults
-	m["rejected"] = a.rejected.snapshot()
-	defaults := map[string]any{"offloaded_storages": 0, "offloaded_bytes": 0, "restored_bytes": 0,
-		"kept": offload.Kept{}, "released_external": 0, "peak_device_bytes": 0, "faults": []any{}}
-	for k, v := range defaults {
-		if _, ok := m[k]; !ok {
-			m[k] = v
-		}
-	}
-	rs := RuntimeStats{Calls: map[string]uint64{}, Events: a.events, Lost: a.lost, Policy: a.cfg.Policy,
+	s.PeakDeviceBytes = a.peakDev
+	s.Faults = append([]trace.Fault{}, a.faults...)
+	s.Rejected = a.rejected.snapshot()
+	rs := &trace.Runtime{Calls: map[string]uint64{}, Events: a.events, Lost: a.lost, Policy: a.cfg.Policy,
 		Engine: a.engine != nil}
 	for fn, n := range a.calls {
 		if n > 0 {
@@ -84,8 +63,8 @@ func (a *Agent) statsLocked(es *offload.Stats) []byte {
 	if a.w != nil {
 		rs.TraceEvents, rs.TraceBytes = a.w.Events(), a.w.Bytes()
 	}
-	m["runtime"] = rs
-	b, err := json.Marshal(m)
+	s.Runtime = rs
+	b, err := json.Marshal(s)
 	if err != nil {
 		return []byte("{}")
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"swapagent/acllog"
+	"swapagent/trace"
 )
 
 // Result is a diagnosis of one directory. It marshals to the JSON `doctor --format json` prints.
@@ -65,8 +66,8 @@ type Fault struct {
 	TracesChecked []TraceCheck `json:"traces_checked,omitempty"`
 	// AgentFaults are what the agent caught in that process besides this fault, which the log cannot
 	// show: reads of released storages at launch, region inputs with no device memory.
-	AgentFaults []TraceFault `json:"agent_faults,omitempty"`
-	Note        string       `json:"note,omitempty"`
+	AgentFaults []trace.Fault `json:"agent_faults,omitempty"`
+	Note        string        `json:"note,omitempty"`
 }
 
 // nearNullLimit: addresses below it are a null base plus a view offset, never a real device address.
@@ -348,12 +349,7 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 				res.Notes = append(res.Notes, "skipped trace: "+oneLine(err))
 				continue
 			}
-			if ix.readErr != nil {
-				res.Notes = append(res.Notes, "trace read up to its last good batch: "+oneLine(ix.readErr))
-			}
-			for _, g := range ix.Gaps {
-				res.Notes = append(res.Notes, fmt.Sprintf("trace %s: corrupt %s", p, g))
-			}
+			res.Notes = append(res.Notes, ix.warnings...)
 			if ix.badFault > 0 {
 				res.Notes = append(res.Notes, fmt.Sprintf("trace %s: %d fault events with unreadable JSON", p, ix.badFault))
 			}
@@ -422,7 +418,7 @@ func attachTraces(res *Result, all []*traceIndex, logs []logInfo) {
 			if ix.path != f.Trace {
 				continue
 			}
-			var rest []TraceFault
+			var rest []trace.Fault
 			for k, tf := range ix.faults {
 				if !used[ix][k] {
 					rest = append(rest, tf)
@@ -457,9 +453,10 @@ func attachTraces(res *Result, all []*traceIndex, logs []logInfo) {
 			if used[ix][k] {
 				continue
 			}
-			addr, size := uint64(tf.Addr), uint64(tf.Size)
+			// The index as recorded, -1 (unknown) included, as doctor has always shown the agent's records.
+			addr, size, index := uint64(tf.Addr), uint64(tf.Size), tf.TensorIndex
 			f := Fault{Rank: rank, Source: "trace", Log: logName, Kernel: tf.Kernel, Addr: &addr, Size: &size,
-				TensorIndex: tf.TensorIndex, StorageRef: ix.fromFault(tf), Trace: ix.path, Note: note,
+				TensorIndex: &index, StorageRef: ix.fromFault(tf), Trace: ix.path, Note: note,
 				Detected: tf.Detected}
 			if !isRegion(tf) {
 				f.Op = acllog.KernelOp(strings.TrimPrefix(tf.Kernel, "aclnn"))
@@ -485,11 +482,11 @@ func logOf(ix *traceIndex, logs []logInfo) (logInfo, bool) {
 
 // isRegion tells a fault the agent caught at a swap region's entry (an input with no device memory)
 // from one in a kernel.
-func isRegion(tf TraceFault) bool {
+func isRegion(tf trace.Fault) bool {
 	return tf.Detected == "region_enter" || strings.HasPrefix(tf.Kernel, "region_enter(")
 }
 
-func markUsed(used map[*traceIndex]map[int]bool, ix *traceIndex, tf TraceFault) {
+func markUsed(used map[*traceIndex]map[int]bool, ix *traceIndex, tf trace.Fault) {
 	if used[ix] == nil {
 		used[ix] = map[int]bool{}
 	}
@@ -501,8 +498,8 @@ func markUsed(used map[*traceIndex]map[int]bool, ix *traceIndex, tf TraceFault) 
 	}
 }
 
-func sameFault(a, b TraceFault) bool {
-	return a.Kernel == b.Kernel && a.Addr == b.Addr && a.Size == b.Size && a.Storage == b.Storage &&
+func sameFault(a, b trace.Fault) bool {
+	return a.Kernel == b.Kernel && a.Addr == b.Addr && a.Size == b.Size && a.Storage.Addr() == b.Storage.Addr() &&
 		a.Handle == b.Handle && a.Detected == b.Detected && a.Code == b.Code
 }
 

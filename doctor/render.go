@@ -8,6 +8,7 @@ import (
 
 	"swapagent/acllog"
 	"swapagent/internal/cli"
+	"swapagent/trace"
 )
 
 // runtimeCodes names the runtime error codes the parser picks up.
@@ -182,7 +183,7 @@ func checkWho(c TraceCheck) string {
 }
 
 // agentFaultText is one of the agent's fault records in a line: where it was caught and what it found.
-func agentFaultText(a TraceFault) string {
+func agentFaultText(a trace.Fault) string {
 	var s string
 	switch {
 	case isRegion(a) && a.Arg != "":
@@ -199,15 +200,15 @@ func agentFaultText(a TraceFault) string {
 	default:
 		s = orUnknown(a.Kernel)
 	}
-	if a.TensorIndex != nil && *a.TensorIndex >= 0 {
-		s += fmt.Sprintf(", tensor %d", *a.TensorIndex)
+	if a.TensorIndex >= 0 {
+		s += fmt.Sprintf(", tensor %d", a.TensorIndex)
 	}
 	s += fmt.Sprintf(" at %#x", uint64(a.Addr))
 	if a.Size > 0 {
 		s += fmt.Sprintf(", %d bytes", uint64(a.Size))
 	}
-	if a.Storage != 0 {
-		s += fmt.Sprintf(", storage %#x", uint64(a.Storage))
+	if b := a.Storage.Addr(); b != 0 {
+		s += fmt.Sprintf(", storage %#x", b)
 	}
 	if a.ReleasedBy != "" {
 		s += ", released by " + a.ReleasedBy
@@ -279,7 +280,7 @@ func (f *Fault) render(w io.Writer) {
 	fmt.Fprintf(w, "%s (%s): %s", who, where, what)
 	switch {
 	case f.Kernel == "":
-	case isRegion(TraceFault{Kernel: f.Kernel, Detected: f.Detected}):
+	case isRegion(trace.Fault{Kernel: f.Kernel, Detected: f.Detected}):
 		fmt.Fprintf(w, " at %s (a swap region's entry, before any kernel)", f.Kernel)
 	default:
 		fmt.Fprintf(w, " in kernel %s", f.Kernel)

@@ -5,7 +5,6 @@
 package doctor
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 
@@ -23,10 +22,6 @@ func keepReasonName(r uint64) string {
 	}
 	return fmt.Sprintf("reason %d", r)
 }
-
-// TraceFault is the JSON the agent writes in a KindFault event's Text (docs/doctor.md), as the trace's
-// timeline decoded it.
-type TraceFault = timeline.FaultRecord
 
 // StorageRef names one storage found in a trace.
 type StorageRef struct {
@@ -48,19 +43,20 @@ type StorageRef struct {
 type traceIndex struct {
 	*timeline.Timeline
 	path     string
-	faults   []TraceFault
-	badFault int   // fault events whose text is not a fault record
-	readErr  error // the trace ends mid-batch (a killed process)
+	faults   []trace.Fault
+	badFault int      // fault events whose text is not a fault record
+	warnings []string // what reading lost (trace.File.Warnings)
 }
 
+// loadTrace reads a trace by the read rule every command follows (trace.Load).
 func loadTrace(path string) (*traceIndex, error) {
-	hdr, evs, gaps, err := trace.SalvageFile(path)
-	if err != nil && !errors.Is(err, trace.ErrTruncated) {
+	f, err := trace.Load(path)
+	if err != nil {
 		return nil, err
 	}
-	t := timeline.Fold(hdr, evs, timeline.Options{NoSeries: true})
-	t.Gaps, t.Truncated = gaps, err != nil
-	ix := &traceIndex{Timeline: t, path: path, readErr: err}
+	t := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
+	t.Gaps, t.Truncated = f.Gaps, f.Truncated
+	ix := &traceIndex{Timeline: t, path: path, warnings: f.Warnings()}
 	for _, f := range t.Faults {
 		if f.Err != nil {
 			ix.badFault++
@@ -129,9 +125,9 @@ func (ix *traceIndex) findStorage(addr *uint64, size *uint64) *StorageRef {
 }
 
 // fromFault completes a storage reference from the agent's own fault record.
-func (ix *traceIndex) fromFault(f TraceFault) *StorageRef {
+func (ix *traceIndex) fromFault(f trace.Fault) *StorageRef {
 	r := &StorageRef{
-		Base: uint64(f.Storage), Nbytes: uint64(f.Nbytes), Generation: uint64(f.Generation), Handle: f.Handle,
+		Base: f.Storage.Addr(), Nbytes: uint64(f.Nbytes), Generation: uint64(f.Generation), Handle: f.Handle,
 		ReleasedBy: f.ReleasedBy, Owner: f.Owner, KeepReason: f.KeepReason, MatchedBy: "fault event", Trace: ix.path,
 		Tensor: f.StorageTensor,
 	}
@@ -180,7 +176,7 @@ func (ix *traceIndex) fromFault(f TraceFault) *StorageRef {
 }
 
 // match picks the agent fault record that fits a log fault (same address and size, else same size).
-func (ix *traceIndex) match(addr, size *uint64) (TraceFault, bool) {
+func (ix *traceIndex) match(addr, size *uint64) (trace.Fault, bool) {
 	for _, f := range ix.faults {
 		if addr != nil && size != nil && uint64(f.Addr) == *addr && uint64(f.Size) == *size {
 			return f, true
@@ -194,5 +190,5 @@ func (ix *traceIndex) match(addr, size *uint64) (TraceFault, bool) {
 	if addr == nil && size == nil && len(ix.faults) > 0 {
 		return ix.faults[0], true
 	}
-	return TraceFault{}, false
+	return trace.Fault{}, false
 }

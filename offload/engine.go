@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"swapagent/trace"
 	"swapagent/tracker"
 )
 
@@ -101,8 +102,8 @@ type Engine struct {
 	lastCopy Copy // the latest copy launched: Close waits for it before freeing host buffers
 
 	pool   pool
-	st     Stats
-	gstats map[string]*GroupStats
+	st     trace.Stats
+	gstats map[string]*trace.GroupStats
 	evq    []Event
 	spare  []Event // an empty queue array to reuse (unlock)
 	// resident counts the handles announced resident per storage ID (announceResident).
@@ -122,7 +123,7 @@ func NewEngine(cfg Config, mover Mover, ops StorageOps, obs Observer) *Engine {
 	}
 	return &Engine{cfg: cfg, mover: mover, ops: ops, obs: obs, tr: tr, streams: &Streams{},
 		groups: map[string]*group{}, handles: map[int64]*handle{}, units: map[uint64]*unit{},
-		gstats: map[string]*GroupStats{}}
+		gstats: map[string]*trace.GroupStats{}}
 }
 
 // Tracker returns the engine's tracker (Config.Tracker, or its own).
@@ -246,10 +247,10 @@ func (e *Engine) emit(ev Event) {
 	e.evq = append(e.evq, ev)
 }
 
-func (e *Engine) gs(name string) *GroupStats {
+func (e *Engine) gs(name string) *trace.GroupStats {
 	s := e.gstats[name]
 	if s == nil {
-		s = &GroupStats{}
+		s = &trace.GroupStats{}
 		e.gstats[name] = s
 	}
 	return s
@@ -367,7 +368,7 @@ func (e *Engine) count(h *handle, d int64) {
 		gs.Internal = uint64(int64(gs.Internal) + d)
 		return
 	}
-	e.st.Kept.add(h.reason, d)
+	e.st.Kept.Add(int(h.reason), d)
 	gs.Kept = uint64(int64(gs.Kept) + d)
 }
 
@@ -1065,7 +1066,7 @@ func (e *Engine) Info(id int64) (HandleInfo, error) {
 }
 
 // AddFault appends a diagnosed fault to the stats.
-func (e *Engine) AddFault(f Fault) {
+func (e *Engine) AddFault(f trace.Fault) {
 	e.lock()
 	e.st.Faults = append(e.st.Faults, f)
 	e.unlock()
@@ -1079,7 +1080,7 @@ func (e *Engine) SetPeakDeviceBytes(n uint64) {
 }
 
 // Stats returns a snapshot of the accounting.
-func (e *Engine) Stats() Stats {
+func (e *Engine) Stats() trace.Stats {
 	e.lock()
 	defer e.unlock()
 	s := e.st
@@ -1089,8 +1090,8 @@ func (e *Engine) Stats() Stats {
 		tl := tm.Timeline()
 		s.DeviceCopyNS, s.DeviceStallNS = tl.CopyNS, tl.StallNS
 	}
-	s.Faults = append([]Fault{}, e.st.Faults...)
-	s.Groups = make(map[string]GroupStats, len(e.gstats))
+	s.Faults = append([]trace.Fault{}, e.st.Faults...)
+	s.Groups = make(map[string]trace.GroupStats, len(e.gstats))
 	for k, v := range e.gstats {
 		s.Groups[k] = *v
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"swapagent/trace"
 	"swapagent/tracker"
 )
 
@@ -652,7 +653,7 @@ func TestObserverMayCallBack(t *testing.T) {
 
 func TestStatsJSON(t *testing.T) {
 	e := NewEngine(DefaultConfig(), NewMemcpyMover(), nil, nil)
-	e.AddFault(Fault{Kernel: "aclnnMul", Addr: 0, Size: 1 << 20, Storage: "0x1000#1", ReleasedBy: "layer.0",
+	e.AddFault(trace.Fault{Kernel: "aclnnMul", Addr: 0, Size: 1 << 20, Storage: "0x1000#1", ReleasedBy: "layer.0",
 		Owner: "keyword input of layer.0..layer.10"})
 	e.SetPeakDeviceBytes(123)
 	b, err := json.Marshal(e.Stats())

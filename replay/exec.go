@@ -17,7 +17,6 @@ import (
 
 	"swapagent/internal/cli"
 	"swapagent/replay/aclrt"
-	"swapagent/report"
 	"swapagent/trace"
 )
 
@@ -587,7 +586,7 @@ func runExec(file, format string, stdout, stderr io.Writer) int {
 	// Re-issuing calls across a gap would replay allocations without their frees (or the reverse) and
 	// fault where the job did not.
 	if len(t.Gaps) > 0 {
-		Command.Errorf(stderr, "--exec needs the whole trace: %s", report.GapNote(file, t.Gaps[0]))
+		Command.Errorf(stderr, "--exec needs the whole trace: %s", t.GapWarning(t.Gaps[0]))
 		return ExitBadInput
 	}
 	events := t.Events

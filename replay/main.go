@@ -136,21 +136,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// load reads one trace the way report does (report.ReadTrace: damaged batches skipped, a cut end
-// tolerated); notes say what was lost. A missing file, a bad header or a trace with no readable event is
-// bad input.
-func load(file string) (*report.Trace, []string, error) {
+// load reads one trace the way report does (report.ReadTrace: trace.Read's rule, damaged batches skipped,
+// a cut end kept); notes are its warnings. A missing file, a bad header or a trace with no readable event
+// is bad input.
+func load(file string) (*trace.File, []string, error) {
 	t, err := report.ReadTrace(file)
 	if err != nil {
 		return nil, nil, err
 	}
-	var notes []string
-	if t.Truncated {
-		notes = append(notes, fmt.Sprintf("the trace ends inside a batch (process killed?): replayed the %d events before it",
-			len(t.Events)))
-	}
-	for _, g := range t.Gaps {
-		notes = append(notes, report.GapNote(file, g))
-	}
-	return t, notes, nil
+	return t, t.Warnings(), nil
 }

@@ -63,34 +63,34 @@ type Violation struct {
 
 // Result is what a simulation found.
 type Result struct {
-	File           string         `json:"file"`
-	Argv           []string       `json:"argv,omitempty"`
-	PID            int            `json:"pid"`
-	Policy         string         `json:"policy"`
-	Prefetch       int            `json:"prefetch"`
-	MinBytes       uint64         `json:"min_bytes"`
-	RecordedPolicy string         `json:"recorded_policy,omitempty"`
-	Events         int            `json:"events"`
-	RuntimeCalls   int            `json:"runtime_calls"`
-	ABICalls       int            `json:"abi_calls"`
-	NoSwapActivity bool           `json:"no_swap_activity"`
-	Released       uint64         `json:"storages_released"`
-	Restored       uint64         `json:"storages_restored"`
-	BytesOut       uint64         `json:"bytes_moved_out"`
-	BytesIn        uint64         `json:"bytes_moved_in"`
-	PeakRecorded   uint64         `json:"peak_device_bytes_recorded"`
-	PeakNoSwap     uint64         `json:"peak_device_bytes_no_swap"`
-	PeakSimulated  uint64         `json:"peak_device_bytes_simulated"`
-	SavedVsRecord  int64          `json:"saved_bytes_vs_recorded"`
-	SavedVsNoSwap  int64          `json:"saved_bytes_vs_no_swap"`
-	ReleasedPeak   uint64         `json:"released_bytes_peak"`          // most device bytes the simulation held released at once
-	RecordedFreed  uint64         `json:"recorded_released_bytes_peak"` // the same for the recording
-	Violations     []*Violation   `json:"violations"`
-	EngineErrors   int            `json:"engine_errors"`
-	FirstEngineErr string         `json:"first_engine_error,omitempty"`
-	Skipped        int            `json:"skipped_unpacks"` // unpacks of handles the recorded save never got
-	Notes          []string       `json:"notes,omitempty"`
-	Stats          *offload.Stats `json:"stats,omitempty"`
+	File           string       `json:"file"`
+	Argv           []string     `json:"argv,omitempty"`
+	PID            int          `json:"pid"`
+	Policy         string       `json:"policy"`
+	Prefetch       int          `json:"prefetch"`
+	MinBytes       uint64       `json:"min_bytes"`
+	RecordedPolicy string       `json:"recorded_policy,omitempty"`
+	Events         int          `json:"events"`
+	RuntimeCalls   int          `json:"runtime_calls"`
+	ABICalls       int          `json:"abi_calls"`
+	NoSwapActivity bool         `json:"no_swap_activity"`
+	Released       uint64       `json:"storages_released"`
+	Restored       uint64       `json:"storages_restored"`
+	BytesOut       uint64       `json:"bytes_moved_out"`
+	BytesIn        uint64       `json:"bytes_moved_in"`
+	PeakRecorded   uint64       `json:"peak_device_bytes_recorded"`
+	PeakNoSwap     uint64       `json:"peak_device_bytes_no_swap"`
+	PeakSimulated  uint64       `json:"peak_device_bytes_simulated"`
+	SavedVsRecord  int64        `json:"saved_bytes_vs_recorded"`
+	SavedVsNoSwap  int64        `json:"saved_bytes_vs_no_swap"`
+	ReleasedPeak   uint64       `json:"released_bytes_peak"`          // most device bytes the simulation held released at once
+	RecordedFreed  uint64       `json:"recorded_released_bytes_peak"` // the same for the recording
+	Violations     []*Violation `json:"violations"`
+	EngineErrors   int          `json:"engine_errors"`
+	FirstEngineErr string       `json:"first_engine_error,omitempty"`
+	Skipped        int          `json:"skipped_unpacks"` // unpacks of handles the recorded save never got
+	Notes          []string     `json:"notes,omitempty"`
+	Stats          *trace.Stats `json:"stats,omitempty"`
 }
 
 type tensorRec struct {
@@ -167,12 +167,12 @@ type sim struct {
 
 // Simulate replays events (one trace, in file order) through a fresh engine under opts.
 func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
-	recorded := meta(timeline.ScanMeta(events))
+	recorded := timeline.ScanMeta(events)
 	cfg := offload.Config{Policy: opts.Policy, Prefetch: 1, MinBytes: offload.DefaultMinBytes}
-	if v, ok := recorded.prefetch(); ok {
+	if v, ok := recorded.Prefetch(); ok {
 		cfg.Prefetch = v
 	}
-	if v, ok := recorded.minBytes(); ok {
+	if v, ok := recorded.MinBytes(); ok {
 		cfg.MinBytes = v
 	}
 	if opts.PrefetchSet {
@@ -449,25 +449,6 @@ func (s *sim) finish() {
 	if r.Violations == nil {
 		r.Violations = []*Violation{}
 	}
-}
-
-// meta is the trace's KindMeta key=value pairs (timeline.ScanMeta).
-type meta map[string]string
-
-func (m meta) prefetch() (int, bool) {
-	var v int
-	if _, err := fmt.Sscan(m["prefetch"], &v); err != nil || v < 0 {
-		return 0, false
-	}
-	return v, true
-}
-
-func (m meta) minBytes() (uint64, bool) {
-	var v uint64
-	if _, err := fmt.Sscan(m["min_bytes"], &v); err != nil {
-		return 0, false
-	}
-	return v, true
 }
 
 // ownerText names the groups a storage was an input of, as the tracker does for one storage

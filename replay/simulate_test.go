@@ -307,7 +307,7 @@ func TestTruncatedTraceIsUsable(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, errs := runMain(p, "--policy", "outputs-only")
-	if code != ExitViolation || !strings.Contains(out, "ends inside a batch") {
+	if code != ExitViolation || !strings.Contains(out, "trace ends mid-batch (process killed?)") {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
 }

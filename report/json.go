@@ -5,6 +5,8 @@ package report
 import (
 	"encoding/json"
 	"io"
+
+	"swapagent/trace"
 )
 
 // ProcessJSON is one process in the JSON report. The embedded Stats fields (offloaded_storages,
@@ -35,7 +37,7 @@ type ProcessJSON struct {
 	ABI        ABI               `json:"abi"`
 	LostEvents uint64            `json:"lost_events"`
 	Logs       []string          `json:"logs"`
-	Meta       map[string]string `json:"meta"`
+	Meta       trace.Meta        `json:"meta"`
 }
 
 // LostRange is a damaged stretch of the trace that was skipped (trace.Gap).

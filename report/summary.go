@@ -81,6 +81,9 @@ type Summary struct {
 	// Stats merges the last KindStats (StatsJSON, verbatim; HasStats says whether there was one) with
 	// figures derived from the events for any field it lacks.
 	Stats Stats
+
+	// Warnings are the lines to print about what reading lost (trace.File.Warnings; LoadFile sets them).
+	Warnings []string
 }
 
 // Summarize folds one trace's events (timeline.Fold) and derives the report's figures. It never fails:
@@ -200,40 +203,36 @@ func mergeSpans(spans []Span) []Span {
 	return out
 }
 
-// mergeStats takes each field of the agent's stats JSON when present and the derived figure otherwise.
-// A stats snapshot can predate the end of the trace, so the peak is the larger of the two figures and
-// the fault list the longer of the two.
+// mergeStats takes each field of the agent's stats record (trace.Stats) when present and the derived
+// figure otherwise. A stats snapshot can predate the end of the trace, so the peak is the larger of the
+// two figures and the fault list the longer of the two.
 func mergeStats(raw json.RawMessage, derived Stats) Stats {
 	out := derived
-	var fields map[string]json.RawMessage
-	if len(raw) == 0 || json.Unmarshal(raw, &fields) != nil {
+	if len(raw) == 0 || !json.Valid(raw) {
 		return out
 	}
-	take := func(key string, dst any) {
-		if v, ok := fields[key]; ok {
-			_ = json.Unmarshal(v, dst) // a malformed field keeps the derived value
+	// The record starts from the derived figures, so a key it lacks keeps them; a value of the wrong
+	// type keeps them too (json.Unmarshal skips it).
+	in := struct {
+		trace.Stats
+		Kept   json.RawMessage   `json:"kept"`   // decoded apart, so a bad one cannot stop the rest
+		Faults []json.RawMessage `json:"faults"` // verbatim: the report shows the records as written
+	}{Stats: trace.Stats{OffloadedStorages: derived.OffloadedStorages, OffloadedBytes: derived.OffloadedBytes,
+		RestoredBytes: derived.RestoredBytes, ReleasedExternal: derived.ReleasedExternal,
+		PeakDeviceBytes: derived.PeakDeviceBytes}}
+	_ = json.Unmarshal(raw, &in)
+	out.OffloadedStorages, out.OffloadedBytes = in.OffloadedStorages, in.OffloadedBytes
+	out.RestoredBytes, out.ReleasedExternal = in.RestoredBytes, in.ReleasedExternal
+	out.PeakDeviceBytes = max(in.PeakDeviceBytes, derived.PeakDeviceBytes)
+	var kept trace.Kept
+	if in.Kept != nil && json.Unmarshal(in.Kept, &kept) == nil {
+		out.Kept = zeroCounts(KeepReasons[1:])
+		for r := trace.KeepInput; r < trace.NumKeepReasons; r++ {
+			out.Kept[KeepReasons[r]] = kept.Count(r)
 		}
 	}
-	take("offloaded_storages", &out.OffloadedStorages)
-	take("offloaded_bytes", &out.OffloadedBytes)
-	take("restored_bytes", &out.RestoredBytes)
-	take("released_external", &out.ReleasedExternal)
-	take("peak_device_bytes", &out.PeakDeviceBytes)
-	out.PeakDeviceBytes = max(out.PeakDeviceBytes, derived.PeakDeviceBytes)
-	if v, ok := fields["kept"]; ok {
-		kept := zeroCounts(KeepReasons[1:])
-		var got map[string]uint64
-		if json.Unmarshal(v, &got) == nil {
-			for k, n := range got {
-				kept[k] = n
-			}
-			out.Kept = kept
-		}
-	}
-	var faults []json.RawMessage
-	take("faults", &faults)
-	if len(faults) > len(out.Faults) {
-		out.Faults = faults
+	if len(in.Faults) > len(out.Faults) {
+		out.Faults = in.Faults
 	}
 	return out
 }

@@ -301,11 +301,12 @@ func TestLoad(t *testing.T) {
 				t.Errorf("truncated %v events %d gaps %d, want %v %d %d", s.Truncated, len(s.Events), len(s.Gaps),
 					c.truncated, c.events, c.gaps)
 			}
-			if c.gaps > 0 && (len(s.Notes()) != 1 || !strings.Contains(s.Notes()[0], "batch 0 at offset")) {
-				t.Errorf("notes %q", s.Notes())
+			if c.gaps > 0 && (len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "batch 0 at offset")) {
+				t.Errorf("warnings %q", s.Warnings)
 			}
-			if c.truncated && !strings.Contains(s.TruncationNote(), "trace ends mid-batch (process killed?): 11 events read") {
-				t.Errorf("note %q", s.TruncationNote())
+			if c.truncated && (len(s.Warnings) != 1 ||
+				!strings.Contains(s.Warnings[0], "trace ends mid-batch (process killed?): 11 events read, the last ")) {
+				t.Errorf("warnings %q", s.Warnings)
 			}
 		})
 	}

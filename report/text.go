@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"swapagent/internal/cli"
+	"swapagent/trace"
 )
 
 // faultKeys are the fault record's fields shown first, in this order (architecture.md, stats JSON).
@@ -53,7 +54,7 @@ func writeTextOne(w io.Writer, s *Summary) {
 		note += fmt.Sprintf(", %d damaged batches skipped (%d events lost)", len(s.Gaps), lost)
 	}
 	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", cli.Escape(displayPath(s.Path)), len(s.Events), durString(s.EndNS), note)
-	if p := s.Meta["policy"]; p != "" {
+	if p := s.Meta[trace.MetaPolicy]; p != "" {
 		fmt.Fprintf(w, "  policy: %s\n", cli.Escape(p))
 	}
 

@@ -11,7 +11,6 @@ package timeline
 import (
 	"encoding/json"
 	"strconv"
-	"strings"
 
 	"swapagent/trace"
 )
@@ -52,8 +51,8 @@ type Timeline struct {
 	StatsJSON json.RawMessage // the last KindStats text, verbatim
 	HasStats  bool            // a KindStats event was present
 	Logs      []string
-	Meta      map[string]string // KindMeta key=value pairs; a later value wins
-	Lost      uint64            // runtime events the shim dropped (KindLost)
+	Meta      trace.Meta // the KindMeta records merged; a later value wins
+	Lost      uint64     // runtime events the shim dropped (KindLost)
 
 	kinds  [256]uint64   // events by Kind
 	calls  []uint64      // KindCall events by function id
@@ -74,7 +73,7 @@ func New(h trace.Header, opt Options) *Timeline {
 		Funcs:  map[uint16]string{}, Groups: map[uint32]string{},
 		Handles: map[int64]*Handle{}, Reasons: map[uint64]uint64{},
 		Inputs: map[uint64][]RegionUse{}, Outputs: map[uint64][]uint32{},
-		Meta:   map[string]string{},
+		Meta:   trace.Meta{},
 		bases:  map[uint64]int{},
 		tensor: tensors{described: map[groupPtr]trace.Tensor{}, saves: map[groupPtr]*Handle{}},
 	}
@@ -132,7 +131,7 @@ func (t *Timeline) Add(ev *trace.Event) {
 	case trace.KindLog:
 		t.Logs = append(t.Logs, ev.Text)
 	case trace.KindMeta:
-		parseMeta(ev.Text, t.Meta)
+		t.Meta.Parse(ev.Text)
 	case trace.KindLost:
 		t.Lost += ev.Args[0]
 	}
@@ -221,22 +220,14 @@ func (t *Timeline) call(ev *trace.Event) {
 	}
 }
 
-// ScanMeta returns the KindMeta key=value pairs of events (a later value wins), as Fold's Meta: for a
+// ScanMeta returns the KindMeta records of events merged (a later value wins), as Fold's Meta: for a
 // reader that needs the recording's settings before it folds anything.
-func ScanMeta(events []trace.Event) map[string]string {
-	m := map[string]string{}
+func ScanMeta(events []trace.Event) trace.Meta {
+	m := trace.Meta{}
 	for i := range events {
 		if events[i].Kind == trace.KindMeta {
-			parseMeta(events[i].Text, m)
+			m.Parse(events[i].Text)
 		}
 	}
 	return m
-}
-
-func parseMeta(text string, into map[string]string) {
-	for _, line := range strings.Split(text, "\n") {
-		if k, v, ok := strings.Cut(line, "="); ok {
-			into[k] = v
-		}
-	}
 }

@@ -257,8 +257,8 @@ func TestFaultsStatsLogsMeta(t *testing.T) {
 		t.Fatalf("%d faults", len(tl.Faults))
 	}
 	f := tl.Faults[0]
-	if f.Err != nil || f.Record.Kernel != "aclnnMul" || f.Record.Addr != 0x10 || f.Record.Storage != 0x7f00 ||
-		f.Record.Handle != 5 || f.Record.TensorIndex == nil || f.Fields["size"] != json.Number("4096") || f.TS != b.Events[1].TS {
+	if f.Err != nil || f.Record.Kernel != "aclnnMul" || f.Record.Addr != 0x10 || f.Record.Storage.Addr() != 0x7f00 ||
+		f.Record.Handle != 5 || f.Record.TensorIndex != 0 || f.Fields["size"] != json.Number("4096") || f.TS != b.Events[1].TS {
 		t.Errorf("fault record %+v fields %v", f.Record, f.Fields)
 	}
 	if bad := tl.Faults[1]; bad.Err == nil || string(bad.Raw) != `"not json"` || bad.Fields != nil {

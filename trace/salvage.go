@@ -1,6 +1,7 @@
 // salvage.go owns reading past damage: Reader.Resync skips a damaged batch and finds the next good one,
-// and Salvage reads a whole trace that way, saying what was lost and where. Reader.Next and ReadFile
-// still stop at the first damaged batch; only callers that ask for salvage get the events after it.
+// Salvage reads a whole trace that way, saying what was lost and where, and Read and Load apply the one
+// rule every command follows on a damaged trace, with the same warnings everywhere. Reader.Next and
+// ReadFile still stop at the first damaged batch; only callers that ask for salvage get the events after it.
 package trace
 
 import (
@@ -12,6 +13,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"strings"
 )
 
 // damage describes the batch that made Next fail, for Resync.
@@ -185,12 +187,16 @@ func (r *Reader) Resync() (Gap, error) {
 // the error that ended reading: nil at the end of the input, one matching ErrTruncated when the input
 // ends inside its last batch (a killed process), ErrFormat for a bad header, or a read error.
 func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
+	h, events, gaps, _, err := salvage(rd)
+	return h, events, gaps, err
+}
+
+// salvage is Salvage; cutAt is the file offset of the batch the end of the input cut (ErrTruncated), else -1.
+func salvage(rd io.Reader) (h Header, events []Event, gaps []Gap, cutAt int64, err error) {
 	r, err := NewReader(rd)
 	if err != nil {
-		return Header{}, nil, nil, err
+		return Header{}, nil, nil, -1, err
 	}
-	var events []Event
-	var gaps []Gap
 	for {
 		var ev Event
 		err := r.Next(&ev)
@@ -202,26 +208,125 @@ func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
 			continue
 		}
 		if err == io.EOF {
-			return r.h, events, gaps, nil
+			return r.h, events, gaps, -1, nil
 		}
 		g, rerr := r.Resync()
 		if rerr != nil {
-			return r.h, events, gaps, rerr
+			cutAt = -1
+			if errors.Is(rerr, ErrTruncated) && r.bad != nil {
+				cutAt = r.bad.start
+			}
+			return r.h, events, gaps, cutAt, rerr
 		}
 		gaps = append(gaps, g)
 	}
 }
 
-// SalvageFile is Salvage on a file; errors name the path.
-func SalvageFile(path string) (Header, []Event, []Gap, error) {
-	f, err := os.Open(path)
+// File is a whole trace as the read rule leaves it (Read).
+type File struct {
+	Name      string // what errors and warnings call it: the path, or "standard input"
+	Header    Header
+	Events    []Event
+	Gaps      []Gap // damaged stretches skipped, in file order
+	Truncated bool  // the input ends inside a batch (a killed process); Events holds everything before it
+	Cut       int64 // bytes of that last, incomplete batch: dropped
+}
+
+// Read reads a whole trace by the one rule every command that reads traces follows (report, run's summary,
+// replay, doctor; docs/trace-format.md, "Damaged traces"): every batch that passes its checksum is read, a
+// damaged one is skipped and kept as a Gap, and an input that ends inside a batch, as a killed process
+// leaves it, keeps every event before that batch (Truncated). It fails with one line naming the input on
+// an empty input, a bad header, a read error, or when no event could be read at all (the error matches
+// ErrFormat, ErrCorrupt or ErrTruncated where it is one of those). Warnings says what was lost.
+func Read(name string, rd io.Reader) (f *File, err error) {
+	// The reader is fuzzed and should never panic; if it does, a command still owes one line.
+	defer func() {
+		if p := recover(); p != nil {
+			f, err = nil, fmt.Errorf("%s: trace reader failed: %v", name, p)
+		}
+	}()
+	cr := &countReader{r: rd}
+	h, events, gaps, cutAt, err := salvage(cr)
+	why := ""
 	if err != nil {
-		return Header{}, nil, nil, err
+		why = strings.TrimPrefix(err.Error(), "trace: ")
 	}
-	defer f.Close()
-	h, evs, gaps, err := Salvage(f)
+	switch {
+	case errors.Is(err, ErrFormat) && cr.n == 0:
+		return nil, &traceError{kind: ErrFormat, msg: name + ": empty, not a trace"}
+	case errors.Is(err, ErrFormat):
+		return nil, &traceError{kind: ErrFormat, msg: fmt.Sprintf("%s: not a readable trace (%s)", name, why)}
+	case err != nil && !errors.Is(err, ErrTruncated):
+		return nil, fmt.Errorf("%s: %s", name, why)
+	case len(events) == 0 && len(gaps) > 0:
+		return nil, &traceError{kind: ErrCorrupt, msg: fmt.Sprintf("%s: corrupt trace, no event could be read (%s)",
+			name, gaps[0])}
+	case err != nil && len(events) == 0:
+		return nil, &traceError{kind: ErrTruncated,
+			msg: fmt.Sprintf("%s: trace ends inside its first batch, no events to report (%s)", name, why)}
+	}
+	f = &File{Name: name, Header: h, Events: events, Gaps: gaps, Truncated: err != nil}
+	if f.Truncated && cutAt >= 0 {
+		f.Cut = cr.n - cutAt
+	}
+	return f, nil
+}
+
+// Load is Read on the file at path (a regular file or a pipe); a directory or an empty file is an error.
+func Load(path string) (*File, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, pathError(path, err)
+	case fi.IsDir():
+		return nil, fmt.Errorf("%s: is a directory", path)
+	case fi.Mode().IsRegular() && fi.Size() == 0: // a pipe has no size: read it
+		return nil, &traceError{kind: ErrFormat, msg: path + ": empty, not a trace"}
+	}
+	in, err := os.Open(path)
 	if err != nil {
-		err = fmt.Errorf("%s: %w", path, err)
+		return nil, pathError(path, err)
 	}
-	return h, evs, gaps, err
+	defer in.Close()
+	return Read(path, in)
+}
+
+// Warnings are the lines a command prints (on stderr, or as notes) about what reading lost: the cut end,
+// then each gap. Every command words them the same.
+func (f *File) Warnings() []string {
+	var out []string
+	if f.Truncated {
+		out = append(out, fmt.Sprintf("%s: trace ends mid-batch (process killed?): %d events read, the last %d bytes dropped",
+			f.Name, len(f.Events), f.Cut))
+	}
+	for _, g := range f.Gaps {
+		out = append(out, f.GapWarning(g))
+	}
+	return out
+}
+
+// GapWarning is the warning line for gap g of f.
+func (f *File) GapWarning(g Gap) string {
+	return f.Name + ": corrupt " + g.String()
+}
+
+// pathError names path once: an *os.PathError already says it.
+func pathError(path string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+// countReader counts the bytes read through it, so Read knows how much a cut end dropped.
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -135,6 +136,63 @@ func TestSalvageGarbageBetweenBatches(t *testing.T) {
 	_, got, gaps, err := Salvage(bytes.NewReader(mixed))
 	if err != nil || len(got) != len(want) || len(gaps) != 1 || gaps[0].Bytes != int64(len(junk)) || gaps[0].Events != -1 {
 		t.Fatalf("%d events, gaps %+v, err %v", len(got), gaps, err)
+	}
+}
+
+// TestReadRule: the one rule every command reads traces by, and the words of its errors and warnings.
+func TestReadRule(t *testing.T) {
+	want := kindEvents()
+	data := encode(t, testHeader, want, 4)
+	headerEnd := len(encode(t, testHeader, nil, 0))
+	starts := batchStarts(t, data, headerEnd)
+	last := starts[len(starts)-1]
+
+	// A cut end keeps every earlier batch and says how many bytes it dropped.
+	f, err := Read("x.swtrace", bytes.NewReader(data[:len(data)-2]))
+	if err != nil || !f.Truncated || len(f.Events) != len(want)/4*4 || f.Cut != int64(len(data)-2-last) {
+		t.Fatalf("cut: %+v, %v", f, err)
+	}
+	w := f.Warnings()
+	if len(w) != 1 || w[0] != fmt.Sprintf("x.swtrace: trace ends mid-batch (process killed?): %d events read, "+
+		"the last %d bytes dropped", len(f.Events), f.Cut) {
+		t.Errorf("warnings %q", w)
+	}
+	// A damaged batch is skipped and named; the rest is read.
+	f, err = Read("x.swtrace", bytes.NewReader(flip(data, starts[1]+frameSize+1)))
+	if err != nil || f.Truncated || len(f.Gaps) != 1 || len(f.Events) != len(want)-4 {
+		t.Fatalf("damaged: %+v, %v", f, err)
+	}
+	if w := f.Warnings(); len(w) != 1 || !strings.HasPrefix(w[0], "x.swtrace: corrupt batch 1 at offset ") {
+		t.Errorf("warnings %q", w)
+	}
+	// Errors: one line naming the input, matching the sentinel.
+	only := encode(t, testHeader, want[:3], 0)
+	for _, c := range []struct {
+		name string
+		data []byte
+		is   error
+		says string
+	}{
+		{"empty", nil, ErrFormat, "x.swtrace: empty, not a trace"},
+		{"not a trace", []byte("hello, world\n"), ErrFormat, "x.swtrace: not a readable trace (not a swapagent trace (bad magic))"},
+		{"only batch corrupt", flip(only, headerEnd+frameSize+1), ErrCorrupt, "x.swtrace: corrupt trace, no event could be read (batch 0 at offset"},
+		{"cut in the first batch", data[:headerEnd+5], ErrTruncated, "x.swtrace: trace ends inside its first batch, no events to report (batch 0 at offset"},
+	} {
+		f, err := Read("x.swtrace", bytes.NewReader(c.data))
+		if f != nil || !errors.Is(err, c.is) || !strings.HasPrefix(err.Error(), c.says) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, %v; want %q", c.name, f, err, c.says)
+		}
+	}
+	// A header and no batch is a trace with no events, not an error.
+	if f, err := Read("x.swtrace", bytes.NewReader(data[:headerEnd])); err != nil || len(f.Events) != 0 || f.Truncated {
+		t.Errorf("header only: %+v, %v", f, err)
+	}
+	dir := t.TempDir()
+	if _, err := Load(dir); err == nil || err.Error() != dir+": is a directory" {
+		t.Errorf("Load(dir): %v", err)
+	}
+	if _, err := Load(dir + "/nope.swtrace"); err == nil || strings.Count(err.Error(), "nope.swtrace") != 1 {
+		t.Errorf("Load(missing): %v", err)
 	}
 }
 

@@ -63,7 +63,7 @@ func cmdReport(args []string) int {
 		sums = append(sums, s...)
 	}
 	for _, s := range sums {
-		for _, n := range s.Notes() {
+		for _, n := range s.Warnings {
 			c.Errorf(os.Stderr, "%s", n)
 		}
 		if len(s.Gaps) > 0 {

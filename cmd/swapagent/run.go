@@ -291,7 +291,7 @@ func summarise(dir string, before map[string]bool, began time.Time) {
 			runCmd.Errorf(os.Stderr, "%v", err)
 			continue
 		}
-		for _, n := range s.Notes() {
+		for _, n := range s.Warnings {
 			runCmd.Errorf(os.Stderr, "%s", n)
 		}
 		sums = append(sums, s)

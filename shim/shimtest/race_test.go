@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"swapagent/internal/testenv"
+	"swapagent/trace"
 )
 
 // A kernel queued after the region exit, on a stream the region never used, reads a storage whose copy
@@ -36,20 +37,14 @@ func TestLaunchCheckFollowsExecutors(t *testing.T) {
 	if r.Err != nil {
 		t.Fatalf("sa-exec: %v\nstderr:\n%s", r.Err, r.Stderr)
 	}
-	var st struct {
-		Faults []struct {
-			Detected string `json:"detected"`
-			Size     uint64 `json:"size"`
-			Kernel   string `json:"kernel"`
-		} `json:"faults"`
-	}
+	var st trace.Stats
 	if err := json.Unmarshal([]byte(strings.TrimSpace(r.Stdout)), &st); err != nil {
 		t.Fatalf("stats JSON: %v\n%s", err, r.Stdout)
 	}
 	seen := map[uint64]bool{}
 	for _, f := range st.Faults {
 		if f.Detected == "launch" && f.Kernel == "aclnnMul" {
-			seen[f.Size] = true
+			seen[uint64(f.Size)] = true
 		}
 	}
 	if !seen[1<<20] {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"swapagent/internal/testenv"
-	"swapagent/offload"
 	"swapagent/trace"
 )
 
@@ -66,8 +65,8 @@ func TestSwapLeavesResultsBitIdentical(t *testing.T) {
 type swapTrace struct {
 	events []trace.Event
 	groups map[uint32]string
-	stats  offload.Stats
-	raw    map[string]json.RawMessage
+	stats  trace.Stats
+	has    bool // a stats record was found
 }
 
 func readTrace(t *testing.T, dir string) swapTrace {
@@ -86,14 +85,13 @@ func readTrace(t *testing.T, dir string) swapTrace {
 		case trace.KindGroup:
 			st.groups[ev.Group] = ev.Text
 		case trace.KindStats:
-			st.stats = offload.Stats{}
+			st.stats, st.has = trace.Stats{}, true
 			if err := json.Unmarshal([]byte(ev.Text), &st.stats); err != nil {
 				t.Fatalf("stats JSON: %v", err)
 			}
-			_ = json.Unmarshal([]byte(ev.Text), &st.raw)
 		}
 	}
-	if st.raw == nil {
+	if !st.has {
 		t.Fatal("trace has no stats record")
 	}
 	return st
@@ -217,7 +215,7 @@ func TestOutputsOnlyFaultsInTheFirstBackwardAsReported(t *testing.T) {
 	}
 
 	st := readTrace(t, dir)
-	var first *offload.Fault
+	var first *trace.Fault
 	for i := range st.stats.Faults {
 		if f := &st.stats.Faults[i]; f.Detected == "launch" && first == nil {
 			first = f
@@ -242,7 +240,7 @@ func TestOutputsOnlyFaultsInTheFirstBackwardAsReported(t *testing.T) {
 		case trace.KindBackwardEnter:
 			backwards++
 		case trace.KindFault:
-			var f offload.Fault
+			var f trace.Fault
 			if json.Unmarshal([]byte(ev.Text), &f) == nil && f.Detected == "sync" {
 				found = true
 				if exits != 11 || backwards != 0 {

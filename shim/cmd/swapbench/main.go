@@ -42,14 +42,7 @@ type stats struct {
 	ReleasedExternal  uint64 `json:"released_external"`
 	PeakDeviceBytes   uint64 `json:"peak_device_bytes"`
 	Faults            []json.RawMessage
-	AgentStats        struct {
-		OffloadWaitNS uint64 `json:"offload_wait_ns"`
-		RestoreWaitNS uint64 `json:"restore_wait_ns"`
-		WaitNS        uint64 `json:"wait_ns"`
-		DeviceCopyNS  uint64 `json:"device_copy_ns"`
-		DeviceStallNS uint64 `json:"device_stall_ns"`
-		Errors        uint64 `json:"errors"`
-	} `json:"agent_stats"`
+	AgentStats        trace.Stats `json:"agent_stats"` // the trace's stats record, verbatim
 }
 
 // runResult is one decoder-sim run.
