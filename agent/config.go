@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"swapagent/offload"
 	"swapagent/trace"
 )
 
@@ -28,8 +29,8 @@ const (
 // Defaults.
 const (
 	DefaultOut      = "./swapagent-out"
-	DefaultPrefetch = 1
-	DefaultMinBytes = 65536
+	DefaultPrefetch = offload.DefaultPrefetch
+	DefaultMinBytes = offload.DefaultMinBytes
 	DefaultPolicy   = trace.PolicySafe
 )
 

@@ -63,8 +63,12 @@ func (p Policy) String() string {
 	return fmt.Sprintf("policy(%d)", int(p))
 }
 
-// DefaultMinBytes is DefaultConfig's threshold for the small rule.
-const DefaultMinBytes = 1024
+// The defaults of the environment (architecture.md: SWAPAGENT_PREFETCH and SWAPAGENT_MIN_BYTES unset): the
+// agent's, and replay's for a trace that did not record its own.
+const (
+	DefaultPrefetch = 1
+	DefaultMinBytes = 65536
+)
 
 // Config tunes an Engine. The zero value is policy safe, no prefetch, no small threshold.
 type Config struct {
@@ -79,9 +83,10 @@ type Config struct {
 	Tracker *tracker.Tracker
 }
 
-// DefaultConfig is the configuration of the environment's defaults: safe, prefetch 1, DefaultMinBytes.
+// DefaultConfig is the configuration of the environment's defaults: policy safe, DefaultPrefetch,
+// DefaultMinBytes.
 func DefaultConfig() Config {
-	return Config{Policy: PolicySafe, Prefetch: 1, MinBytes: DefaultMinBytes}
+	return Config{Policy: PolicySafe, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes}
 }
 
 // State is where a swappable storage's bytes are; the values are swapagent.h's SWAPAGENT_STATE_*.

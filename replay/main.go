@@ -43,7 +43,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := c.Flags()
 	policy := fs.String("policy", trace.PolicySafe, "policy to simulate: "+
 		strings.Join(trace.Policies[:], ", "))
-	prefetch := fs.Int("prefetch", 1, "groups restored ahead in backward (default: as recorded, else 1)")
+	prefetch := fs.Int("prefetch", offload.DefaultPrefetch, "groups restored ahead in backward (default: as recorded)")
 	minBytes := fs.Uint64("min-bytes", offload.DefaultMinBytes, "size threshold for the small rule (default: as recorded)")
 	execMode := fs.Bool("exec", false, "re-issue the trace's runtime calls against the AscendCL runtime")
 	format := fs.String("format", "text", "output format: text or json")

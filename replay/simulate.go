@@ -168,7 +168,8 @@ type sim struct {
 // Simulate replays events (one trace, in file order) through a fresh engine under opts.
 func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 	recorded := timeline.ScanMeta(events)
-	cfg := offload.Config{Policy: opts.Policy, Prefetch: 1, MinBytes: offload.DefaultMinBytes}
+	cfg := offload.DefaultConfig()
+	cfg.Policy = opts.Policy
 	if v, ok := recorded.Prefetch(); ok {
 		cfg.Prefetch = v
 	}
