@@ -9,6 +9,7 @@ integers only), every storage saved for backward, and backward boundaries; the a
 the device and calls back into the registry to release (resize to 0) or restore (resize back) a storage.
 """
 
+import array
 import collections
 import ctypes
 import itertools
@@ -30,6 +31,13 @@ from ._abi import (  # noqa: F401
 log = logging.getLogger("swapagent")
 
 _uintptr = ctypes.c_size_t  # uintptr_t: pointer-sized on every platform the agent supports
+# The arrays the ABI takes (pointers, sizes, flags, handles) are passed as array.array buffers, whose items
+# are C integers already: one conversion per array instead of a ctypes object per item (a region passes
+# dozens). Their typecodes on the LP64 platforms the agent is built for (x86-64 and aarch64 Linux).
+_U64, _I64, _U32 = "Q", "q", "I"  # uintptr_t and size_t, int64_t, uint32_t
+if (array.array(_U64).itemsize, array.array(_I64).itemsize, array.array(_U32).itemsize,
+        ctypes.sizeof(_uintptr)) != (8, 8, 4, 8):
+    raise ImportError("swapagent: needs an LP64 platform (x86-64 or aarch64 Linux)")
 RELEASE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, _uintptr, ctypes.c_size_t)
 RESTORE_FN = ctypes.CFUNCTYPE(_uintptr, ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t)
 
@@ -110,10 +118,10 @@ class Agent:
         sig = {
             "swapagent_abi_version": (c.c_int, []),
             "swapagent_set_storage_ops": (c.c_int, [RELEASE_FN, RESTORE_FN, c.c_void_p]),
-            "swapagent_region_enter": (c.c_int, [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]),
+            "swapagent_region_enter": (c.c_int, [c.c_char_p, c.c_void_p, c.c_size_t]),
             "swapagent_save": (c.c_int64, [c.c_char_p, _uintptr, c.c_size_t, c.c_uint32]),
-            "swapagent_region_exit": (c.c_int, [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]),
-            "swapagent_protect": (c.c_int, [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]),
+            "swapagent_region_exit": (c.c_int, [c.c_char_p, c.c_void_p, c.c_size_t]),
+            "swapagent_protect": (c.c_int, [c.c_char_p, c.c_void_p, c.c_size_t]),
             "swapagent_backward_enter": (c.c_int, [c.c_char_p]),
             "swapagent_unpack": (_uintptr, [c.c_int64]),
             "swapagent_backward_exit": (c.c_int, [c.c_char_p]),
@@ -128,27 +136,25 @@ class Agent:
         self._enter_kw = getattr(lib, "swapagent_region_enter_kw", None)
         if self._enter_kw is not None:
             self._enter_kw.restype = c.c_int
-            self._enter_kw.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t, c.c_size_t]
+            self._enter_kw.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_size_t]
         # Tensor descriptions (argument path, dtype, shape) for fault reports: additive too.
         self._enter_desc = getattr(lib, "swapagent_region_enter_desc", None)
         if self._enter_desc is not None:
             self._enter_desc.restype = c.c_int
-            self._enter_desc.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.POINTER(c.c_char_p), c.c_size_t,
-                                         c.c_size_t]
+            self._enter_desc.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_size_t]
         self._describe = getattr(lib, "swapagent_describe", None)
         if self._describe is not None:
             self._describe.restype = c.c_int
-            self._describe.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.POINTER(c.c_char_p), c.c_size_t]
+            self._describe.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t]
         # Saves in one call (additive): a layer reports what its region saved at the region's exit.
         self._save_n = getattr(lib, "swapagent_save_n", None)
         if self._save_n is not None:
             self._save_n.restype = c.c_int
-            self._save_n.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.POINTER(c.c_size_t),
-                                     c.POINTER(c.c_uint32), c.c_size_t, c.POINTER(c.c_int64)]
+            self._save_n.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_void_p]
         self._group_streams = getattr(lib, "swapagent_group_streams", None)  # additive, like the above
         if self._group_streams is not None:
             self._group_streams.restype = c.c_int
-            self._group_streams.argtypes = [c.c_char_p, c.POINTER(_uintptr), c.c_size_t]
+            self._group_streams.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t]
         self._warned = set()
         self._warn_lock = threading.Lock()
         self._names = {}  # group name -> its bytes (the C string every call takes)
@@ -161,8 +167,12 @@ class Agent:
         self._bexit_c = lib.swapagent_backward_exit
 
     @staticmethod
-    def _array(ptrs):
-        return (_uintptr * len(ptrs))(*ptrs) if ptrs else None
+    def _array(values, code=_U64):
+        """values as a C array: (the buffer, to keep alive across the call; its address, None when empty)."""
+        if not values:
+            return None, None
+        a = array.array(code, values)
+        return a, a.buffer_info()[0]
 
     def _name(self, group):
         b = self._names.get(group)
@@ -193,27 +203,35 @@ class Agent:
 
     @staticmethod
     def _texts(descs):
-        """descs as a C array of strings; bytes are passed as they are (saved_desc's, cached)."""
-        return (ctypes.c_char_p * len(descs))(*[d if type(d) is bytes else d.encode() for d in descs])
+        """descs as a C array of strings, all in one buffer: (what to keep alive across the call; the
+        array's address). str items are encoded; bytes (saved_desc's, cached) are passed as they are."""
+        bs = [d if type(d) is bytes else d.encode() for d in descs]
+        blob = ctypes.create_string_buffer(b"\0".join(bs))
+        starts = array.array(_U64, itertools.accumulate([len(b) + 1 for b in bs[:-1]], initial=ctypes.addressof(blob)))
+        return (blob, starts), starts.buffer_info()[0]
 
     def region_enter(self, group, ptrs, n_positional, descs=None):
         """descs: one description line per pointer (describe_line), or None."""
         g = self._name(group)
+        keep, a = self._array(ptrs)
         if descs is not None and self._enter_desc is not None:
-            rc = self._enter_desc(g, self._array(ptrs), self._texts(descs), len(ptrs), n_positional)
+            keep_d, d = self._texts(descs) if descs else (None, None)
+            rc = self._enter_desc(g, a, d, len(ptrs), n_positional)
         elif self._enter_kw is not None:
-            rc = self._enter_kw(g, self._array(ptrs), len(ptrs), n_positional)
+            rc = self._enter_kw(g, a, len(ptrs), n_positional)
         else:
-            rc = self.lib.swapagent_region_enter(g, self._array(ptrs), len(ptrs))
-        return self.check("region_enter(%s)" % group, rc)
+            rc = self.lib.swapagent_region_enter(g, a, len(ptrs))
+        return rc if rc == OK else self.check("region_enter(%s)" % group, rc)
 
     def describe(self, group, ptrs, descs):
         """Describes tensors of the group's open region by storage pointer (its outputs, what it saved);
         a library without the call: nothing (descriptions only name things in reports)."""
         if self._describe is None or not ptrs:
             return OK
-        return self.check("describe(%s)" % group,
-                          self._describe(self._name(group), self._array(ptrs), self._texts(descs), len(ptrs)))
+        keep, a = self._array(ptrs)
+        keep_d, d = self._texts(descs)
+        rc = self._describe(self._name(group), a, d, len(ptrs))
+        return rc if rc == OK else self.check("describe(%s)" % group, rc)
 
     def save(self, group, ptr, nbytes, flags):
         return self.check("save", self.save_c(self._name(group), ptr, nbytes, flags))
@@ -226,10 +244,12 @@ class Agent:
         if self._save_n is None:
             save = self.save_c
             return [self.check("save", save(g, p, b, f)) for p, b, f in zip(ptrs, nbytes, flags)]
-        out = (ctypes.c_int64 * n)()
-        rc = self._save_n(g, (_uintptr * n)(*ptrs), (ctypes.c_size_t * n)(*nbytes),
-                          (ctypes.c_uint32 * n)(*flags) if any(flags) else None, n, out)
-        hs = out[:]
+        out = array.array(_I64, bytes(8 * n))
+        keep_p, p = self._array(ptrs)
+        keep_s, sz = self._array(nbytes)
+        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
+        rc = self._save_n(g, p, sz, f, n, out.buffer_info()[0])
+        hs = out.tolist()
         if rc < 0:  # entries left 0: the call itself was refused
             hs = [h if h else rc for h in hs]
             for h in set(h for h in hs if h < 0):
@@ -237,11 +257,13 @@ class Agent:
         return hs
 
     def region_exit(self, group, ptrs):
-        return self.check("region_exit(%s)" % group,
-                          self.lib.swapagent_region_exit(self._name(group), self._array(ptrs), len(ptrs)))
+        keep, a = self._array(ptrs)
+        rc = self.lib.swapagent_region_exit(self._name(group), a, len(ptrs))
+        return rc if rc == OK else self.check("region_exit(%s)" % group, rc)
 
     def protect(self, group, ptrs):
-        return self.check("protect", self.lib.swapagent_protect(group.encode(), self._array(ptrs), len(ptrs)))
+        keep, a = self._array(ptrs)
+        return self.check("protect", self.lib.swapagent_protect(group.encode(), a, len(ptrs)))
 
     def group_streams(self, group, streams):
         """Names the runtime streams (aclrtStream handles as integers) the group's kernels run on, for a
@@ -249,8 +271,8 @@ class Agent:
         after them (docs/design.md, "Stream ordering"). A library without the call: a warning, no effect."""
         if self._group_streams is None:
             return self.check("group_streams(%s)" % group, EINVAL)
-        return self.check("group_streams(%s)" % group,
-                          self._group_streams(group.encode(), self._array(list(streams)), len(streams)))
+        keep, a = self._array(list(streams))
+        return self.check("group_streams(%s)" % group, self._group_streams(group.encode(), a, len(streams)))
 
     def backward_enter(self, group):
         rc = self._benter_c(self._name(group))
