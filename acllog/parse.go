@@ -14,6 +14,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"swapagent/trace"
 )
 
 // Limits that keep the parser's memory bounded whatever the input (huge lines, endless faults).
@@ -268,7 +270,7 @@ func (p *parser) line(s string) {
 		p.touch(r)
 	}
 	if m := reAddr.FindStringSubmatch(s); m != nil {
-		if v, ok := ParseUint(m[1]); ok {
+		if v, ok := trace.ParseUint(m[1]); ok {
 			t := r.tensorForField()
 			if t != nil && t.Addr == nil {
 				t.Addr = &v
@@ -277,7 +279,7 @@ func (p *parser) line(s string) {
 		}
 	}
 	if m := reSize.FindStringSubmatch(s); m != nil {
-		if v, ok := ParseUint(m[1]); ok {
+		if v, ok := trace.ParseUint(m[1]); ok {
 			t := r.tensorForField()
 			if t != nil && t.Size == nil {
 				t.Size = &v
@@ -323,18 +325,6 @@ func (r *Record) tensorForField() *Tensor {
 		}
 	}
 	return &r.Tensors[r.curTensor]
-}
-
-// ParseUint reads a decimal or 0x-prefixed hexadecimal number, as the runtime prints addresses and sizes.
-func ParseUint(s string) (uint64, bool) {
-	var v uint64
-	var err error
-	if len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X") {
-		v, err = strconv.ParseUint(s[2:], 16, 64)
-	} else {
-		v, err = strconv.ParseUint(s, 10, 64)
-	}
-	return v, err == nil
 }
 
 func clip(s string) string {

@@ -23,7 +23,7 @@ func (u *Uint) UnmarshalJSON(b []byte) error {
 	if s == "null" || s == "" {
 		return nil
 	}
-	v, ok := parseUint(s)
+	v, ok := ParseUint(s)
 	if !ok {
 		return fmt.Errorf("not an unsigned integer: %.40s", s)
 	}
@@ -31,9 +31,9 @@ func (u *Uint) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// parseUint reads a decimal or 0x-prefixed hexadecimal number (acllog.ParseUint's rule; trace imports
-// nothing of the module).
-func parseUint(s string) (uint64, bool) {
+// ParseUint reads a decimal or 0x-prefixed hexadecimal number: how records, and the runtime's log lines
+// (acllog), write addresses and sizes.
+func ParseUint(s string) (uint64, bool) {
 	var v uint64
 	var err error
 	if len(s) > 2 && (s[:2] == "0x" || s[:2] == "0X") {
@@ -61,7 +61,7 @@ func (s *StorageName) UnmarshalJSON(b []byte) error {
 		}
 	}
 	if a, _, _ := strings.Cut(v, "#"); a != "" {
-		if _, ok := parseUint(a); !ok {
+		if _, ok := ParseUint(a); !ok {
 			return fmt.Errorf("not a storage name: %.40s", v)
 		}
 	}
@@ -72,7 +72,7 @@ func (s *StorageName) UnmarshalJSON(b []byte) error {
 // Addr is the storage's address, what readers match on; 0 when unknown.
 func (s StorageName) Addr() uint64 {
 	a, _, _ := strings.Cut(string(s), "#")
-	v, _ := parseUint(a)
+	v, _ := ParseUint(a)
 	return v
 }
 
