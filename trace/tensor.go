@@ -25,16 +25,18 @@ const (
 	maxDTypeLen   = 32
 )
 
-// ParseTensor reads the wire form. An empty string is the zero Tensor (nothing known).
+// ParseTensor reads the wire form. An empty string is the zero Tensor (nothing known). It runs for every
+// tensor a companion describes, each step: the fields are cut in place and only the shape is allocated.
 func ParseTensor(s string) (Tensor, error) {
 	if s == "" {
 		return Tensor{}, nil
 	}
-	f := strings.Split(s, "\t")
-	if len(f) != 3 {
+	path, rest, ok1 := strings.Cut(s, "\t")
+	dtype, shape, ok2 := strings.Cut(rest, "\t")
+	if !ok1 || !ok2 || strings.IndexByte(shape, '\t') >= 0 {
 		return Tensor{}, fmt.Errorf("tensor %q: want PATH<tab>DTYPE<tab>SHAPE", s)
 	}
-	t := Tensor{Path: f[0], DType: f[1]}
+	t := Tensor{Path: path, DType: dtype}
 	switch {
 	case len(t.Path) > MaxTensorPath:
 		return Tensor{}, fmt.Errorf("tensor path of %d bytes (at most %d)", len(t.Path), MaxTensorPath)
@@ -43,20 +45,22 @@ func ParseTensor(s string) (Tensor, error) {
 	case len(t.DType) > maxDTypeLen || strings.ContainsAny(t.DType, " ,[]") || printable(t.DType) != nil:
 		return Tensor{}, fmt.Errorf("tensor dtype %q is not a type name", t.DType)
 	}
-	if f[2] == "" {
+	if shape == "" {
 		return t, nil
 	}
-	dims := strings.Split(f[2], ",")
-	if len(dims) > MaxTensorDims {
-		return Tensor{}, fmt.Errorf("tensor shape of %d dimensions (at most %d)", len(dims), MaxTensorDims)
+	n := strings.Count(shape, ",") + 1
+	if n > MaxTensorDims {
+		return Tensor{}, fmt.Errorf("tensor shape of %d dimensions (at most %d)", n, MaxTensorDims)
 	}
-	t.Shape = make([]int64, len(dims))
-	for i, d := range dims {
-		n, err := strconv.ParseInt(strings.TrimSpace(d), 10, 64)
-		if err != nil || n < 0 {
-			return Tensor{}, fmt.Errorf("tensor shape %q: dimension %q is not a size", f[2], d)
+	t.Shape = make([]int64, n)
+	for i, rest := 0, shape; i < n; i++ {
+		var d string
+		d, rest, _ = strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(strings.TrimSpace(d), 10, 64)
+		if err != nil || v < 0 {
+			return Tensor{}, fmt.Errorf("tensor shape %q: dimension %q is not a size", shape, d)
 		}
-		t.Shape[i] = n
+		t.Shape[i] = v
 	}
 	return t, nil
 }

@@ -61,3 +61,12 @@ func TestJoinSplitTensors(t *testing.T) {
 		t.Errorf("damaged text read as %+v", got)
 	}
 }
+
+// BenchmarkParseTensor: a description as the companions send one per saved storage, each step.
+func BenchmarkParseTensor(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if _, err := ParseTensor("rotary_cos_sin[0]\tfloat32\t32,1,1,16"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
