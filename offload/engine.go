@@ -285,7 +285,7 @@ func (e *Engine) RegionEnter(name string, inputs []uint64, nPositional int) erro
 	if err := e.tr.EnterRegion(name, inputs, nPositional); err != nil {
 		return err
 	}
-	g.phase, g.restored, g.region = phForward, false, nil
+	g.phase, g.restored, g.region = phForward, false, reuse(g.region)
 	g.mark = e.streams.Mark()
 	return nil
 }
@@ -449,7 +449,7 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 	}
 	e.pending = launched
 	e.announceResident(g)
-	g.region = nil
+	g.region = reuse(g.region)
 	g.phase = phExited
 	e.removeOrder(g)
 	e.order = append(e.order, g)
@@ -946,8 +946,17 @@ func (e *Engine) forget(g *group) {
 	}
 	_ = e.tr.Forget(g.name)
 	e.removeOrder(g)
-	g.handles, g.region, g.first = nil, nil, nil
+	g.handles, g.region = reuse(g.handles), reuse(g.region)
+	clear(g.first)
 	g.phase, g.restored, g.swapped = phIdle, false, false
+}
+
+// reuse empties a group's handle list for its next region or step, keeping the array: a layer saves about
+// as many storages every step, so the lists and the first-save map stop growing after the first. The old
+// entries are cleared so no handle outlives its group in them.
+func reuse(hs []*handle) []*handle {
+	clear(hs)
+	return hs[:0]
 }
 
 // drop discards a unit nobody references; a storage still released stays released (its savers are done).

@@ -347,7 +347,10 @@ func (t *Tracker) Forget(name string) error {
 			delete(t.storages, s.id)
 		}
 	}
-	*g = group{name: name}
+	// The save list and first-save map keep their memory for the group's next step.
+	saves, first := g.saves[:0], g.first
+	clear(first)
+	*g = group{name: name, saves: saves, first: first}
 	return nil
 }
 
