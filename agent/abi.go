@@ -88,7 +88,7 @@ func (a *Agent) HostMaps() *tracker.HostMaps { return a.hostMem }
 func (a *Agent) begin() *offload.Engine {
 	a.mu.Lock()
 	a.drainLocked()
-	a.openLocked()
+	a.sink.open()
 	e := a.engine
 	a.mu.Unlock()
 	return e
@@ -107,16 +107,16 @@ func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptr
 	args ...uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || a.w == nil {
+	if a.closed || !a.sink.tracing() {
 		return
 	}
 	ev := trace.Event{Kind: kind, TS: a.ts(), TID: a.native.ThreadID(), Handle: handle, Ret: ret, Ptrs: ptrs,
 		Text: text}
 	if group != "" {
-		ev.Group = a.groupLocked(group)
+		ev.Group = a.sink.group(group)
 	}
 	copy(ev.Args[:], args)
-	a.addLocked(&ev)
+	a.sink.add(&ev)
 }
 
 func (a *Agent) result(call string, err error) int {
@@ -307,10 +307,10 @@ func (a *Agent) SaveN(group string, ptrs, sizes []uint64, flags []uint32, out []
 func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, out []int64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closed || a.w == nil {
+	if a.closed || !a.sink.tracing() {
 		return
 	}
-	ev := trace.Event{Kind: trace.KindSave, TS: a.ts(), TID: a.native.ThreadID(), Group: a.groupLocked(group)}
+	ev := trace.Event{Kind: trace.KindSave, TS: a.ts(), TID: a.native.ThreadID(), Group: a.sink.group(group)}
 	for i, p := range ptrs {
 		var f uint32
 		if flags != nil {
@@ -318,7 +318,7 @@ func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, 
 		}
 		ev.Handle, ev.Ret = max(out[i], 0), out[i]
 		ev.Args = [6]uint64{p, sizes[i], uint64(f), 0}
-		a.addLocked(&ev)
+		a.sink.add(&ev)
 	}
 }
 

@@ -66,22 +66,14 @@ type Agent struct {
 	faults    []trace.Fault
 	faultIx   map[string]int // fault key -> index in faults
 	exception [6]uint64      // the last exception callback's info (task, stream, thread, device, code)
-	file      *os.File
-	logFile   *os.File
-	w         *trace.Writer
-	opened    bool // the trace was opened, or could not be
+	sink      sink           // the trace and log files
 	closed    bool
 	crashDone bool
-	dirty     bool
-	lastFlush time.Time
 	buf       []Raw
 	ev        trace.Event
-	fnSeen    []bool
 	calls     []uint64
-	groups    map[string]uint32
 	events    uint64
 	lost      uint64
-	pending   []string // log lines waiting for the trace to open
 	stop      chan struct{}
 	failOnce  sync.Once
 }
@@ -94,16 +86,18 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 		host = "localhost"
 	}
 	a := &Agent{cfg: cfg, native: native, stderr: stderr, host: host, pid: os.Getpid(), argv: os.Args,
-		t0: time.Now(), buf: make([]Raw, drainBatch), fnSeen: make([]bool, 1024), calls: make([]uint64, 1024),
-		groups: map[string]uint32{}, stop: make(chan struct{}), hostMem: tracker.NewHostMaps(tracker.ProcMaps),
-		tracker: tracker.New()}
+		t0: time.Now(), buf: make([]Raw, drainBatch), calls: make([]uint64, 1024), stop: make(chan struct{}),
+		hostMem: tracker.NewHostMaps(tracker.ProcMaps), tracker: tracker.New()}
 	a.off = native.Now() - native.StartMono()
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))
+	var pending []string
 	for _, p := range problems {
 		fmt.Fprintf(stderr, "swapagent: %s\n", p)
-		a.pending = append(a.pending, "warn: "+p)
+		pending = append(pending, "warn: "+p)
 	}
+	a.sink = newSink(sinkEnv{cfg: cfg, host: a.host, pid: a.pid, argv: a.argv, stderr: stderr, ts: a.ts,
+		fnName: native.FnName, startWall: native.StartWall, teeLog: a.teeLog}, pending)
 	return a
 }
 
@@ -114,6 +108,23 @@ func consoleEncoder() zapcore.Encoder {
 	ec.MessageKey = "msg"
 	ec.NameKey = "logger"
 	return zapcore.NewConsoleEncoder(ec)
+}
+
+// teeLog adds the log file lf (nil: none) to the logger, at info level or below, and returns the logger.
+func (a *Agent) teeLog(lf *os.File) *zap.Logger {
+	if lf != nil {
+		fileCore := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(lf),
+			minLevel(a.cfg.Level, zapcore.InfoLevel))
+		a.lg = a.lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, fileCore) }))
+	}
+	return a.lg
+}
+
+func minLevel(a, b zapcore.Level) zapcore.Level {
+	if a < b {
+		return a
+	}
+	return b
 }
 
 // logHook queues warnings and errors for the trace (a.logQ).
@@ -127,6 +138,15 @@ func (a *Agent) logHook(e zapcore.Entry) error {
 	}
 	a.logQ.Unlock()
 	return nil
+}
+
+// takeLogs returns the lines logHook queued, and empties the queue.
+func (a *Agent) takeLogs() []string {
+	a.logQ.Lock()
+	lines := a.logQ.lines
+	a.logQ.lines = nil
+	a.logQ.Unlock()
+	return lines
 }
 
 // Logger returns the agent's logger.
@@ -193,15 +213,15 @@ func (a *Agent) tick() {
 	if sig := a.native.CrashPending(); sig != 0 && !a.crashDone {
 		a.crashDone = true
 		a.drainLocked()
-		a.addLogLocked(fmt.Sprintf("error: fatal signal %d (%s) in pid %d; trace flushed", sig,
+		a.sink.addLog(fmt.Sprintf("error: fatal signal %d (%s) in pid %d; trace flushed", sig,
 			syscall.Signal(sig).String(), a.pid))
 		a.addStatsLocked(es)
-		a.flushLocked()
+		a.sink.flush()
 		a.native.CrashAck()
 		return
 	}
-	if n > 0 || (a.dirty && time.Since(a.lastFlush) >= FlushInterval) {
-		a.flushLocked()
+	if n > 0 || a.sink.flushDue() {
+		a.sink.flush()
 	}
 }
 
@@ -221,18 +241,13 @@ func (a *Agent) Shutdown() {
 		return
 	}
 	a.drainLocked()
-	if a.w != nil {
+	if a.sink.tracing() {
 		a.addStatsLocked(es)
 	}
-	a.flushLocked()
+	a.sink.flush()
 	a.closed = true
 	close(a.stop)
-	if a.w != nil {
-		_ = a.w.Close()
-	}
-	if a.file != nil {
-		_ = a.file.Close()
-	}
+	a.sink.close()
 	_ = a.lg.Sync()
 }
 
@@ -247,7 +262,7 @@ func (a *Agent) drainLocked() int {
 			break
 		}
 		if total == 0 {
-			a.openLocked()
+			a.sink.open()
 		}
 		start := a.native.StartMono()
 		served := 0
@@ -255,8 +270,8 @@ func (a *Agent) drainLocked() int {
 			r := &a.buf[i]
 			if r.Fn == FnUnpack { // a control call the C side answered: the unpack it is, not a runtime call
 				served++
-				if a.w != nil {
-					a.addLocked(&trace.Event{Kind: trace.KindUnpack, TS: r.TS - start, TID: r.TID,
+				if a.sink.tracing() {
+					a.sink.add(&trace.Event{Kind: trace.KindUnpack, TS: r.TS - start, TID: r.TID,
 						Handle: int64(r.Args[0]), Ret: r.Ret})
 				}
 				continue
@@ -265,14 +280,14 @@ func (a *Agent) drainLocked() int {
 				a.calls[r.Fn]++
 			}
 			a.feedLocked(r)
-			if a.w == nil {
+			if !a.sink.tracing() {
 				continue
 			}
-			a.funcLocked(r.Fn)
+			a.sink.addFunc(r.Fn)
 			ev := &a.ev
 			*ev = trace.Event{Kind: trace.KindCall, TS: r.TS - start, TID: r.TID, Fn: r.Fn, Ret: r.Ret,
 				Args: r.Args}
-			a.addLocked(ev)
+			a.sink.add(ev)
 		}
 		a.events += uint64(n - served)
 		total += n
@@ -282,11 +297,11 @@ func (a *Agent) drainLocked() int {
 	}
 	if l := a.native.TakeLost(); l > 0 {
 		a.lost += l
-		a.openLocked()
-		if a.w != nil {
-			a.addLocked(&trace.Event{Kind: trace.KindLost, TS: a.ts(), Args: [6]uint64{l}})
+		a.sink.open()
+		if a.sink.tracing() {
+			a.sink.add(&trace.Event{Kind: trace.KindLost, TS: a.ts(), Args: [6]uint64{l}})
 		}
 	}
-	a.logsLocked()
+	a.sink.addLogs(a.takeLogs())
 	return total
 }

@@ -357,11 +357,11 @@ func (a *Agent) report(f trace.Fault, cands []tracker.StorageInfo) {
 	a.faultIx[key] = len(a.faults)
 	a.faults = append(a.faults, f)
 	fmt.Fprint(a.stderr, faultBlock(f, cands, a.cfg.Policy))
-	a.openLocked()
+	a.sink.open()
 	if b, err := json.Marshal(f); err == nil {
-		a.addLocked(&trace.Event{Kind: trace.KindFault, TS: a.ts(), Text: string(b)})
+		a.sink.add(&trace.Event{Kind: trace.KindFault, TS: a.ts(), Text: string(b)})
 	}
-	a.flushLocked()
+	a.sink.flush()
 }
 
 // faultBlock renders one fault for stderr, compute-sanitizer style: what was accessed, then the most

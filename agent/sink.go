@@ -1,119 +1,167 @@
 // sink.go owns the agent's trace sink: the trace and log files opened on first use, the names of functions
 // and groups written before the events that use them, buffered events flushed on a timer and at once for
-// a fault, the metadata record, and the log lines kept for the trace. Every method runs with a.mu held.
+// a fault, the metadata record, and the log lines kept for the trace.
 package agent
 
 import (
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"time"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"swapagent/internal/buildinfo"
 	"swapagent/trace"
 )
 
-func (a *Agent) funcLocked(fn uint16) {
-	if int(fn) >= len(a.fnSeen) {
-		grown := make([]bool, int(fn)+1)
-		copy(grown, a.fnSeen)
-		a.fnSeen = grown
+// sink writes one process's trace. It has no lock of its own: every method runs with the agent's mu
+// held. What it needs of the agent comes in sinkEnv, so it never reaches back into *Agent.
+type sink struct {
+	env       sinkEnv
+	file      *os.File
+	logFile   *os.File      // never closed: the logger writes to it until exit
+	w         *trace.Writer // nil until opened, and after a write error
+	opened    bool          // the trace was opened, or could not be
+	dirty     bool          // events added since the last flush
+	lastFlush time.Time
+	fnSeen    []bool            // function IDs whose name record is written
+	groups    map[string]uint32 // group name -> ID, numbered from 1
+	pending   []string          // log lines waiting for the trace to open
+}
+
+// sinkEnv is what the sink takes from its agent.
+type sinkEnv struct {
+	cfg       Config // Out, Rank and RankSet name the files; the rest goes into the metadata record
+	host      string
+	pid       int
+	argv      []string
+	stderr    io.Writer
+	ts        func() int64                  // the trace clock, for the sink's own records
+	fnName    func(fn uint16) string        // a function ID's name ("" when unknown)
+	startWall func() int64                  // the header's start time
+	teeLog    func(lf *os.File) *zap.Logger // adds the log file (nil: none) to the agent's logger and returns it
+}
+
+// newSink returns a sink that opens nothing yet; pending are log lines for the trace once it opens.
+func newSink(env sinkEnv, pending []string) sink {
+	return sink{env: env, fnSeen: make([]bool, 1024), groups: map[string]uint32{}, pending: pending}
+}
+
+// tracing reports whether events are written: the trace is open and no write has failed.
+func (s *sink) tracing() bool { return s.w != nil }
+
+// counts returns the events and bytes written so far (zero when not tracing).
+func (s *sink) counts() (events, bytes uint64) {
+	if s.w == nil {
+		return 0, 0
 	}
-	if a.fnSeen[fn] {
+	return s.w.Events(), s.w.Bytes()
+}
+
+// addFunc writes fn's name record before its first call.
+func (s *sink) addFunc(fn uint16) {
+	if int(fn) >= len(s.fnSeen) {
+		grown := make([]bool, int(fn)+1)
+		copy(grown, s.fnSeen)
+		s.fnSeen = grown
+	}
+	if s.fnSeen[fn] {
 		return
 	}
-	a.fnSeen[fn] = true
-	name := a.native.FnName(fn)
+	s.fnSeen[fn] = true
+	name := s.env.fnName(fn)
 	if name == "" {
 		name = "fn" + strconv.Itoa(int(fn))
 	}
-	a.addLocked(&trace.Event{Kind: trace.KindFunc, TS: a.ts(), Fn: fn, Text: name})
+	s.add(&trace.Event{Kind: trace.KindFunc, TS: s.env.ts(), Fn: fn, Text: name})
 }
 
-func (a *Agent) groupLocked(name string) uint32 {
-	if id, ok := a.groups[name]; ok {
+// group returns name's ID, writing its name record on first use. IDs are given even when not tracing.
+func (s *sink) group(name string) uint32 {
+	if id, ok := s.groups[name]; ok {
 		return id
 	}
-	id := uint32(len(a.groups) + 1)
-	a.groups[name] = id
-	if a.w != nil {
-		a.addLocked(&trace.Event{Kind: trace.KindGroup, TS: a.ts(), Group: id, Text: name})
+	id := uint32(len(s.groups) + 1)
+	s.groups[name] = id
+	if s.w != nil {
+		s.add(&trace.Event{Kind: trace.KindGroup, TS: s.env.ts(), Group: id, Text: name})
 	}
 	return id
 }
 
-func (a *Agent) addLocked(ev *trace.Event) {
-	if a.w == nil {
+func (s *sink) add(ev *trace.Event) {
+	if s.w == nil {
 		return
 	}
-	if err := a.w.Add(ev); err != nil {
-		a.traceFailedLocked(err)
+	if err := s.w.Add(ev); err != nil {
+		s.failed(err)
 		return
 	}
-	a.dirty = true
+	s.dirty = true
 }
 
-func (a *Agent) flushLocked() {
-	a.lastFlush = time.Now()
-	if a.w == nil || !a.dirty {
+func (s *sink) flush() {
+	s.lastFlush = time.Now()
+	if s.w == nil || !s.dirty {
 		return
 	}
-	a.dirty = false
-	if err := a.w.Flush(); err != nil {
-		a.traceFailedLocked(err)
+	s.dirty = false
+	if err := s.w.Flush(); err != nil {
+		s.failed(err)
 	}
 }
 
-// traceFailedLocked stops tracing after a write error (a full disk): the job goes on.
-func (a *Agent) traceFailedLocked(err error) {
-	fmt.Fprintf(a.stderr, "swapagent: writing the trace failed (%v); tracing stopped, the job continues\n", err)
-	a.w = nil
+// flushDue reports whether buffered events have waited FlushInterval.
+func (s *sink) flushDue() bool { return s.dirty && time.Since(s.lastFlush) >= FlushInterval }
+
+// failed stops tracing after a write error (a full disk): the job goes on.
+func (s *sink) failed(err error) {
+	fmt.Fprintf(s.env.stderr, "swapagent: writing the trace failed (%v); tracing stopped, the job continues\n", err)
+	s.w = nil
 }
 
-func (a *Agent) addLogLocked(line string) {
-	if a.w == nil {
-		if len(a.pending) < maxPendingLog {
-			a.pending = append(a.pending, line)
+// addLog records a log line, or keeps it (up to maxPendingLog) until the trace opens.
+func (s *sink) addLog(line string) {
+	if s.w == nil {
+		if len(s.pending) < maxPendingLog {
+			s.pending = append(s.pending, line)
 		}
 		return
 	}
-	a.addLocked(&trace.Event{Kind: trace.KindLog, TS: a.ts(), Text: line})
+	s.add(&trace.Event{Kind: trace.KindLog, TS: s.env.ts(), Text: line})
 }
 
-func (a *Agent) logsLocked() {
-	a.logQ.Lock()
-	lines := a.logQ.lines
-	a.logQ.lines = nil
-	a.logQ.Unlock()
+func (s *sink) addLogs(lines []string) {
 	for _, l := range lines {
-		a.addLogLocked(l)
+		s.addLog(l)
 	}
 }
 
-// openLocked opens the trace and log files on first need (a process that never calls the runtime or
-// the agent leaves no files). A failure is reported once and disables the trace.
-func (a *Agent) openLocked() {
-	if a.opened {
+// open opens the trace and log files on first need (a process that never calls the runtime or the agent
+// leaves no files). A failure is reported once and disables the trace.
+func (s *sink) open() {
+	if s.opened {
 		return
 	}
-	a.opened = true
-	base := BaseName(a.host, a.pid, a.cfg.Rank, a.cfg.RankSet)
-	f, lf, err := openOutputs(a.cfg.Out, base)
+	s.opened = true
+	cfg := &s.env.cfg
+	base := BaseName(s.env.host, s.env.pid, cfg.Rank, cfg.RankSet)
+	f, lf, err := openOutputs(cfg.Out, base)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "swapagent: cannot write to %s=%q (%v); tracing disabled, the job continues\n",
-			EnvOut, a.cfg.Out, err)
+		fmt.Fprintf(s.env.stderr, "swapagent: cannot write to %s=%q (%v); tracing disabled, the job continues\n",
+			EnvOut, cfg.Out, err)
 		return
 	}
-	h := trace.Header{Version: trace.Version, PID: a.pid, Host: a.host, Rank: -1, StartUnix: a.native.StartWall(),
-		Argv: a.argv}
-	if a.cfg.RankSet {
-		h.Rank = a.cfg.Rank
+	h := trace.Header{Version: trace.Version, PID: s.env.pid, Host: s.env.host, Rank: -1,
+		StartUnix: s.env.startWall(), Argv: s.env.argv}
+	if cfg.RankSet {
+		h.Rank = cfg.Rank
 	}
 	w, err := trace.NewWriter(f, h)
 	if err != nil {
-		fmt.Fprintf(a.stderr, "swapagent: cannot write the trace %s (%v); tracing disabled, the job continues\n",
+		fmt.Fprintf(s.env.stderr, "swapagent: cannot write the trace %s (%v); tracing disabled, the job continues\n",
 			f.Name(), err)
 		_ = f.Close()
 		if lf != nil {
@@ -121,45 +169,47 @@ func (a *Agent) openLocked() {
 		}
 		return
 	}
-	a.file, a.w, a.lastFlush = f, w, time.Now()
+	s.file, s.w, s.lastFlush = f, w, time.Now()
+	s.logFile = lf
+	lg := s.env.teeLog(lf)
 	if lf != nil {
-		a.logFile = lf
-		fileCore := zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(lf),
-			minLevel(a.cfg.Level, zapcore.InfoLevel))
-		a.lg = a.lg.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return zapcore.NewTee(c, fileCore) }))
-		for _, p := range a.pending {
+		for _, p := range s.pending {
 			fmt.Fprintf(lf, "%s\n", p)
 		}
 	}
-	a.addLocked(&trace.Event{Kind: trace.KindMeta, TS: a.ts(), Text: a.metaText()})
-	for _, p := range a.pending {
-		a.addLocked(&trace.Event{Kind: trace.KindLog, TS: a.ts(), Text: p})
+	s.add(&trace.Event{Kind: trace.KindMeta, TS: s.env.ts(), Text: s.metaText()})
+	for _, p := range s.pending {
+		s.add(&trace.Event{Kind: trace.KindLog, TS: s.env.ts(), Text: p})
 	}
-	a.pending = nil
-	a.lg.Info("tracing", zap.String("file", f.Name()))
+	s.pending = nil
+	lg.Info("tracing", zap.String("file", f.Name()))
 }
 
-func minLevel(a, b zapcore.Level) zapcore.Level {
-	if a < b {
-		return a
+// close closes the trace file (Shutdown, once).
+func (s *sink) close() {
+	if s.w != nil {
+		_ = s.w.Close()
 	}
-	return b
+	if s.file != nil {
+		_ = s.file.Close()
+	}
 }
 
-func (a *Agent) metaText() string {
+func (s *sink) metaText() string {
+	cfg := &s.env.cfg
 	rank := "-1"
-	if a.cfg.RankSet {
-		rank = strconv.Itoa(a.cfg.Rank)
+	if cfg.RankSet {
+		rank = strconv.Itoa(cfg.Rank)
 	}
 	return trace.Meta{
-		trace.MetaPolicy:   a.cfg.Policy,
-		trace.MetaPrefetch: strconv.Itoa(a.cfg.Prefetch),
-		trace.MetaMinBytes: strconv.FormatUint(a.cfg.MinBytes, 10),
+		trace.MetaPolicy:   cfg.Policy,
+		trace.MetaPrefetch: strconv.Itoa(cfg.Prefetch),
+		trace.MetaMinBytes: strconv.FormatUint(cfg.MinBytes, 10),
 		trace.MetaRank:     rank,
-		trace.MetaPID:      strconv.Itoa(a.pid),
+		trace.MetaPID:      strconv.Itoa(s.env.pid),
 		trace.MetaVersion:  buildinfo.Version,
 		trace.MetaABI:      strconv.Itoa(buildinfo.ABIVersion),
-		trace.MetaOut:      a.cfg.Out,
-		trace.MetaArgv:     trace.QuoteArgv(a.argv),
+		trace.MetaOut:      cfg.Out,
+		trace.MetaArgv:     trace.QuoteArgv(s.env.argv),
 	}.String()
 }

@@ -11,7 +11,7 @@ import (
 )
 
 func (a *Agent) addStatsLocked(es *trace.Stats) {
-	a.addLocked(&trace.Event{Kind: trace.KindStats, TS: a.ts(), Text: string(a.statsLocked(es))})
+	a.sink.add(&trace.Event{Kind: trace.KindStats, TS: a.ts(), Text: string(a.statsLocked(es))})
 }
 
 // engineStats snapshots the engine's stats; called without mu (the engine's lock comes first).
@@ -60,9 +60,7 @@ func (a *Agent) statsLocked(es *trace.Stats) []byte {
 			rs.Calls[name] = n
 		}
 	}
-	if a.w != nil {
-		rs.TraceEvents, rs.TraceBytes = a.w.Events(), a.w.Bytes()
-	}
+	rs.TraceEvents, rs.TraceBytes = a.sink.counts()
 	s.Runtime = rs
 	b, err := json.Marshal(s)
 	if err != nil {
