@@ -158,6 +158,7 @@ class Agent:
         self._warned = set()
         self._warn_lock = threading.Lock()
         self._names = {}  # group name -> its bytes (the C string every call takes)
+        self._text_arrays = {}  # description lines -> their C array (_texts)
         # The C functions of the hot path (Layer), bound once: a saved tensor costs its share of one
         # swapagent_save_n per region and one swapagent_unpack per saved storage; everything around them is
         # Python and must stay small.
@@ -201,14 +202,22 @@ class Agent:
     def set_storage_ops(self, release, restore):
         return self.check("set_storage_ops", self.lib.swapagent_set_storage_ops(release, restore, None))
 
-    @staticmethod
-    def _texts(descs):
+    def _texts(self, descs):
         """descs as a C array of strings, all in one buffer: (what to keep alive across the call; the
-        array's address). str items are encoded; bytes (saved_desc's, cached) are passed as they are."""
-        bs = [d if type(d) is bytes else d.encode() for d in descs]
-        blob = ctypes.create_string_buffer(b"\0".join(bs))
-        starts = array.array(_U64, itertools.accumulate([len(b) + 1 for b in bs[:-1]], initial=ctypes.addressof(blob)))
-        return (blob, starts), starts.buffer_info()[0]
+        array's address). str items are encoded; bytes (saved_desc's, cached) are passed as they are. A
+        layer describes the same arguments and saved shapes every step, so the arrays are kept by their
+        lines (bounded: a caller whose lines never repeat starts the cache over); the agent only reads them."""
+        key = tuple(descs)
+        got = self._text_arrays.get(key)
+        if got is None:
+            bs = [d if type(d) is bytes else d.encode() for d in descs]
+            blob = ctypes.create_string_buffer(b"\0".join(bs))
+            starts = array.array(_U64, itertools.accumulate([len(b) + 1 for b in bs[:-1]],
+                                                            initial=ctypes.addressof(blob)))
+            if len(self._text_arrays) >= 1024:
+                self._text_arrays.clear()
+            got = self._text_arrays[key] = ((blob, starts), starts.buffer_info()[0])
+        return got
 
     def region_enter(self, group, ptrs, n_positional, descs=None):
         """descs: one description line per pointer (describe_line), or None."""
