@@ -565,13 +565,10 @@ func sa_go_stats_json(buf *C.char, capacity C.size_t) (ret C.int) {
 	}
 	js := a.StatsJSON()
 	if buf != nil && uint64(len(js)) < uint64(capacity) {
-		addr, hm := uint64(uintptr(unsafe.Pointer(buf))), a.HostMaps()
-		if hm.Available() && !hm.Covers(addr, uint64(len(js))+1, true) {
-			return C.int(a.Invalid("stats_json", fmt.Sprintf("buf %#x is not writable memory", addr)))
+		if !cWrite(a, unsafe.Pointer(buf), append(js, 0)) {
+			return C.int(a.Invalid("stats_json", fmt.Sprintf("buf %#x is not writable memory",
+				uint64(uintptr(unsafe.Pointer(buf))))))
 		}
-		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(js)+1)
-		copy(dst, js)
-		dst[len(js)] = 0
 	}
 	return C.int(len(js))
 }
