@@ -3,7 +3,6 @@
 package report
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,7 +26,7 @@ func Inputs(path string) (files []string, found string, err error) {
 		return []string{Stdin}, "", nil
 	}
 	if _, err := os.Stat(path); err != nil {
-		return nil, "", pathError(path, err)
+		return nil, "", trace.PathError(path, err)
 	}
 	files, err = trace.FindTraces(path)
 	if err != nil {
@@ -100,12 +99,4 @@ func displayPath(p string) string {
 		return "standard input"
 	}
 	return p
-}
-
-func pathError(path string, err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		err = pe.Err // the path is already named once
-	}
-	return fmt.Errorf("%s: %v", path, err)
 }

@@ -277,7 +277,7 @@ func Load(path string) (*File, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
-		return nil, pathError(path, err)
+		return nil, PathError(path, err)
 	case fi.IsDir():
 		return nil, fmt.Errorf("%s: is a directory", path)
 	case fi.Mode().IsRegular() && fi.Size() == 0: // a pipe has no size: read it
@@ -285,7 +285,7 @@ func Load(path string) (*File, error) {
 	}
 	in, err := os.Open(path)
 	if err != nil {
-		return nil, pathError(path, err)
+		return nil, PathError(path, err)
 	}
 	defer in.Close()
 	return Read(path, in)
@@ -310,8 +310,9 @@ func (f *File) GapWarning(g Gap) string {
 	return f.Name + ": corrupt " + g.String()
 }
 
-// pathError names path once: an *os.PathError already says it.
-func pathError(path string, err error) error {
+// PathError is err about the file at path, naming path once (an *os.PathError already says it): the
+// one-line form of every command's file errors.
+func PathError(path string, err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
 		err = pe.Err
