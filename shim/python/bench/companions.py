@@ -62,13 +62,6 @@ class NullAgent:
     """The agent's Python interface with nothing behind it: the companion's own Python cost."""
     _next = 1 << 50  # far from the agent's handles: both share the process's storage-ops registry
 
-    def save_c(self, _group, _ptr, _nbytes, _flags):
-        NullAgent._next += 1
-        return NullAgent._next
-
-    def save(self, _group, _ptr, _nbytes, _flags):
-        return self.save_c(None, 0, 0, 0)
-
     def save_n(self, _group, ptrs, _nbytes, _flags):
         first = NullAgent._next + 1
         NullAgent._next += len(ptrs)
@@ -341,7 +334,7 @@ class Profile:
                 self.undo.append(lambda cls=cls, n=n, orig=orig: setattr(cls, n, orig))
 
     def wrap_agent(self, agent):
-        """Before layer_swap (the layers bind save_c when they are made)."""
+        """Timers around the agent's C functions (the layers look them up on the agent at each call)."""
         for name in self.ABI:
             fn = getattr(agent.lib, name, None)
             if fn is None:

@@ -365,47 +365,13 @@ _ATOMS = frozenset((str, bytes, int, float, bool, complex, type(None)))
 _MAX_DEPTH = 64
 
 
-def walk(obj, is_tensor, out, _depth=0, _seen=None):
-    """Appends to out every object found in obj for which is_tensor(x) is true (each occurrence, in
-    order), however nested in tuples, lists, namedtuples, dicts and dataclasses; a tensor is not looked
-    into. The common containers are told by their exact type first: this runs on every forward of every
-    wrapped layer, for its inputs and outputs. Returns out."""
-    if is_tensor(obj):
-        out.append(obj)
-        return out
-    t = type(obj)
-    if t in _ATOMS or _depth > _MAX_DEPTH:
-        return out
-    if t is tuple or t is list:
-        items = obj
-    elif t is dict:
-        items = obj.values()
-    elif isinstance(obj, (tuple, list)):  # namedtuples, list subclasses
-        items = obj
-    elif isinstance(obj, dict):
-        items = obj.values()
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        items = [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
-    else:
-        return out
-    if _seen is None:
-        _seen = set()
-    elif id(obj) in _seen:  # a container that holds itself
-        return out
-    _seen.add(id(obj))
-    d = _depth + 1
-    for v in items:
-        if is_tensor(v):
-            out.append(v)
-        elif type(v) not in _ATOMS:
-            walk(v, is_tensor, out, d, _seen)
-    return out
-
-
 def walk_named(obj, is_tensor, path, out, _depth=0, _seen=None):
-    """walk, with each tensor's argument path: appends (path, tensor) to out, path growing from the given
-    one as "[i]" for sequences, "['key']" for dicts and ".field" for dataclasses ("rotary_cos_sin[0]",
-    "batch['mask']"). For descriptions in fault reports; same traversal and bounds as walk."""
+    """Appends (path, tensor) to out for every object found in obj for which is_tensor(x) is true (each
+    occurrence, in order), however nested in tuples, lists, namedtuples, dicts and dataclasses; a tensor is
+    not looked into, a container that holds itself is walked once. path grows from the given one as "[i]"
+    for sequences, "['key']" for dicts and ".field" for dataclasses ("rotary_cos_sin[0]", "batch['mask']"),
+    the argument paths fault reports name. It runs on every forward of every wrapped layer, for its inputs
+    and outputs: the common containers are told by their exact type first. Returns out."""
     if is_tensor(obj):
         out.append((path, obj))
         return out
@@ -463,30 +429,6 @@ def saved_desc(t):
     if d is None:
         d = _saved_descs[key] = ("\t" + describe_tail(t)).encode()
     return d
-
-
-def collect(obj, ptr_of, out=None, _depth=0, _seen=None):
-    """Appends to out the storage pointer (a plain int, 0 for an empty storage) of every tensor found in
-    obj, however nested in tuples, lists, namedtuples, dicts and dataclasses. ptr_of(x) returns the
-    pointer of a tensor or None when x is not a tensor (or not one this companion reports).
-    No reference to any tensor is kept."""
-    if out is None:
-        out = []
-    found = []
-    walk(obj, lambda x: ptr_of(x) is not None, found, _depth, _seen)
-    out.extend(ptr_of(x) for x in found)
-    return out
-
-
-def tensors(obj, is_tensor):
-    """The distinct tensors found in obj (same traversal as collect), in order; for the caller to hook
-    right away (the list itself is not kept)."""
-    out, ids = [], set()
-    for x in walk(obj, is_tensor, []):
-        if id(x) not in ids:
-            ids.add(id(x))
-            out.append(x)
-    return out
 
 
 # ---- storage ops registry -------------------------------------------------------------------------
@@ -612,7 +554,7 @@ class Packed:
 class Framework:
     """What a framework part supplies to Layer; every method takes or returns plain values."""
     name = "?"
-    tensor_type = None  # the framework's tensor class: what walk() looks for in arguments and outputs
+    tensor_type = None  # the framework's tensor class: what walk_named() looks for in arguments and outputs
 
     def storage(self, t):
         """The storage of tensor t, or None when t is not a tensor this companion reports."""
@@ -879,12 +821,12 @@ class Layer:
         return [tuple(f[i:i + 4]) for i in range(0, len(f), 4)]
 
     def pointers(self, obj, out=None):
-        """The storage pointers of the tensors in obj (collect's rule: every occurrence, 0 for an empty
-        storage), plain integers."""
+        """The storage pointers of the tensors in obj, as the region calls find them (walk_named: every
+        occurrence; 0 for an empty storage), plain integers."""
         if out is None:
             out = []
         ptr = self._ptr
-        for t in walk(obj, self._is_tensor, []):
+        for _, t in walk_named(obj, self._is_tensor, "", []):
             p = ptr(t)
             if p is not None:
                 out.append(p)
@@ -1001,11 +943,7 @@ class Layer:
             else:
                 ptrs, sizes = [bptr[i] for i in live], [bsize[i] for i in live]
                 flags, stores = [bflag[i] for i in live], [bstore[i] for i in live]
-            save_n = getattr(self.agent, "save_n", None)
-            if save_n is not None:
-                got = save_n(self.group, ptrs, sizes, flags)
-            else:  # an agent object without batches (tests): one save each
-                got = [self.agent.save(self.group, *e) for e in zip(ptrs, sizes, flags)]
+            got = self.agent.save_n(self.group, ptrs, sizes, flags)
             if isinstance(live, range):
                 hs[start:] = got
             else:

@@ -490,9 +490,10 @@ class FakeAgent:
     def region_exit(self, group, _ptrs):
         self.calls.append(("region_exit", group))
 
-    def save(self, _group, _ptr, _nbytes, _flags):
-        self._h += 1
-        return self._h
+    def save_n(self, _group, ptrs, _nbytes, _flags):
+        first = self._h + 1
+        self._h += len(ptrs)
+        return list(range(first, self._h + 1))
 
     def unpack(self, handle):
         self.calls.append(("unpack", handle))
