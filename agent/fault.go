@@ -310,23 +310,24 @@ func wasArg(s tracker.StorageInfo, arg string) bool {
 	return false
 }
 
-// rankCandidates puts storages still released and owned outside their groups (inputs) first, and among
-// equals the earliest release (the one that destroyed the storage), as doctor ranks a trace's storages.
-// c comes newest first (tracker history order).
+// rankCandidates sorts storages by the fault rule (tracker.MoreLikely), the one doctor applies to a
+// trace's storages. c comes newest first (tracker history order), so its reverse is the release order.
 func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
-	score := func(s tracker.StorageInfo) int {
-		n := 0
-		if s.Released {
-			n += 2
-		}
-		if len(s.Inputs) > 0 {
-			n++
-		}
-		return n
-	}
 	slices.Reverse(c)
-	sort.SliceStable(c, func(i, j int) bool { return score(c[i]) > score(c[j]) })
-	return c
+	suspects := make([]tracker.Suspect, len(c))
+	for i, s := range c {
+		suspects[i] = tracker.Suspect{Released: s.Released, External: len(s.Inputs) > 0, Order: i}
+	}
+	order := make([]int, len(c))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return tracker.MoreLikely(suspects[order[i]], suspects[order[j]]) })
+	out := make([]tracker.StorageInfo, len(c))
+	for i, k := range order {
+		out[i] = c[k]
+	}
+	return out
 }
 
 // report fills f from the most likely storage, prints the block, traces and flushes it. A storage already

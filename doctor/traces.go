@@ -10,6 +10,7 @@ import (
 
 	"swapagent/timeline"
 	"swapagent/trace"
+	"swapagent/tracker"
 )
 
 // findTraces lists the trace files of a directory.
@@ -113,12 +114,11 @@ func (ix *traceIndex) findStorage(addr *uint64, size *uint64) *StorageRef {
 	if len(cands) == 0 {
 		return nil
 	}
-	sort.SliceStable(cands, func(i, j int) bool {
-		if oi, oj := owned[cands[i]], owned[cands[j]]; oi != oj {
-			return oi
-		}
-		return cands[i].ReleaseSeq < cands[j].ReleaseSeq
-	})
+	// The agent's rule (tracker.MoreLikely); every candidate here was released.
+	suspect := func(h *timeline.Handle) tracker.Suspect {
+		return tracker.Suspect{Released: true, External: owned[h], Order: h.ReleaseSeq}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return tracker.MoreLikely(suspect(cands[i]), suspect(cands[j])) })
 	r := ix.ref(cands[0], "size")
 	r.Others = len(bases) - 1
 	return r
