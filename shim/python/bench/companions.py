@@ -6,13 +6,14 @@ every layer), layers 0-10 wrapped, on CPU with one thread, include_cpu=True (the
 with memcpy). Each framework runs in three processes under the preloaded agent, one per agent setting (the
 agent reads SWAPAGENT_POLICY and SWAPAGENT_MIN_BYTES at load):
 
-    off        none | hooks | python | off      (SWAPAGENT_POLICY=off)
+    off        none | saved | hooks | python | off      (SWAPAGENT_POLICY=off)
     still      none | safe                      (safe, SWAPAGENT_MIN_BYTES above every storage: nothing moves)
     moves      none | safe                      (safe, SWAPAGENT_MIN_BYTES=1024: internal storages move)
 
 none is the model without companion; hooks the framework's own cost of the hooks the companion uses, with
 empty bodies (forward pre-hook with kwargs and forward hook, saved-tensor hooks that return the tensor,
-one gradient hook per tensor crossing a layer); python the companion against a null agent (its Python
+one gradient hook per tensor crossing a layer), and saved the saved-tensor hooks of those alone (torch
+scopes them to a layer with its forward hooks: those are in too); python the companion against a null agent (its Python
 only: the ABI calls are Python functions that return at once); off and safe the companion against the
 agent. Within a process the configurations take turns, blocks of --steps steps, --rounds rounds; each
 figure is the best block. Time is wall-clock and the main thread's CPU time (time.thread_time, which a
@@ -47,7 +48,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
 
 PROCESSES = {  # name -> (agent environment, configurations)
-    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "hooks", "python", "off"]),
+    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "saved", "hooks", "python", "off"]),
     "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe"]),
     "moves": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": "1024"}, ["none", "safe"]),
 }
@@ -130,10 +131,11 @@ class Torch:
             removers += sa._install(m, layers[-1], always)  # pylint: disable=protected-access
         return core.Handle(layers, removers)
 
-    def install_hooks(self):
+    def install_hooks(self, saved_only=False):
         """The hooks the torch companion registers, each with an empty body (the pack hook counts, and
         returns t.detach() as the companion does: returning t itself makes a reference cycle through
-        every operation that saves its own output, and the graph of every step stays)."""
+        every operation that saves its own output, and the graph of every step stays). saved_only: no
+        gradient hooks."""
         torch = self.torch
         hooks = []
         count = self.packs = [0]
@@ -143,6 +145,8 @@ class Torch:
             return t.detach()
 
         def grad_hooks(obj):
+            if saved_only:
+                return
             for t in obj if isinstance(obj, (tuple, list)) else (obj,):
                 if isinstance(t, torch.Tensor) and t.requires_grad and not t._backward_hooks:  # pylint: disable=protected-access
                     t.register_hook(lambda _g: None)
@@ -207,9 +211,10 @@ class MindSpore:
             removers += sa._install(c, layers[-1])  # pylint: disable=protected-access
         return core.Handle(layers, removers)
 
-    def install_hooks(self):
+    def install_hooks(self, saved_only=False):
         """The hooks the MindSpore companion registers, each with an empty body (the pack hook counts, and
-        returns the alias the companion returns, t.data, for the reason given in Torch.install_hooks)."""
+        returns the alias the companion returns, t.data, for the reason given in Torch.install_hooks).
+        saved_only: the Cells' saved-tensor hooks alone."""
         ms = self.ms
         hooks, hooked = [], []
         count = self.packs = [0]
@@ -231,8 +236,9 @@ class MindSpore:
 
             def post(_c, _args, out):
                 grad_hooks(out)
-            hooks.append(c.register_forward_pre_hook(pre, with_kwargs=True))
-            hooks.append(c.register_forward_hook(post))
+            if not saved_only:
+                hooks.append(c.register_forward_pre_hook(pre, with_kwargs=True))
+                hooks.append(c.register_forward_hook(post))
             c.register_saved_tensors_hooks(pack, lambda t: t)
 
         def remove():
@@ -255,8 +261,8 @@ class Removable:
 def install(fw, config):
     if config == "none":
         return Removable([])
-    if config == "hooks":
-        return fw.install_hooks()
+    if config in ("hooks", "saved"):
+        return fw.install_hooks(saved_only=config == "saved")
     if config == "python":
         return fw.install_null()
     import llama
@@ -499,7 +505,8 @@ def report(framework, runs, rounds, steps):
     saves = off["saved_tensors"]
     print("%s: %d saved tensors per step in layers 0-10 (of 12), %.0f swapagent_save calls; best of %d x %d "
           "steps" % (off["version"], saves, off["stats"]["saves"], rounds, steps))
-    rows = [("none", off, "none", off), ("hooks (empty)", off, "hooks", off),
+    rows = [("none", off, "none", off), ("saved-tensor hooks (empty)", off, "saved", off),
+            ("hooks (empty)", off, "hooks", off),
             ("companion, null agent", off, "python", off), ("companion, off", off, "off", off),
             ("none", still, "none", still), ("companion, safe, nothing moves", still, "safe", still),
             ("none", moves, "none", moves), ("companion, safe, moves", moves, "safe", moves)]
@@ -526,8 +533,10 @@ def report(framework, runs, rounds, steps):
     print("  split under off, per saved tensor (cpu; a block with timers, their own cost taken out): +%.2f us = "
           "companion Python %.2f + ABI and agent %.2f + the framework's hook calls and the rest %.2f" % (
               allin, py, abi, allin - py - abi))
-    print("    for comparison: empty hooks %+.2f us, the companion against a null agent %+.2f us (its Python "
-          "without the agent)" % (us(best(cfg["hooks"], "cpu") - none_cpu), us(best(cfg["python"], "cpu") - none_cpu)))
+    print("    for comparison: empty hooks %+.2f us (of which the saved-tensor hooks %+.2f us), the companion against "
+          "a null agent %+.2f us (its Python without the agent)" % (
+              us(best(cfg["hooks"], "cpu") - none_cpu), us(best(cfg["saved"], "cpu") - none_cpu),
+              us(best(cfg["python"], "cpu") - none_cpu)))
     parts = []
     for name in Profile.ABI:
         if name in prof["medians"]:
