@@ -79,8 +79,16 @@ def case(tmp_path_factory):
 
 def ok(p, res):
     assert p.returncode == 0 and res is not None, "run failed (rc %d):\n%s\n%s" % (
-        p.returncode, p.stdout[-3000:], p.stderr[-6000:])
+        p.returncode, p.stdout[-3000:], head_tail(p.stderr))
     return res
+
+
+def head_tail(text, n=4000):
+    """A long stderr's first and last n characters: a crash says what happened first (a Go fatal error's
+    first lines), and what the process printed last."""
+    if len(text) <= 2 * n:
+        return text
+    return "%s\n[... %d characters ...]\n%s" % (text[:n], len(text) - 2 * n, text[-n:])
 
 
 def rope_entries(res):
