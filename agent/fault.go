@@ -10,7 +10,6 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 
@@ -313,21 +312,19 @@ func wasArg(s tracker.StorageInfo, arg string) bool {
 // rankCandidates sorts storages by the fault rule (tracker.MoreLikely), the one doctor applies to a
 // trace's storages. c comes newest first (tracker history order), so its reverse is the release order.
 func rankCandidates(c []tracker.StorageInfo) []tracker.StorageInfo {
-	slices.Reverse(c)
-	suspects := make([]tracker.Suspect, len(c))
+	type cand struct {
+		info    tracker.StorageInfo
+		suspect tracker.Suspect
+	}
+	cs := make([]cand, len(c))
 	for i, s := range c {
-		suspects[i] = tracker.Suspect{Released: s.Released, External: len(s.Inputs) > 0, Order: i}
+		cs[len(c)-1-i] = cand{s, tracker.Suspect{Released: s.Released, External: len(s.Inputs) > 0, Order: len(c) - 1 - i}}
 	}
-	order := make([]int, len(c))
-	for i := range order {
-		order[i] = i
+	sort.SliceStable(cs, func(i, j int) bool { return tracker.MoreLikely(cs[i].suspect, cs[j].suspect) })
+	for i := range cs {
+		c[i] = cs[i].info
 	}
-	sort.SliceStable(order, func(i, j int) bool { return tracker.MoreLikely(suspects[order[i]], suspects[order[j]]) })
-	out := make([]tracker.StorageInfo, len(c))
-	for i, k := range order {
-		out[i] = c[k]
-	}
-	return out
+	return c
 }
 
 // report fills f from the most likely storage, prints the block, traces and flushes it. A storage already
