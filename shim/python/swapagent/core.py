@@ -864,9 +864,11 @@ class Layer:
         self.flush()
         named = walk_named(output, self._is_tensor, "output", [])
         outs = [t for _, t in named]
-        ptr, ptrs, descs = self._ptr, [], []
+        ptr, ptrs, descs, out_ptrs = self._ptr, [], [], []
         for path, t in named:
             q = ptr(t)
+            if q is not None:
+                out_ptrs.append(q)
             if q:
                 ptrs.append(q)
                 descs.append(describe_line(path, t))
@@ -875,7 +877,7 @@ class Layer:
         descs.extend(map(saved_desc, self._saved_t))
         self._saved_t.clear()
         self.agent.describe(self.group, ptrs, descs)
-        self.agent.region_exit(self.group, [q for q in map(ptr, outs) if q is not None])
+        self.agent.region_exit(self.group, out_ptrs)
         self._params = frozenset()
         self._clear_region()
         p = self.latest
