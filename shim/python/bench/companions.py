@@ -13,9 +13,9 @@ agent reads SWAPAGENT_POLICY and SWAPAGENT_MIN_BYTES at load):
 none is the model without companion; hooks the framework's own cost of the hooks the companion uses, with
 empty bodies (forward pre-hook with kwargs and forward hook, saved-tensor hooks that return the tensor,
 one gradient hook per tensor crossing a layer), and saved the saved-tensor hooks of those alone (torch
-scopes them to a layer with its forward hooks: those are in too); python the companion against a null agent (its Python
-only: the ABI calls are Python functions that return at once); off and safe the companion against the
-agent. Within a process the configurations take turns, blocks of --steps steps, --rounds rounds; each
+scopes them to a layer with its forward hooks: those are in too); python the companion against a null
+agent (its Python only: the ABI calls are Python functions that return at once); off and safe the
+companion against the agent. Within a process the configurations take turns, blocks of --steps steps, --rounds rounds; each
 figure is the best block. Time is wall-clock and the main thread's CPU time (time.thread_time, which a
 loaded machine disturbs less: it does not count the time the thread waits for a core).
 
