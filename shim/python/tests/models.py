@@ -46,6 +46,27 @@ def mask_np():
     return np.triu(np.full((SEQ, SEQ), -1e9, np.float32), k=1)
 
 
+def step_loss(model, tensor, fanout):
+    """One step's forward through the stack, written once for both frameworks' models (tensor makes a
+    framework tensor from a NumPy array)."""
+    cos, sin = (tensor(a) for a in rope_np())
+    # computed once per step (not from numpy memory): storages the framework allocated itself
+    cos, sin, mask = cos * 1.0, sin * 1.0, tensor(mask_np()) * 1.0
+    if fanout:
+        h, outs = model.inp * 1.0, []
+        for i, layer in enumerate(model.layers):
+            kw = {"skip": outs[i - FAN_SKIP]} if i >= FAN_SKIP else {}
+            out = layer(h, cos=cos, sin=sin, mask=mask, **kw)
+            y = out["hidden"] if isinstance(out, dict) else out[0]
+            outs.append(y)
+            h = (y + h) * 0.5 if i % 2 else y
+        return ((h - model.target) ** 2).mean()
+    h = model.emb * 1.0
+    for layer in model.layers:
+        h, _ = layer(h, cos=cos, sin=sin, mask=mask)
+    return ((h - model.target) ** 2).mean()
+
+
 def torch_model(seed=0, fanout=False):
     import torch
     from torch import nn
@@ -94,22 +115,7 @@ def torch_model(seed=0, fanout=False):
             self.register_buffer("target", torch.tensor(target))
 
         def forward(self):
-            cos, sin = (torch.tensor(a) for a in rope_np())
-            # computed once per step (not from numpy memory): storages the framework allocated itself
-            cos, sin, mask = cos * 1.0, sin * 1.0, torch.tensor(mask_np()) * 1.0
-            if fanout:
-                h, outs = self.inp * 1.0, []
-                for i, layer in enumerate(self.layers):
-                    kw = {"skip": outs[i - FAN_SKIP]} if i >= FAN_SKIP else {}
-                    out = layer(h, cos=cos, sin=sin, mask=mask, **kw)
-                    y = out["hidden"] if isinstance(out, dict) else out[0]
-                    outs.append(y)
-                    h = (y + h) * 0.5 if i % 2 else y
-                return ((h - self.target) ** 2).mean()
-            h = self.emb * 1.0
-            for layer in self.layers:
-                h, _ = layer(h, cos=cos, sin=sin, mask=mask)
-            return ((h - self.target) ** 2).mean()
+            return step_loss(self, torch.tensor, fanout)
 
     return Model()
 
@@ -162,20 +168,6 @@ def ms_model(seed=0, fanout=False):
             self.target = ms.Tensor(target)
 
         def construct(self):
-            cos, sin = (ms.Tensor(a) for a in rope_np())
-            cos, sin, mask = cos * 1.0, sin * 1.0, ms.Tensor(mask_np()) * 1.0
-            if fanout:
-                h, outs = self.inp * 1.0, []
-                for i, layer in enumerate(self.layers):
-                    kw = {"skip": outs[i - FAN_SKIP]} if i >= FAN_SKIP else {}
-                    out = layer(h, cos=cos, sin=sin, mask=mask, **kw)
-                    y = out["hidden"] if isinstance(out, dict) else out[0]
-                    outs.append(y)
-                    h = (y + h) * 0.5 if i % 2 else y
-                return ((h - self.target) ** 2).mean()
-            h = self.emb * 1.0
-            for layer in self.layers:
-                h, _ = layer(h, cos=cos, sin=sin, mask=mask)
-            return ((h - self.target) ** 2).mean()
+            return step_loss(self, ms.Tensor, fanout)
 
     return Model()
