@@ -230,12 +230,13 @@ class MindSpore:
                     hooked.append(t)
                     hooks.append(t.register_hook(lambda _g: None))
 
-        for c in self.layers:
-            def pre(_c, args, _kwargs):
-                grad_hooks(args)
+        def pre(_c, args, _kwargs):
+            grad_hooks(args)
 
-            def post(_c, _args, out):
-                grad_hooks(out)
+        def post(_c, _args, out):
+            grad_hooks(out)
+
+        for c in self.layers:
             if not saved_only:
                 hooks.append(c.register_forward_pre_hook(pre, with_kwargs=True))
                 hooks.append(c.register_forward_hook(post))
