@@ -29,14 +29,8 @@ trap 'rm -rf "$tmp"' EXIT
 cd "$tmp" # qemu writes no core files (ulimit below), and nothing lands in the repository
 ulimit -c 0
 
-passed=0 failed=0 t0=$(date +%s)
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1"
-  shift
-  for f in "$@"; do [ -f "$f" ] && tail -n 25 "$f" | sed 's/^/    | /'; done
-}
+. "$ROOT/scripts/checks.sh"
+t0=$(date +%s)
 
 # arm VAR=VALUE... -- PROG ARGS: PROG under qemu-user, the variables set in its environment only (an
 # aarch64 LD_PRELOAD must not reach host programs), bounded by a timeout. qemu 7 keeps a descriptor per

@@ -28,14 +28,8 @@ SYSROOT=${ARM64_SYSROOT:-/usr/aarch64-linux-gnu}
 
 tmp=$(mktemp -d /tmp/swapagent-install.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-passed=0 failed=0 t0=$(date +%s)
-ok() { passed=$((passed + 1)); echo "ok   $1"; }
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL $1"
-  shift
-  for f in "$@"; do [ -f "$f" ] && tail -n 25 "$f" | sed 's/^/    | /'; done
-}
+. "$ROOT/scripts/checks.sh"
+t0=$(date +%s)
 
 name=swapagent-$VERSION-linux-$ARCH
 home=$tmp/opt/$name
