@@ -581,6 +581,14 @@ func sa_go_shutdown() {
 	}
 }
 
+//export sa_go_runtime_final
+func sa_go_runtime_final() {
+	defer guardVoid("aclFinalize")
+	if m := theMover; m != nil {
+		m.rt.finish()
+	}
+}
+
 //export sa_go_launch_fault
 func sa_go_launch_fault(fn, index C.int, addr, size C.uint64_t) {
 	defer guardVoid("swapagent_launch_fault")

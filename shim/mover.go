@@ -299,6 +299,20 @@ func (m *runtimeMover) measureStallsLocked() {
 	m.stalls = m.stalls[:k]
 }
 
+// finish runs before the application's aclFinalize, the mover's last use of the runtime: its copies
+// complete and the waits it put on the job's streams are measured, which after it nothing could answer.
+func (m *runtimeMover) finish() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stream != 0 {
+		C.sa_real_sync_stream(C.uintptr_t(m.stream))
+	}
+	for _, s := range m.stalls {
+		C.sa_real_sync_event(C.uintptr_t(s.after))
+	}
+	m.measureStallsLocked()
+}
+
 // Timeline returns what the device timeline measured so far.
 func (m *runtimeMover) Timeline() offload.Timeline {
 	m.mu.Lock()
@@ -404,7 +418,11 @@ func (m *hybridMover) Before(c offload.Copy, streams []uint64) error {
 // Timeline is the runtime mover's.
 func (m *hybridMover) Timeline() offload.Timeline { return m.rt.Timeline() }
 
+// theMover is the engine's mover (nil when the agent is inert), for the application's aclFinalize.
+var theMover *hybridMover
+
 // wireEngine starts the offload engine with the hybrid mover.
 func wireEngine(a *agent.Agent) {
-	a.StartEngine(&hybridMover{mem: offload.NewMemcpyMover(), place: a.Tracker().Place})
+	theMover = &hybridMover{mem: offload.NewMemcpyMover(), place: a.Tracker().Place}
+	a.StartEngine(theMover)
 }

@@ -14,6 +14,7 @@
 /* Implemented in Go (shim/exports.go). */
 extern void sa_go_launch_fault(int fn, int index, uint64_t addr, uint64_t size);
 extern void sa_go_sync_fault(int fn, int code);
+extern void sa_go_runtime_final(void);
 
 /* The watched ranges are read by every launch while any is set, so readers take no lock: a sequence
  * lock (odd while a writer is at work; readers retry when it moved), with the ranges as relaxed atomics.
@@ -61,6 +62,17 @@ void sa_launch_fault(int fn, int index, uint64_t addr, uint64_t size) {
   sa_depth++; /* the agent's own runtime calls are not the application's */
   sa_go_launch_fault(fn, index, addr, size);
   sa_depth--;
+}
+
+/* Before the application's aclFinalize the agent finishes its copies and measures its waits on the job's
+ * streams, while the runtime can still answer; from then on it makes no runtime call. */
+void sa_runtime_final(void) {
+  if (sa_can_report()) {
+    sa_depth++;
+    sa_go_runtime_final();
+    sa_depth--;
+  }
+  sa_real_calls_end();
 }
 
 /* The error message of the last failed sync, read once from the runtime. */

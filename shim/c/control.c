@@ -224,9 +224,13 @@ typedef aclError (*sa_record_t)(aclrtEvent, aclrtStream);
 typedef aclError (*sa_wait_t)(aclrtStream, aclrtEvent);
 typedef aclError (*sa_elapsed_t)(float *, aclrtEvent, aclrtEvent);
 typedef aclError (*sa_query_t)(aclrtEvent, aclrtEventRecordedStatus *);
-#define SA_REALCALL(id, type) \
-  type f = (type)sa_real_fn(id);  \
+/* After the application's aclFinalize the runtime is gone for the agent too: its stream, events and pinned
+ * buffers went with it, and a call is undefined on real hardware. The mover then finds no runtime. */
+static _Atomic int rt_final;
+#define SA_REALCALL(id, type)                                                                   \
+  type f = atomic_load_explicit(&rt_final, memory_order_acquire) ? NULL : (type)sa_real_fn(id); \
   if (f == NULL) return SA_NORT
+void sa_real_calls_end(void) { atomic_store_explicit(&rt_final, 1, memory_order_release); }
 int sa_real_memcpy_async(uintptr_t dst, size_t dest_max, uintptr_t src, size_t count, int kind, uintptr_t stream) {
   SA_REALCALL(SA_ID_aclrtMemcpyAsync, sa_memcpy_async_t);
   return f((void *)dst, dest_max, (const void *)src, count, (aclrtMemcpyKind)kind, (aclrtStream)stream);

@@ -139,6 +139,18 @@ static aclError sa_i_aclrtSetExceptionInfoCallback(aclrtExceptionInfoCallback ca
 extern __typeof(sa_i_aclrtSetExceptionInfoCallback) aclrtSetExceptionInfoCallback
     __attribute__((alias("sa_i_aclrtSetExceptionInfoCallback"), visibility("default")));
 
+/* ---- aclFinalize: the agent is done with the runtime before it ends (sa_runtime_final). ---- */
+static aclError sa_i_aclFinalize(void) {
+  sa_t_aclFinalize real = (sa_t_aclFinalize)sa_real_fn(SA_ID_aclFinalize);
+  if (real == NULL) return SA_NORT;
+  if (sa_skip()) return real();
+  sa_runtime_final();
+  aclError r = real();
+  sa_record(SA_ID_aclFinalize, r, 0, 0, 0, 0, 0, 0);
+  return r;
+}
+extern __typeof(sa_i_aclFinalize) aclFinalize __attribute__((alias("sa_i_aclFinalize"), visibility("default")));
+
 /* ---- aclGetRecentErrMsg: the application still sees a message the agent read first. ---- */
 static const char *sa_i_aclGetRecentErrMsg(void) {
   sa_t_aclGetRecentErrMsg real = (sa_t_aclGetRecentErrMsg)sa_real_fn(SA_ID_aclGetRecentErrMsg);

@@ -100,6 +100,11 @@ SA_HIDDEN void sa_launch_fault(int fn, int index, uint64_t addr, uint64_t size);
 SA_HIDDEN void sa_sync_check(int fn, aclError r);
 SA_HIDDEN const char *sa_err_for_app(const char *r);
 
+/* The application's aclFinalize (check.c): the agent finishes with the runtime, then the mover's real
+ * calls find none (control.c). */
+SA_HIDDEN void sa_runtime_final(void);
+SA_HIDDEN void sa_real_calls_end(void);
+
 /* Trampolines of aclnn launches reached through dlsym. */
 SA_HIDDEN void *sa_tramp_for(const char *name, void *real);
 SA_HIDDEN int sa_tramp_real(const void *addr, void **real);

@@ -27,6 +27,7 @@ var hazardCount = regexp.MustCompile(`(?m)^aclsim: hazards: (\d+)$`)
 type simRun struct {
 	steps, Stderr string
 	hazards       int
+	late          int // runtime calls after aclFinalize (the checker's lines): the agent's, at exit
 	releases      int // storages the agent released (decoder-sim's own count)
 	Code          int
 }
@@ -41,6 +42,7 @@ func runSim(t *testing.T, env []string, args ...string) simRun {
 	if m := hazardCount.FindStringSubmatch(r.Stderr); m != nil {
 		r.hazards, _ = strconv.Atoi(m[1])
 	}
+	r.late = strings.Count(r.Stderr, "aclsim: hazard: a runtime call after aclFinalize\n")
 	if m := agentLine.FindStringSubmatch(r.Stderr); m != nil {
 		r.releases, _ = strconv.Atoi(m[1])
 	}
@@ -92,6 +94,9 @@ func TestAsyncSwapBitIdenticalAndHazardFree(t *testing.T) {
 								t.Fatalf("seed %d: exit %d\n%s", seed, r.Code, testenv.Tail(r.Stderr, 20))
 							case r.hazards != 0:
 								t.Fatalf("seed %d: %d hazards (want 0)\n%s", seed, r.hazards, hazardLines(r.Stderr))
+							case r.late != 0:
+								t.Fatalf("seed %d: the agent called the runtime %d times after the job's aclFinalize",
+									seed, r.late)
 							case r.steps != base.steps:
 								t.Fatalf("seed %d: step lines differ from the run without the agent:\n%s---\n%s", seed,
 									r.steps, base.steps)

@@ -15,6 +15,7 @@ struct sim_config sim_cfg;
 
 static pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;
 static atomic_bool inited;
+static atomic_bool finalized; /* aclFinalize ran and no aclInit since: a call now uses a runtime that ended */
 static atomic_int cur_device = -1;       /* process default, set by aclrtSetDevice */
 static __thread int thread_device = -1;  /* the calling thread's own choice */
 
@@ -173,7 +174,15 @@ void sim_fault_reset(void) {
 bool sim_initialized(void) { return atomic_load(&inited); }
 
 ACLSIM_INTERNAL aclError aclsim_internal_check(void) {
-  if (!atomic_load(&inited)) return sim_fail(ACL_ERROR_UNINITIALIZE, "acl is not initialized, call aclInit first");
+  if (!atomic_load(&inited)) {
+    /* The real runtime's handles are gone after aclFinalize: a call then is undefined there, so the
+     * checker names it (the hazards line was already printed by aclFinalize). */
+    if (sim_cfg.check_hazards && atomic_load(&finalized)) {
+      fprintf(stderr, "aclsim: hazard: a runtime call after aclFinalize\n");
+      fflush(stderr);
+    }
+    return sim_fail(ACL_ERROR_UNINITIALIZE, "acl is not initialized, call aclInit first");
+  }
   if (atomic_load(&host_aware)) return note_error(ACL_ERROR_RT_DRV_INTERNAL_ERROR);
   return ACL_SUCCESS;
 }
@@ -293,6 +302,7 @@ ACL_FUNC_VISIBILITY aclError aclInit(const char *configPath) {
     return sim_fail(ACL_ERROR_INTERNAL_ERROR, "aclInit: cannot start the default stream");
   }
   atomic_store(&inited, true);
+  atomic_store(&finalized, false);
   pthread_mutex_unlock(&init_mu);
   return ACL_SUCCESS;
 }
@@ -306,6 +316,7 @@ ACL_FUNC_VISIBILITY aclError aclFinalize(void) {
     return sim_fail(ACL_ERROR_UNINITIALIZE, "aclFinalize: acl is not initialized");
   }
   atomic_store(&inited, false);
+  atomic_store(&finalized, true);
   sim_streams_fini();
   if (sim_cfg.check_hazards) {
     fprintf(stderr, "aclsim: hazards: %llu\n", (unsigned long long)sim_hz_count());
