@@ -198,6 +198,9 @@ void sa_go_sync_fault(int fn, int code) {
   atomic_fetch_add(&sync_faults, 1);
 }
 
+/* The Go half's runtime mover finishes before the application's aclFinalize; this stand-in has no mover. */
+void sa_go_runtime_final(void) {}
+
 void sa_go_shutdown(void) {
   if (atomic_load(&drainer_started)) {
     atomic_store(&stop, 1);
