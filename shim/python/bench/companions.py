@@ -15,9 +15,10 @@ empty bodies (forward pre-hook with kwargs and forward hook, saved-tensor hooks 
 one gradient hook per tensor crossing a layer), and saved the saved-tensor hooks of those alone (torch
 scopes them to a layer with its forward hooks: those are in too); python the companion against a null
 agent (its Python only: the ABI calls are Python functions that return at once); off and safe the
-companion against the agent. Within a process the configurations take turns, blocks of --steps steps, --rounds rounds; each
-figure is the best block. Time is wall-clock and the main thread's CPU time (time.thread_time, which a
-loaded machine disturbs less: it does not count the time the thread waits for a core).
+companion against the agent. Within a process the configurations take turns, blocks of --steps steps,
+--rounds rounds; each figure is the best block. Time is wall-clock and the main thread's CPU time
+(time.thread_time, which a loaded machine disturbs less: it does not count the time the thread waits for a
+core).
 
 µs per saved tensor is (step time with it - step time without) / saved tensors per step: everything the
 companion adds (hooks, Python, ABI, agent) divided over the saves. The profile is measured directly on
