@@ -42,7 +42,7 @@ PYTESTS :=
 	clean
 all: build
 
-include $(sort $(wildcard sim/*/*.mk shim/*.mk cmd/*/*.mk scripts/*.mk))
+include $(sort $(wildcard sim/*/*.mk shim/*.mk python/*.mk cmd/*/*.mk scripts/*.mk))
 
 bootstrap:
 	@bash scripts/bootstrap.sh
@@ -68,7 +68,7 @@ $(GOLANGCI_LINT): scripts/tools.sh
 	@bash scripts/tools.sh
 
 # The control ABI's vocabulary (codes, flags, states, keep reasons, policies, ABI version) has one source,
-# shim/c/swapagent.h: internal/cmd/genabi writes it into trace/abi_gen.go and shim/python/swapagent/_abi.py.
+# shim/c/swapagent.h: internal/cmd/genabi writes it into trace/abi_gen.go and python/swapagent/_abi.py.
 # `make generate` after editing the header; generate-check fails while either file is not current.
 generate:
 	$(GO) run ./internal/cmd/genabi

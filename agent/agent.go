@@ -41,12 +41,13 @@ type Agent struct {
 		sync.Mutex
 		lines []string
 	}
-	misused sync.Map // kinds of misuse already logged: each is logged once (misuse)
-	host    string
-	pid     int
-	argv    []string
-	t0      time.Time
-	off     int64 // TS of t0 on the trace clock
+	misused  sync.Map // kinds of misuse already logged: each is logged once (misuse)
+	keptSaid sync.Map // arguments the guard kept and said so on stderr (keptOnce)
+	host     string
+	pid      int
+	argv     []string
+	t0       time.Time
+	off      int64 // TS of t0 on the trace clock
 
 	lg *zap.Logger // stderr at the configured level, plus the log file once open
 

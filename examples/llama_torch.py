@@ -26,7 +26,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "shim", "python"))  # this tree's companions
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))  # this tree's companions
 sys.path.insert(0, HERE)
 
 from swapstats import mb, min_bytes_1024, print_stats  # noqa: E402

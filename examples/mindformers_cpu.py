@@ -1,5 +1,5 @@
 """mindformers_cpu.py: MindFormers 2.1.0's PyNative DeepSeek-V3 on MindSpore 2.10's CPU backend, for the
-examples and the companions' real-model tests (shim/python/tests/test_real_models.py).
+examples and the companions' real-model tests (python/tests/test_real_models.py).
 
 MindFormers 2.1.0 targets Ascend with MindSpore 2.11 and hyper-parallel 1.0. Three things stand between it
 and a CPU run, all handled here, in one place:

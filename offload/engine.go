@@ -46,6 +46,7 @@ type group struct {
 	swapped  bool     // some handle has a unit this step
 	mark     uint64   // Streams mark at region enter
 	declared []uint64 // streams the framework said the group uses (SetGroupStreams)
+	guarded  bool     // its framework moves its storages itself (Guard; guard.go)
 }
 
 type handle struct {
@@ -81,6 +82,7 @@ type unit struct {
 	external   bool // some handle's true reason is not internal (only possible off safe)
 	pinned     bool // found shared or protected: never offload again
 	dead       bool
+	guard      bool // released by the framework's own swap (GuardRelease): the framework restores it
 }
 
 // Engine is the offload engine. Every method is safe for concurrent use.
@@ -421,7 +423,7 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 	e.pending = nil
 	e.complete(prev)
 	var launched []*unit
-	if e.cfg.Policy != PolicyOff {
+	if e.cfg.Policy != PolicyOff && !g.guarded {
 		fenced := false
 		for _, h := range g.region {
 			if !fenced && !h.dup && h.reason == tracker.Internal && e.mover != nil {
@@ -728,7 +730,7 @@ func (e *Engine) startRestores(g *group) error {
 	var copies []*unit
 	var hs []*handle
 	for _, h := range g.handles {
-		if u := e.unitOf(h); u != nil && u.state == Host && !slices.Contains(copies, u) {
+		if u := e.unitOf(h); u != nil && u.state == Host && !u.guard && !slices.Contains(copies, u) {
 			if err := e.reacquire(u, h, g.name); err != nil {
 				note(err)
 				continue
@@ -762,7 +764,7 @@ func (e *Engine) prefetch(g *group) {
 	}
 	for n, i := 0, i-1; i >= 0 && n < e.cfg.Prefetch; i-- {
 		q := e.order[i]
-		if !q.swapped {
+		if !q.swapped || q.guarded {
 			continue
 		}
 		n++
@@ -875,7 +877,7 @@ func (e *Engine) BackwardEnter(name string) error {
 	if g.phase == phExited {
 		g.phase = phBackward
 	}
-	if e.cfg.Policy == PolicyOff || g.restored {
+	if e.cfg.Policy == PolicyOff || g.restored || g.guarded {
 		return nil
 	}
 	return e.restoreGroup(g)
@@ -890,7 +892,7 @@ func (e *Engine) Unpack(id int64) (uint64, error) {
 	if h == nil {
 		return 0, fmt.Errorf("%w: %d", ErrHandle, id)
 	}
-	if u := e.unitOf(h); u != nil && u.state != Device {
+	if u := e.unitOf(h); u != nil && u.state != Device && !u.guard {
 		if !h.g.restored {
 			if err := e.restoreGroup(h.g); err != nil {
 				return 0, err

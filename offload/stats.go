@@ -21,10 +21,13 @@ const (
 	// EvResident: the handle's storage stays on device at Base until the handle is forgotten, so an unpack
 	// of it needs nothing of the engine; Base 0 withdraws that (the handle is forgotten).
 	EvResident
+	// EvVeto: the framework's own swap asked to release a storage and was told to keep it (GuardRelease):
+	// Reason and Detail say why.
+	EvVeto
 )
 
 var kindNames = [...]string{"", "classify", "reclassify", "state", "release", "restore", "share", "keep", "forget", "error",
-	"resident"}
+	"resident", "veto"}
 
 // String names the kind.
 func (k EventKind) String() string {

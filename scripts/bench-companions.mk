@@ -1,5 +1,5 @@
 # scripts/bench-companions.mk: bench-companions, what the framework companions (swapagent.torch and
-# swapagent.mindspore) cost a training step (shim/python/bench/companions.py): on a Llama-shaped decoder
+# swapagent.mindspore) cost a training step (python/bench/companions.py): on a Llama-shaped decoder
 # (12 layers, hidden 64, CPU), µs per saved tensor and step time with the companion under off and safe
 # against no companion, each measured side by side in one run (best of N), and the profile of where a
 # saved tensor's time goes (framework hooks, the companion's Python, ABI and agent). Then the agent's own
@@ -10,7 +10,7 @@ BENCHES += bench-companions
 
 .PHONY: bench-companions
 bench-companions: $(BUILD)/lib/libswapagent.so
-	@.venv/bin/python shim/python/bench/companions.py
+	@.venv/bin/python python/bench/companions.py
 	@echo "== the agent's part of a saved tensor, alone (ns per save: a region of 38 saves, exit, unpacks, backward exit)"
 	@$(GO) test -run - -bench 'BenchmarkRegion|BenchmarkParts' -benchtime 2000x ./agent/ | \
 		sed -n 's/^Benchmark\([^ \t]*\)-[0-9]*[ \t]*[0-9]*[ \t]*\([0-9.]*\) ns\/op[ \t]*\([0-9.]* ns\/save\)\{0,1\}.*/  \1: \2 ns\/op \3/p'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# venv.sh owns .venv, the Python environment of the framework companions' tests (shim/python/tests) and
+# venv.sh owns .venv, the Python environment of the framework companions' tests (python/tests) and
 # of examples/: it creates it with the python3 on PATH and installs requirements.txt and
 # requirements-models.txt (the real models: mindformers without its dependencies, see there), and does
 # nothing when .venv already holds exactly these requirements (a stamp with the sha256 of both files and

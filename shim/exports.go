@@ -529,6 +529,73 @@ func sa_go_backward_exit(group *C.char) (ret C.int) {
 	return groupCall("backward_exit", group, (*agent.Agent).BackwardExit)
 }
 
+//export sa_go_guard
+func sa_go_guard(group *C.char) (ret C.int) {
+	defer guard("swapagent_guard", &ret, agent.EDisabled)
+	return groupCall("guard", group, (*agent.Agent).Guard)
+}
+
+// optGroup reads a group that may be NULL (""): the guard's calls let the agent find the group.
+func optGroup(a *agent.Agent, group *C.char) (string, string) {
+	if group == nil {
+		return "", ""
+	}
+	return cGroup(a, group)
+}
+
+//export sa_go_guard_release
+func sa_go_guard_release(group *C.char, ptr C.uintptr_t, nbytes C.size_t, token *C.int64_t) (ret C.int) {
+	defer guard("swapagent_guard_release", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	g, bad := optGroup(a, group)
+	if bad != "" {
+		return C.int(a.Invalid("guard_release", bad))
+	}
+	var tok int64
+	dst := unsafe.Slice((*byte)(unsafe.Pointer(&tok)), 8)
+	if token != nil && !cWrite(a, unsafe.Pointer(token), dst) { // writable before the agent decides anything
+		return C.int(a.Invalid("guard_release", "token: not writable memory"))
+	}
+	answer, tok := a.GuardRelease(g, uint64(ptr), uint64(nbytes))
+	if token != nil && !cWrite(a, unsafe.Pointer(token), dst) {
+		return C.int(a.Invalid("guard_release", "token: no longer writable memory"))
+	}
+	return C.int(answer)
+}
+
+//export sa_go_guard_restore
+func sa_go_guard_restore(token C.int64_t, newPtr C.uintptr_t, nbytes C.size_t) (ret C.int) {
+	defer guard("swapagent_guard_restore", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	return C.int(a.GuardRestore(int64(token), uint64(newPtr), uint64(nbytes)))
+}
+
+//export sa_go_note
+func sa_go_note(key, value *C.char) (ret C.int) {
+	defer guard("swapagent_note", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	var kb [agent.MaxNoteKey + 1]byte
+	var vb [agent.MaxNoteValue + 1]byte
+	k, bad := cString(a, key, kb[:], "key")
+	var v string
+	if bad == "" {
+		v, bad = cString(a, value, vb[:], "value")
+	}
+	if bad != "" {
+		return C.int(a.Invalid("note", bad))
+	}
+	return C.int(a.Note(k, v))
+}
+
 //export sa_go_state
 func sa_go_state(handle C.int64_t) (ret C.int) {
 	defer guard("swapagent_state", &ret, agent.EDisabled)

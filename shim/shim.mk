@@ -47,4 +47,4 @@ $(BUILD)/test/sa-%: shim/c/test/sa_%.c shim/c/test/sa_test.h shim/c/swapagent.h 
 .PHONY: bench-shim
 bench-shim: $(SHIM_LIB) $(BUILD)/test/sa-bench
 	@d=$$(mktemp -d); LD_PRELOAD=$(abspath $(SHIM_LIB)) SWAPAGENT_OUT=$$d $(BUILD)/test/sa-bench; rm -rf $$d
-	@$(GO) run ./shim/cmd/tracebytes $(abspath $(SHIM_LIB)) $(abspath $(BUILD)/bin/decoder-sim)
+	@$(GO) run ./cmd/tracebytes $(abspath $(SHIM_LIB)) $(abspath $(BUILD)/bin/decoder-sim)

@@ -84,6 +84,21 @@ var KeepReasonNames = [NumKeepReasons]string{
 	"duplicate",
 }
 
+// The answers of swapagent_guard_release (SWAPAGENT_RELEASE_*).
+const (
+	ReleaseKeep  = 0 // SWAPAGENT_RELEASE_KEEP: keep the storage on device: skip the release
+	ReleaseAllow = 1 // SWAPAGENT_RELEASE_ALLOW: release it: the agent records it as an offload of its bytes
+)
+
+// NumReleaseAnswers is the number of answers.
+const NumReleaseAnswers = 2
+
+// ReleaseAnswerNames names the answers by value: the header's names in lower case.
+var ReleaseAnswerNames = [NumReleaseAnswers]string{
+	"keep",
+	"allow",
+}
+
 // Policies: the values of SWAPAGENT_POLICY (SWAPAGENT_POLICY_*).
 const (
 	PolicySafe        = "safe"         // SWAPAGENT_POLICY_SAFE

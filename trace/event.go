@@ -50,6 +50,18 @@ const (
 	// KindDescribe: Group, Ptrs = storage pointers of the group's current forward (its outputs and what it
 	// saved), Text = their Tensor descriptions (JoinTensors: a line per pointer).
 	KindDescribe Kind = 18
+	// KindGuard: the job's own swap asked to release a storage (swapagent_guard_release). Group and Handle
+	// are the deciding group's and its save's (0 when no live group saved it), Args[0] = storage ptr,
+	// Args[1] = nbytes, Args[2] = the answer (ReleaseKeep or ReleaseAllow), Args[3] = keep reason + 1 (0: a
+	// storage no live group saved), Text = what the storage is ("keyword input rotary_cos_sin[0] of
+	// swap_group_0..swap_group_4"; empty when unknown).
+	KindGuard Kind = 19
+	// KindGuardRestore: the job's swap gave a storage it released memory again (swapagent_guard_restore):
+	// Group (the releasing group's; 0 when unknown), Handle = the release's token, Ret = the call's code,
+	// Args[0] = the storage's base now, Args[1] = nbytes.
+	KindGuardRestore Kind = 20
+	// KindGuarded: Group is moved by its framework, the agent only answers its releases (swapagent_guard).
+	KindGuarded Kind = 21
 )
 
 // Event is one decoded trace record. Fields a Kind does not use are zero.
@@ -81,7 +93,8 @@ var kindNames = [...]string{
 	KindSave: "save", KindRegionExit: "region_exit", KindProtect: "protect",
 	KindBackwardEnter: "backward_enter", KindUnpack: "unpack", KindBackwardExit: "backward_exit",
 	KindClassify: "classify", KindState: "state", KindFault: "fault", KindStats: "stats",
-	KindLog: "log", KindMeta: "meta", KindLost: "lost", KindDescribe: "describe",
+	KindLog: "log", KindMeta: "meta", KindLost: "lost", KindDescribe: "describe", KindGuard: "guard",
+	KindGuardRestore: "guard_restore", KindGuarded: "guarded",
 }
 
 // String returns the Kind's short name ("call", "region_enter", ...) or "kind(N)" for one this

@@ -220,15 +220,21 @@ type Stats struct {
 	WaitNS            uint64 `json:"wait_ns"`
 	// The device timeline (a runtime mover measures it with events): how long the agent's copies took,
 	// and how long the job's streams stalled waiting for copies back.
-	DeviceCopyNS  uint64                `json:"device_copy_ns"`
-	DeviceStallNS uint64                `json:"device_stall_ns"`
-	HostAllocs    uint64                `json:"host_allocs"` // pinned buffers obtained from the mover
-	HostReuses    uint64                `json:"host_reuses"` // requests served by the pool
-	HostBytes     uint64                `json:"host_bytes"`  // pinned bytes held by the pool
-	KeptNoOps     uint64                `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
-	Errors        uint64                `json:"errors"`      // mover or storage op failures (the storage was kept)
-	Groups        map[string]GroupStats `json:"groups"`
-	Faults        []Fault               `json:"faults"` // the agent and the engine write [] when none
+	DeviceCopyNS  uint64 `json:"device_copy_ns"`
+	DeviceStallNS uint64 `json:"device_stall_ns"`
+	HostAllocs    uint64 `json:"host_allocs"` // pinned buffers obtained from the mover
+	HostReuses    uint64 `json:"host_reuses"` // requests served by the pool
+	HostBytes     uint64 `json:"host_bytes"`  // pinned bytes held by the pool
+	KeptNoOps     uint64 `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
+	Errors        uint64 `json:"errors"`      // mover or storage op failures (the storage was kept)
+	// The guard (the job's own swap asks before each release): releases it allowed (also counted in
+	// offloaded_*) and releases it refused, keeping the storage on device.
+	GuardReleased      uint64                `json:"guard_released"`
+	GuardReleasedBytes uint64                `json:"guard_released_bytes"`
+	GuardKept          uint64                `json:"guard_kept"`
+	GuardKeptBytes     uint64                `json:"guard_kept_bytes"`
+	Groups             map[string]GroupStats `json:"groups"`
+	Faults             []Fault               `json:"faults"` // the agent and the engine write [] when none
 	// The agent's alone: an engine's own snapshot (replay's simulation) has neither.
 	Rejected map[string]uint64 `json:"rejected,omitempty"` // refused control calls by code name, and "unpack"
 	Runtime  *Runtime          `json:"runtime,omitempty"`

@@ -34,6 +34,17 @@ func (r Reason) String() string {
 	return "unknown"
 }
 
+// Owned says whether the storage belongs to someone outside the group that saved it (an input, an output,
+// an explicit protect, a parameter, another live group): what no swap may release. Small storages and
+// duplicates are kept by the engine for its own economy, not for their owners.
+func (r Reason) Owned() bool {
+	switch r {
+	case Input, Output, Protected, Param, Shared:
+		return true
+	}
+	return false
+}
+
 // Mask is a set of reasons: every rule that matched a save, not only the winner.
 type Mask uint16
 

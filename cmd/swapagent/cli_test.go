@@ -352,7 +352,7 @@ func TestRunEnvironment(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
-	py := filepath.Join(testenv.Root(t), "shim", "python")
+	py := filepath.Join(testenv.Root(t), "python")
 	if _, err := os.Stat(filepath.Join(py, "swapagent")); err == nil && got["PYTHONPATH"] != py+":/x" {
 		t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], py+":/x")
 	}

@@ -24,9 +24,13 @@ import (
 
 var runCmd = cli.Command{
 	Name:     "run",
-	Synopsis: "[--policy P] [--out DIR] [--lib PATH] -- CMD [ARG...]",
+	Synopsis: "[--policy P] [--out DIR] [--lib PATH] [--python auto|off] -- CMD [ARG...]",
 	About: `Runs CMD with the agent preloaded and, once it has exited, prints on stderr a summary of every
 process that wrote a trace: its memory figures, swap activity, keep reasons and faults.
+
+In Python processes the bootstrap (first on PYTHONPATH) installs the guard: an unmodified job whose own
+swap (hyper-parallel's) releases storages asks the agent before each release, and the policy decides.
+--python off (or SWAPAGENT_PYTHON=off) leaves Python processes as they are.
 
 Exit: CMD's own; 128+N if CMD died of signal N; 126 if CMD cannot be run, 127 if it is not found;
 2 on bad usage or a missing agent library.`,
@@ -42,6 +46,7 @@ func cmdRun(args []string) int {
 	policy := flags.String("policy", "", "swap policy `P`: safe, outputs-only or off (default $SWAPAGENT_POLICY, else safe)")
 	out := flags.String("out", "", "trace and log `DIR` (default $SWAPAGENT_OUT, else ./swapagent-out)")
 	lib := flags.String("lib", "", "agent library `PATH` (default $SWAPAGENT_LIB, else ../lib/libswapagent.so beside this program)")
+	python := flags.String("python", "", "Python auto-instrumentation `MODE`: auto or off (default $SWAPAGENT_PYTHON, else auto)")
 	if code, stop := c.Parse(flags, args, os.Stdout, os.Stderr); stop {
 		return code
 	}
@@ -61,6 +66,16 @@ func cmdRun(args []string) int {
 		}
 	}
 
+	pyMode := *python
+	if !flags.Changed("python") {
+		pyMode = os.Getenv("SWAPAGENT_PYTHON")
+	}
+	switch pyMode {
+	case "", "auto", "off":
+	default:
+		return c.UsageError(os.Stderr, "bad --python %q (want auto or off)", pyMode)
+	}
+
 	libPath, err := agentLibrary(*lib)
 	if err != nil {
 		c.Errorf(os.Stderr, "%v", err)
@@ -77,7 +92,7 @@ func cmdRun(args []string) int {
 		return c.UsageError(os.Stderr, "bad --out: %v", err)
 	}
 
-	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir())
+	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir(), pyMode)
 	if warn != "" {
 		c.Errorf(os.Stderr, "%s", warn)
 	}
@@ -149,16 +164,17 @@ func exeDir() (string, error) {
 	return filepath.Dir(exe), nil
 }
 
-// companionDir is the Python companion's source tree (<repo>/shim/python, two levels above build/bin),
-// or "" when this program does not run from a build tree.
+// companionDir is the directory holding the Python package swapagent: the source tree's <repo>/python
+// (two levels above build/bin) or the release archive's <prefix>/python (one level above bin), or "".
 func companionDir() string {
 	dir, err := exeDir()
 	if err != nil {
 		return ""
 	}
-	p := filepath.Join(dir, "..", "..", "shim", "python")
-	if fi, err := os.Stat(filepath.Join(p, "swapagent")); err == nil && fi.IsDir() {
-		return filepath.Clean(p)
+	for _, p := range []string{filepath.Join(dir, "..", "python"), filepath.Join(dir, "..", "..", "python")} {
+		if fi, err := os.Stat(filepath.Join(p, "swapagent", "_bootstrap", "sitecustomize.py")); err == nil && !fi.IsDir() {
+			return filepath.Clean(p)
+		}
 	}
 	return ""
 }
@@ -167,7 +183,7 @@ func companionDir() string {
 // user preloads keep their place (sanitizer runtimes must come first, and the user's interposers stay
 // outermost), and the agent still sees every call that reaches the runtime. Another libswapagent.so
 // already listed is dropped: two agents (two Go runtimes) in one process are not supported.
-func agentEnv(env []string, lib, outDir, policy string, policySet bool, pyDir string) ([]string, string) {
+func agentEnv(env []string, lib, outDir, policy string, policySet bool, pyDir, pyMode string) ([]string, string) {
 	var warn string
 	var keep []string
 	for _, item := range strings.FieldsFunc(getenv(env, "LD_PRELOAD"), func(r rune) bool { return r == ':' || r == ' ' }) {
@@ -186,14 +202,24 @@ func agentEnv(env []string, lib, outDir, policy string, policySet bool, pyDir st
 	if policySet {
 		env = setenv(env, "SWAPAGENT_POLICY", policy)
 	}
+	if pyMode != "" {
+		env = setenv(env, "SWAPAGENT_PYTHON", pyMode)
+	}
 	if pyDir != "" {
-		pp := getenv(env, "PYTHONPATH")
-		if !contains(filepath.SplitList(pp), pyDir) {
-			if pp != "" {
-				pyDir += string(filepath.ListSeparator) + pp
-			}
-			env = setenv(env, "PYTHONPATH", pyDir)
+		// The bootstrap first (Python imports the first sitecustomize on the path; it chains the job's
+		// own), then the package it imports; the job's entries keep their order after them.
+		boot := filepath.Join(pyDir, "swapagent", "_bootstrap")
+		var pp []string
+		if pyMode != "off" {
+			pp = append(pp, boot)
 		}
+		pp = append(pp, pyDir)
+		for _, p := range filepath.SplitList(getenv(env, "PYTHONPATH")) {
+			if p != boot && p != pyDir { // an empty entry (the working directory) stays
+				pp = append(pp, p)
+			}
+		}
+		env = setenv(env, "PYTHONPATH", strings.Join(pp, string(filepath.ListSeparator)))
 	}
 	return env, warn
 }

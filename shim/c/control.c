@@ -30,6 +30,10 @@ extern int sa_go_group_streams(char *group, uintptr_t *streams, size_t n);
 extern int sa_go_backward_enter(char *group);
 extern uintptr_t sa_go_unpack(int64_t handle);
 extern int sa_go_backward_exit(char *group);
+extern int sa_go_guard(char *group);
+extern int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t *token);
+extern int sa_go_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes);
+extern int sa_go_note(char *key, char *value);
 extern int sa_go_state(int64_t handle);
 extern int sa_go_keep_reason(int64_t handle);
 extern int sa_go_stats_json(char *buf, size_t cap);
@@ -188,6 +192,26 @@ SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
 SA_EXPORT int swapagent_backward_exit(const char *group) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return sa_go_backward_exit((char *)group);
+}
+
+SA_EXPORT int swapagent_guard(const char *group) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_guard((char *)group);
+}
+
+SA_EXPORT int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_guard_release((char *)group, ptr, nbytes, token);
+}
+
+SA_EXPORT int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_guard_restore(token, new_ptr, nbytes);
+}
+
+SA_EXPORT int swapagent_note(const char *key, const char *value) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return sa_go_note((char *)key, (char *)value);
 }
 
 SA_EXPORT int swapagent_state(int64_t handle) {

@@ -108,6 +108,31 @@ int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *con
 int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
                      size_t n, int64_t *handles);
 
+/* The guard: swap code the agent does not drive (hyper-parallel's own SwapManager, run unmodified) asks
+ * the agent before each storage release it attempts, and obeys. A guarded group is reported like any other
+ * (region_enter with its inputs, its saves, region_exit with its outputs), but the framework moves its
+ * storages itself: the agent classifies them and never copies, releases or restores one of them.
+ * Call swapagent_guard before the group's first region_exit (again: no effect). */
+int swapagent_guard(const char *group);
+/* Results of swapagent_guard_release. */
+#define SWAPAGENT_RELEASE_KEEP 0   /* keep the storage on device: skip the release */
+#define SWAPAGENT_RELEASE_ALLOW 1  /* release it: the agent records it as an offload of its bytes */
+/* The framework is about to release (resize to 0) the storage whose base is ptr, of nbytes bytes, saved by
+ * group (NULL: whichever live group saved it). Returns SWAPAGENT_RELEASE_ALLOW or SWAPAGENT_RELEASE_KEEP by
+ * the policy (safe keeps every storage the ownership rules say someone outside the group owns: an input,
+ * output, protected storage, parameter, or one another live group saved; outputs-only keeps nothing, off
+ * keeps everything), or a negative code. A storage no live group saved is allowed: not the agent's to
+ * decide. *token (if not NULL) gets the handle an allowed release is recorded under (0 when none). */
+int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token);
+/* The framework gave a storage it released (swapagent_guard_release allowed it, token is what that call
+ * gave) memory again: new_ptr is its base now. Addresses are reused, so the token, not the old base, names
+ * the storage. */
+int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes);
+/* Records key=value in the process's trace metadata (a later value of a key wins): how a companion or
+ * the bootstrap says what it did ("python_guard=attached"). key: 1 to 64 bytes of letters, digits and
+ * '_'; value: at most 1024 bytes, no control character. */
+int swapagent_note(const char *key, const char *value);
+
 #ifdef __cplusplus
 }
 #endif

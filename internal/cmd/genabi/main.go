@@ -1,6 +1,6 @@
 // Command genabi generates the control ABI's vocabulary from shim/c/swapagent.h, its one source: the
-// return codes, save flags, states, keep reasons, policies and the ABI version, as Go constants of package
-// trace (trace/abi_gen.go) and as the Python companion's constants (shim/python/swapagent/_abi.py).
+// return codes, save flags, states, keep reasons, guard release answers, policies and the ABI version, as Go constants of package
+// trace (trace/abi_gen.go) and as the Python companion's constants (python/swapagent/_abi.py).
 //
 // Usage, from anywhere in the module (go generate ./trace runs it too):
 //
@@ -29,7 +29,7 @@ import (
 const (
 	headerPath = "shim/c/swapagent.h"
 	goPath     = "trace/abi_gen.go"
-	pyPath     = "shim/python/swapagent/_abi.py"
+	pyPath     = "python/swapagent/_abi.py"
 )
 
 // constant is one #define of the header.
@@ -48,6 +48,7 @@ type vocab struct {
 	Flags    []constant
 	States   []constant
 	Keep     []constant
+	Releases []constant // answers of swapagent_guard_release
 	Policies []constant
 }
 
@@ -100,6 +101,8 @@ func parse(src string) (*vocab, error) {
 			v.States = append(v.States, c)
 		case family("KEEP_", false):
 			v.Keep = append(v.Keep, c)
+		case family("RELEASE_", false):
+			v.Releases = append(v.Releases, c)
 		case family("POLICY_", true):
 			v.Policies = append(v.Policies, c)
 		default:
@@ -130,13 +133,13 @@ func (v *vocab) validate() error {
 		}
 		seen |= c.Int
 	}
-	for _, fam := range [][]constant{v.States, v.Keep} {
+	for _, fam := range [][]constant{v.States, v.Keep, v.Releases} {
 		if len(fam) == 0 {
-			return errors.New("no states or no keep reasons")
+			return errors.New("no states, keep reasons or release answers")
 		}
 		for i, c := range fam {
 			if c.Int != int64(i) {
-				return fmt.Errorf("SWAPAGENT_%s is %d: states and keep reasons must be 0, 1, ... in order",
+				return fmt.Errorf("SWAPAGENT_%s is %d: states, keep reasons and release answers must be 0, 1, ... in order",
 					c.Name, c.Int)
 			}
 		}
@@ -226,6 +229,8 @@ func goSource(v *vocab) ([]byte, error) {
 		{v.States, "State", "NumStates", "StateNames", "states", "swapagent_state (SWAPAGENT_STATE_*)"},
 		{v.Keep, "Keep", "NumKeepReasons", "KeepReasonNames", "keep reasons",
 			"swapagent_keep_reason (SWAPAGENT_KEEP_*)"},
+		{v.Releases, "Release", "NumReleaseAnswers", "ReleaseAnswerNames", "answers",
+			"swapagent_guard_release (SWAPAGENT_RELEASE_*)"},
 	} {
 		p("// The %s of %s.\n", fam.what, fam.fn)
 		p("const (\n")
@@ -261,7 +266,7 @@ func goSource(v *vocab) ([]byte, error) {
 	return format.Source(b.Bytes())
 }
 
-// pySource renders shim/python/swapagent/_abi.py.
+// pySource renders python/swapagent/_abi.py.
 func pySource(v *vocab) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -288,6 +293,7 @@ func pySource(v *vocab) []byte {
 	}{
 		{v.States, "STATE_", "STATES", "States of swapagent_state"},
 		{v.Keep, "KEEP_", "KEEP_REASONS", "Keep reasons of swapagent_keep_reason"},
+		{v.Releases, "RELEASE_", "RELEASE_ANSWERS", "Answers of swapagent_guard_release"},
 	} {
 		p("\n# %s; %s names them by value.\n", fam.doc, fam.names)
 		for _, c := range fam.consts {

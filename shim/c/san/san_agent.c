@@ -161,6 +161,18 @@ int sa_go_protect(char *group, uintptr_t *ptrs, size_t n) { return touch(group, 
 int sa_go_group_streams(char *group, uintptr_t *streams, size_t n) { return touch(group, streams, n); }
 int sa_go_backward_enter(char *group) { return touch(group, NULL, 0); }
 int sa_go_backward_exit(char *group) { return touch(group, NULL, 0); }
+int sa_go_note(char *key, char *value) { return key != NULL && value != NULL ? SWAPAGENT_OK : SWAPAGENT_EINVAL; }
+int sa_go_guard(char *group) { return touch(group, NULL, 0); }
+int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {
+  (void)ptr, (void)nbytes;
+  if (group != NULL) touch(group, NULL, 0);
+  if (token != NULL) *token = 0;
+  return SWAPAGENT_RELEASE_ALLOW;
+}
+int sa_go_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes) {
+  (void)token, (void)new_ptr, (void)nbytes;
+  return SWAPAGENT_OK;
+}
 
 uintptr_t sa_go_unpack(int64_t handle) {
   pthread_mutex_lock(&mu);

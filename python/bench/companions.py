@@ -30,7 +30,7 @@ ABI call (timers around the C functions), so that
 Under safe with moves the added time is split into the transfer work (moves - still: the storage ops
 that release and restore, and the agent's copies) and the rest (still - none, the same work as off).
 
-    python shim/python/bench/companions.py [--framework torch,mindspore] [--rounds N] [--steps N]
+    python python/bench/companions.py [--framework torch,mindspore] [--rounds N] [--steps N]
 """
 
 import argparse
@@ -45,7 +45,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.normpath(os.path.join(HERE, ".."))
-REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
 
 PROCESSES = {  # name -> (agent environment, configurations)

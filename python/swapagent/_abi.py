@@ -46,6 +46,11 @@ KEEP_SMALL = 6
 KEEP_DUPLICATE = 7
 KEEP_REASONS = ("internal", "input", "output", "protected", "param", "shared", "small", "duplicate")
 
+# Answers of swapagent_guard_release; RELEASE_ANSWERS names them by value.
+RELEASE_KEEP = 0
+RELEASE_ALLOW = 1
+RELEASE_ANSWERS = ("keep", "allow")
+
 # Policies: the values of SWAPAGENT_POLICY.
 POLICY_SAFE = "safe"
 POLICY_OUTPUTS_ONLY = "outputs-only"

@@ -25,7 +25,8 @@ import weakref
 # Stable error codes and enums of swapagent.h, generated from it (_abi.py).
 from ._abi import (  # noqa: F401
     ABI_VERSION, EDISABLED, EGROUP, EHANDLE, EINVAL, ENOOPS, EORDER, ERROR_NAMES, ERUNTIME, ESTATE,
-    KEEP_REASONS, OK, POLICIES, SAVE_PARAM, STATES,
+    KEEP_REASONS, OK, POLICIES, POLICY_OFF, POLICY_OUTPUTS_ONLY, POLICY_SAFE, RELEASE_ALLOW, RELEASE_KEEP,
+    SAVE_PARAM, STATES,
 )
 
 log = logging.getLogger("swapagent")
@@ -64,13 +65,12 @@ LIB_NAME = "libswapagent.so"
 
 
 def _repo_library():
-    """<repo>/build/lib/libswapagent.so when this package is the source tree's shim/python/swapagent, else
+    """<repo>/build/lib/libswapagent.so when this package is the source tree's python/swapagent, else
     None (an installed wheel has no build tree beside it)."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    python = os.path.dirname(here)
-    if os.path.basename(python) != "python" or os.path.basename(os.path.dirname(python)) != "shim":
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if not os.path.exists(os.path.join(repo, "shim", "c", "swapagent.h")):
         return None
-    return os.path.normpath(os.path.join(python, "..", "..", "build", "lib", LIB_NAME))
+    return os.path.join(repo, "build", "lib", LIB_NAME)
 
 
 def _path_library():
@@ -151,6 +151,17 @@ class Agent:
         if self._save_n is not None:
             self._save_n.restype = c.c_int
             self._save_n.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_void_p]
+        # The guard's calls (additive): a group its framework moves itself, and the releases it asks for.
+        self._guard = getattr(lib, "swapagent_guard", None)
+        self._guard_release = getattr(lib, "swapagent_guard_release", None)
+        self._guard_restore = getattr(lib, "swapagent_guard_restore", None)
+        self._note = getattr(lib, "swapagent_note", None)
+        for fn, args in ((self._guard, [c.c_char_p]),
+                         (self._guard_release, [c.c_char_p, _uintptr, c.c_size_t, c.c_void_p]),
+                         (self._guard_restore, [c.c_int64, _uintptr, c.c_size_t]),
+                         (self._note, [c.c_char_p, c.c_char_p])):
+            if fn is not None:
+                fn.restype, fn.argtypes = c.c_int, args
         self._group_streams = getattr(lib, "swapagent_group_streams", None)  # additive, like the above
         if self._group_streams is not None:
             self._group_streams.restype = c.c_int
@@ -282,6 +293,40 @@ class Agent:
             return self.check("group_streams(%s)" % group, EINVAL)
         keep, a = self._array(list(streams))
         return self.check("group_streams(%s)" % group, self._group_streams(group.encode(), a, len(streams)))
+
+    def guard(self, group):
+        """Declares group moved by its framework (the guard): the agent answers its releases, moves none."""
+        if self._guard is None:
+            raise AgentError("swapagent: %s has no guard calls (an older agent library)" % self.path)
+        return self.check("guard(%s)" % group, self._guard(self._name(group)))
+
+    def guard_release(self, group, ptr, nbytes):
+        """(RELEASE_ALLOW or RELEASE_KEEP, token) for a release the framework attempts (group None: any live
+        group that saved the storage); the token names an allowed release's storage for guard_restore (0:
+        none). A refused call answers RELEASE_ALLOW, warned once: the job's swap as it is."""
+        tok = ctypes.c_int64(0)
+        rc = self._guard_release(None if group is None else self._name(group), ptr, nbytes, ctypes.byref(tok))
+        if rc < 0:
+            self.check("guard_release", rc)
+            return RELEASE_ALLOW, 0
+        return rc, tok.value
+
+    def guard_restore(self, token, new_ptr, nbytes):
+        rc = self._guard_restore(token, new_ptr, nbytes)
+        return rc if rc == OK else self.check("guard_restore", rc)
+
+    def note(self, key, value):
+        """Records key=value in the process's trace metadata; a library without the call: nothing."""
+        if self._note is None:
+            return OK
+        return self.check("note(%s)" % key, self._note(key.encode(), value.encode()))
+
+    def policy(self):
+        """The agent's policy (it reads SWAPAGENT_POLICY at load)."""
+        try:
+            return json.loads(self.stats_json()).get("policy") or POLICY_SAFE
+        except (AgentError, ValueError):
+            return POLICY_SAFE
 
     def backward_enter(self, group):
         rc = self._benter_c(self._name(group))

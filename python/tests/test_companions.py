@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
 CLI = os.path.join(REPO, "build", "bin", "swapagent")
-PKG = os.path.join(REPO, "shim", "python")
+PKG = os.path.join(REPO, "python")
 STEPS = 3
 TIMEOUT = 300
 FRAMEWORKS = ["torch", "mindspore"]

@@ -1,0 +1,126 @@
+// guard.go owns the agent's side of the guard ABI (swapagent_guard, swapagent_guard_release,
+// swapagent_guard_restore): the job's own swap code asks before each release, the engine answers by the
+// ownership rule (offload/guard.go), and the agent records every answer and says once per argument, on
+// stderr, what it kept and why.
+package agent
+
+import (
+	"fmt"
+	"strings"
+
+	"swapagent/offload"
+	"swapagent/trace"
+	"swapagent/tracker"
+)
+
+// Guard declares group moved by its framework (swapagent_guard).
+func (a *Agent) Guard(group string) int {
+	return a.groupCall("guard", trace.KindGuarded, group, nil,
+		func(e *offload.Engine) error { return e.Guard(group) })
+}
+
+// GuardRelease answers a release the framework attempts (swapagent_guard_release): trace.ReleaseAllow or
+// trace.ReleaseKeep, or a negative code, and the token of an allowed release (the handle it is recorded
+// under; 0 for none). group "" lets the engine find the groups that saved the storage.
+func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, token int64) {
+	if group != "" {
+		if err := checkGroup(group); err != nil {
+			return a.result("guard_release", err), 0
+		}
+	}
+	e := a.begin()
+	if e == nil {
+		return a.result("guard_release", errNoEngine), 0
+	}
+	d, err := e.GuardRelease(group, ptr, nbytes)
+	if err != nil {
+		return a.result("guard_release", err), 0
+	}
+	answer, reason := trace.ReleaseKeep, -1
+	if d.Allow {
+		answer = trace.ReleaseAllow
+		if d.Known {
+			token = d.Handle
+		}
+	}
+	var what string
+	if d.Known {
+		reason = int(d.Reason)
+		si, _ := a.tracker.Storage(d.Storage)
+		what = guardWhat(si, d)
+		if !d.Allow {
+			a.keptOnce(si, d, what)
+		}
+	}
+	a.recordText(trace.KindGuard, d.Group, d.Handle, int64(answer), nil, what, ptr, nbytes, uint64(answer),
+		uint64(reason+1))
+	return answer, token
+}
+
+// GuardRestore records that the framework gave the storage of an allowed release (token) memory again.
+func (a *Agent) GuardRestore(token int64, newPtr, nbytes uint64) int {
+	err := errNoEngine
+	group := ""
+	if e := a.begin(); e != nil {
+		group, err = e.GuardRestore(token, newPtr, nbytes)
+	}
+	c := a.result("guard_restore", err)
+	a.record(trace.KindGuardRestore, group, token, int64(c), nil, newPtr, nbytes)
+	return c
+}
+
+// guardWhat names a storage the job's swap asked to release: the argument it was ("keyword input
+// rotary_cos_sin[0] of swap_group_0..swap_group_4"), else what it is to the deciding group.
+func guardWhat(si tracker.StorageInfo, d offload.Decision) string {
+	if o := si.Owner(); o != "" {
+		return o
+	}
+	switch d.Reason {
+	case tracker.Output:
+		return "output of " + d.Group
+	case tracker.Param:
+		return "parameter of " + d.Group
+	case tracker.Shared:
+		return "storage saved by " + tracker.GroupList(si.Holders)
+	}
+	return "storage of " + d.Group
+}
+
+// keptOnce says on stderr, the first time each argument (or kind of storage) is kept, what the job's own
+// swap would have freed and why it stays.
+func (a *Agent) keptOnce(si tracker.StorageInfo, d offload.Decision, what string) {
+	key := what
+	if len(si.Inputs) > 0 && si.Inputs[0].Arg != "" {
+		key = si.Inputs[0].Arg
+	}
+	if _, dup := a.keptSaid.LoadOrStore(key, true); dup {
+		return
+	}
+	tensor := ""
+	if t := si.Tensor.String(); t != "" {
+		tensor = t + ", "
+	}
+	fmt.Fprintf(a.stderr, "swapagent: guard kept %s (%s%d bytes) on device: the job's swap released it at %s, "+
+		"but %s (policy %s; said once per argument)\n", what, tensor, d.Size, d.Group, d.Why, a.cfg.Policy)
+}
+
+// The bounds of a note (swapagent_note).
+const (
+	MaxNoteKey   = 64
+	MaxNoteValue = 1024
+)
+
+// Note records key=value in the trace's metadata (swapagent_note): a KindMeta event, which readers merge
+// with the first one (a later value of a key wins).
+func (a *Agent) Note(key, value string) int {
+	if key == "" || len(key) > MaxNoteKey || strings.Trim(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
+		return a.result("note", fmt.Errorf("%w: key %q (1 to %d letters, digits or '_')", offload.ErrInvalid, key, MaxNoteKey))
+	}
+	if len(value) > MaxNoteValue || strings.IndexFunc(value, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+		return a.result("note", fmt.Errorf("%w: value of %s: at most %d bytes, no control character", offload.ErrInvalid,
+			key, MaxNoteValue))
+	}
+	a.begin()
+	a.recordText(trace.KindMeta, "", 0, 0, nil, key+"="+value)
+	return OK
+}

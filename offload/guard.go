@@ -1,0 +1,242 @@
+// guard.go owns the guard's half of the engine: groups whose framework moves their storages itself
+// (hyper-parallel's own swap, run unmodified) and the answer to each release it attempts. The ownership
+// rule stays the tracker's: a guarded group is classified at region exit exactly like any other, and a
+// release is allowed only when the policy would have let the engine itself release that storage.
+package offload
+
+import (
+	"fmt"
+	"slices"
+
+	"swapagent/tracker"
+)
+
+// Guard marks group as moved by its framework: its region exit classifies but launches no copy, its
+// backward restores nothing, and its storages leave the device only through GuardRelease.
+func (e *Engine) Guard(name string) error {
+	if name == "" {
+		return fmt.Errorf("%w: guard of an empty group name", ErrInvalid)
+	}
+	e.lock()
+	defer e.unlock()
+	e.groupNamed(name).guarded = true
+	return nil
+}
+
+// Decision is the engine's answer to a release the framework attempts.
+type Decision struct {
+	Allow   bool
+	Known   bool           // some live group saved the storage (else Allow, and nothing else is set)
+	Reason  tracker.Reason // what the ownership model says of it (the first deciding group's)
+	Group   string         // the group the decision was made for
+	Handle  int64
+	Storage uint64
+	Size    uint64
+	// Why says in words why a kept storage stays: its reason and the groups it matters to.
+	Why string
+}
+
+// GuardRelease decides whether the framework may release the storage based at ptr (nbytes long) that
+// group saved ("" : whichever live group saved it). safe allows a storage unless some live group that saved
+// it holds it owned (tracker.Reason.Owned: input, output, protected, param, shared) or the engine moves it
+// itself; outputs-only allows everything (it is the
+// job's own swap, unguarded); off allows nothing. An allowed release is recorded as an offload of its
+// bytes, so the job's own swap shows in the same figures as the engine's.
+func (e *Engine) GuardRelease(name string, ptr, nbytes uint64) (Decision, error) {
+	if ptr == 0 {
+		return Decision{}, fmt.Errorf("%w: release of address 0", ErrInvalid)
+	}
+	e.lock()
+	defer e.unlock()
+	si, ok := e.tr.LookupStorage(ptr)
+	if !ok || si.Base != ptr {
+		return Decision{Allow: true}, nil
+	}
+	var hs []*handle
+	for _, g := range e.groups {
+		if name != "" && g.name != name {
+			continue
+		}
+		if h := g.first[si.ID]; h != nil && e.handles[h.id] == h {
+			hs = append(hs, h)
+		}
+	}
+	if len(hs) == 0 && name != "" { // not saved by the group named: any group's verdict counts
+		return e.guardReleaseLocked("", si, nbytes, e.handlesOf(si.ID))
+	}
+	return e.guardReleaseLocked(name, si, nbytes, hs)
+}
+
+// handlesOf returns the first handle of storage sid in every live group.
+func (e *Engine) handlesOf(sid uint64) []*handle {
+	var hs []*handle
+	for _, g := range e.groups {
+		if h := g.first[sid]; h != nil && e.handles[h.id] == h {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes uint64, hs []*handle) (Decision, error) {
+	if len(hs) == 0 {
+		return Decision{Allow: true}, nil
+	}
+	// The deciding handle: the first that keeps the storage (else the named group's, else any).
+	d := Decision{Known: true, Storage: si.ID, Size: max(nbytes, si.Size)}
+	pick := hs[0]
+	for _, h := range hs {
+		if h.g.name == name {
+			pick = h
+			break
+		}
+	}
+	var keeper *handle
+	for _, h := range hs {
+		if !h.classified {
+			keeper = h // its region is still open: its outputs are not known yet
+			break
+		}
+		if h.reason.Owned() && keeper == nil {
+			keeper = h
+		}
+	}
+	engineMoves := false
+	if u := e.units[si.ID]; u != nil && !u.guard {
+		engineMoves = true
+	}
+	switch e.cfg.Policy {
+	case PolicyOff:
+		d.Allow = false
+		if keeper != nil {
+			pick = keeper
+		}
+		d.Why = "policy off releases nothing"
+	case PolicyOutputsOnly:
+		d.Allow = !engineMoves
+		if keeper != nil {
+			pick = keeper
+		}
+	default:
+		d.Allow = keeper == nil && !engineMoves
+		if keeper != nil {
+			pick = keeper
+		}
+	}
+	d.Group, d.Handle, d.Reason = pick.g.name, pick.id, pick.truth
+	if !pick.classified {
+		d.Reason = tracker.Output
+	}
+	if !d.Allow && d.Why == "" {
+		d.Why = e.keepWhy(pick, si, engineMoves)
+	}
+	if !d.Allow {
+		e.st.GuardKept++
+		e.st.GuardKeptBytes += d.Size
+		e.emit(Event{Kind: EvVeto, Group: d.Group, Handle: d.Handle, Storage: si.ID, Base: si.Base, Size: d.Size,
+			Reason: d.Reason, Detail: d.Why})
+		return d, nil
+	}
+	e.guardRelease(pick, hs, si, d.Size)
+	return d, nil
+}
+
+// keepWhy says why a storage stays, for the stderr line and the trace: who else needs it.
+func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool) string {
+	switch {
+	case engineMoves:
+		return "the agent moves this storage itself"
+	case !h.classified:
+		return fmt.Sprintf("the region of %s is still open: it may become one of its outputs", h.g.name)
+	}
+	switch h.reason {
+	case tracker.Input:
+		var gs []string
+		for _, in := range si.Inputs {
+			if !slices.Contains(gs, in.Group) {
+				gs = append(gs, in.Group)
+			}
+		}
+		return tracker.GroupList(gs) + " read it as an input"
+	case tracker.Output:
+		return "it is an output of " + h.g.name + ", which later layers read"
+	case tracker.Param:
+		return "it is a parameter of " + h.g.name
+	case tracker.Shared:
+		return tracker.GroupList(si.Holders) + " saved it"
+	case tracker.Protected:
+		return "it is protected for " + h.g.name
+	}
+	return h.reason.String() + " in " + h.g.name
+}
+
+// guardRelease records an allowed release: the storage's unit goes device -> d2h -> host (the job's swap
+// copied it out), owned by h's group, and every handle of the storage rides on it.
+func (e *Engine) guardRelease(h *handle, hs []*handle, si tracker.StorageInfo, size uint64) {
+	u := &unit{sid: si.ID, size: size, state: Device, owner: h.g, rel: h.id, base: si.Base, guard: true}
+	for _, o := range hs {
+		o.u = u
+		u.refs++
+		u.external = u.external || o.truth != tracker.Internal
+		e.unresident(o)
+	}
+	e.units[si.ID] = u
+	_ = e.move(u, D2H, h.g.name)
+	_ = e.move(u, Host, h.g.name)
+	_ = e.tr.Released(si.ID, h.g.name)
+	u.released = true
+	e.st.OffloadedStorages++
+	e.st.OffloadedBytes += size
+	e.st.GuardReleased++
+	e.st.GuardReleasedBytes += size
+	if u.external {
+		e.st.ReleasedExternal++
+	}
+	e.st.SavedBytes += size
+	e.st.SavedBytesPeak = max(e.st.SavedBytesPeak, e.st.SavedBytes)
+	gs := e.gs(h.g.name)
+	gs.Offloaded++
+	gs.OffloadedBytes += size
+	e.emit(Event{Kind: EvRelease, Group: h.g.name, Handle: h.id, Storage: si.ID, Base: si.Base, Size: size,
+		External: u.external})
+}
+
+// GuardRestore records that the framework gave a storage it released (GuardRelease allowed it under the
+// handle token) memory again, now based at newPtr; it returns the group that released it. A token whose
+// storage is not released by the framework is ErrState.
+func (e *Engine) GuardRestore(token int64, newPtr, nbytes uint64) (string, error) {
+	if newPtr == 0 {
+		return "", fmt.Errorf("%w: restore to address 0", ErrInvalid)
+	}
+	e.lock()
+	defer e.unlock()
+	h := e.handles[token]
+	if h == nil {
+		return "", fmt.Errorf("%w: %d", ErrHandle, token)
+	}
+	u := h.u
+	if u == nil || !u.guard || !u.released {
+		return h.g.name, fmt.Errorf("%w: handle %d: its storage was not released by the framework", ErrState, token)
+	}
+	_ = e.move(u, H2D, u.owner.name)
+	if err := e.tr.Restored(u.sid, newPtr); err != nil {
+		e.emit(Event{Kind: EvError, Group: u.owner.name, Storage: u.sid, Size: u.size, Detail: "guard restore: " + err.Error()})
+	}
+	_ = e.move(u, Device, u.owner.name)
+	u.released, u.base = false, newPtr
+	e.st.SavedBytes -= u.size
+	e.st.RestoredStorages++
+	e.st.RestoredBytes += u.size
+	e.gs(u.owner.name).Restored++
+	e.emit(Event{Kind: EvRestore, Group: u.owner.name, Handle: u.rel, Storage: u.sid, Base: newPtr, Size: u.size})
+	// Back on device for good: its handles no longer ride on a unit, and a later release decides anew.
+	for _, o := range e.handlesOf(u.sid) {
+		if o.u == u {
+			o.u = nil
+		}
+	}
+	h.u = nil
+	u.dead = true
+	delete(e.units, u.sid)
+	return u.owner.name, nil
+}

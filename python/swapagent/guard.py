@@ -1,0 +1,449 @@
+"""swapagent.guard: makes the job's own layer swap safe without a change to its code.
+
+hyper-parallel's swap (driven by MindFormers' YAML `swap:` section, or called directly) releases every
+storage its layers saved with untyped_storage().resize_(0), the RoPE tables every layer receives as a
+keyword input included (issue 294). Installed by `swapagent run`'s bootstrap (swapagent/_bootstrap), the
+guard waits for the job to import hyper-parallel's swap (any module path in WATCHED) and then:
+
+- reports every wrapped layer to the agent as a group named as hyper-parallel names it (swap_group_<n>):
+  its region, positional and keyword inputs with their argument paths, its outputs, its parameters and each
+  storage hyper-parallel saves (a SwapTensor), and its backward, through core.Layer as the companions do;
+  the group is declared guarded (swapagent_guard): the agent moves none of its storages itself;
+- asks the agent before each storage release the framework attempts (UntypedStorage.resize_(0), torch's
+  and MindSpore's) of a storage a guarded layer saved, and obeys: a storage the tracker holds external
+  (input, output, parameter, shared with another live group) keeps its memory, every other release goes
+  ahead and is recorded as an offload with its bytes;
+- never lets a later copy back (UntypedStorage.copy_, hyper-parallel's load) overwrite a kept storage with
+  the stale bytes copied out of it, nor resizes it again;
+- under safe, also hands hyper-parallel's protect_alias_tensors the layer's inputs, where it has that
+  method, so hyper-parallel does not even copy them out.
+
+The decision is the agent's (tracker/ and offload/guard.go): this module only reports and obeys. It never
+imports a framework or hyper-parallel itself. A failure inside it is logged once and turns it into pass-
+through: the job then runs as it would without swapagent. docs/guard.md has the details and the limits."""
+
+import importlib.abc
+import logging
+import sys
+import threading
+import warnings
+
+from . import core
+
+log = logging.getLogger("swapagent")
+
+# hyper-parallel's swap modules, in every version read (reference: hyper-parallel-swap.md).
+WATCHED = frozenset((
+    "hyper_parallel.core.activation_checkpoint",
+    "hyper_parallel.core.activation_checkpoint.swap",
+    "hyper_parallel.core.activation_memory.swap",
+    "hyper_parallel.core.activation_memory.swap._backend",
+    "hyper_parallel.core.activation_memory.swap.wrapper",
+    "hyper_parallel.platform.torch.activation_checkpoint.activation_swap",
+    "hyper_parallel.platform.mindspore.activation_checkpoint.activation_swap",
+))
+
+_PATCHED = "_swapagent_guarded"  # marks a class, function or module the guard has patched
+
+
+class Guard:
+    """The process's guard: its agent, the policy, the layers it reports and the storages it answered for."""
+
+    def __init__(self):
+        self.agent = None
+        self.failed = False
+        self.policy = None
+        self.layers = {}  # id(wrapper module) -> GuardLayer
+        self.tls = threading.local()  # .open: the stack of guarded layers inside their forward
+        self.saved_by = {}  # storage pointer -> GuardLayer that saved it (this step)
+        # storage key -> (GuardLayer, storage object): kept on device after a refused release; a later
+        # copy back into it (the framework's load of what it believes it released) is skipped once.
+        self.kept = {}
+        # storage key -> (GuardLayer, storage object, the agent's token): released with the agent's consent;
+        # its resize back is reported (swapagent_guard_restore).
+        self.released = {}
+        self.lock = threading.RLock()
+
+    # ---- failure containment ----
+    def fail(self, what, ex):
+        """Turns the guard into pass-through after an internal error: said once, never raised to the job."""
+        if not self.failed:
+            self.failed = True
+            msg = "swapagent: guard disabled after an internal error in %s: %s: %s; the job's swap now runs " \
+                  "unguarded" % (what, type(ex).__name__, ex)
+            warnings.warn(msg, RuntimeWarning, stacklevel=3)
+            log.error(msg)
+
+    def start(self):
+        """The agent, loaded on first use; None (the guard off) when there is none."""
+        if self.agent is not None or self.failed:
+            return self.agent
+        try:
+            self.agent = core.load()
+            self.policy = self.agent.policy()
+        except core.AgentError as ex:
+            self.fail("loading the agent", ex)
+        return self.agent
+
+    # ---- layers ----
+    def attach(self, module):
+        """Reports module (a hyper-parallel wrapper) as a guarded group from its next forward on."""
+        if self.failed or id(module) in self.layers:
+            return
+        fw = framework_of(module)
+        if fw is None or self.start() is None:
+            return
+        gl = GuardLayer(self, fw, module, len(self.layers))
+        self.layers[id(module)] = gl
+        fw.install(module, gl)
+
+    def open_layer(self):
+        st = getattr(self.tls, "open", None)
+        return st[-1] if st else None
+
+    def forget_storages(self, gl):
+        """gl's previous step is over (its next forward begins): what it answered for is done with."""
+        with self.lock:
+            for d in (self.kept, self.released):
+                for k in [k for k, v in d.items() if v[0] is gl]:
+                    del d[k]
+            for p in [p for p, g in self.saved_by.items() if g is gl]:
+                del self.saved_by[p]
+
+    # ---- storage releases and restores (UntypedStorage.resize_ / copy_) ----
+    def on_resize(self, storage, n, key, orig):
+        """The framework resizes storage to n bytes; returns what resize_ returns."""
+        if n == 0:
+            ptr, nbytes = storage.data_ptr(), storage.nbytes()
+            gl = self.saved_by.get(ptr) if ptr and nbytes else None
+            if gl is not None:
+                answer, token = self.agent.guard_release(None, ptr, nbytes)
+                if answer == core.RELEASE_KEEP:
+                    with self.lock:
+                        self.kept[key] = (gl, storage)
+                    return storage
+                out = orig(storage, 0)
+                if answer == core.RELEASE_ALLOW and token:
+                    with self.lock:
+                        self.released[key] = (gl, storage, token)
+                return out
+        elif key in self.kept and storage.nbytes() == n:
+            return storage  # it never lost its memory: nothing to give back
+        else:
+            ent = self.released.get(key)
+            if ent is not None:
+                out = orig(storage, n)
+                with self.lock:
+                    self.released.pop(key, None)
+                self.agent.guard_restore(ent[2], storage.data_ptr(), n)
+                return out
+        return orig(storage, n)
+
+    def on_copy(self, storage, key):
+        """True when a copy into storage must be skipped: it is a kept storage, and the copy would bring back
+        the bytes copied out of it before the release the guard refused."""
+        with self.lock:
+            return self.kept.pop(key, None) is not None
+
+
+class GuardLayer:
+    """One wrapped layer: the companions' per-layer reporter (core.Layer) on hyper-parallel's saves."""
+
+    def __init__(self, guard, fw, module, index):
+        self.guard, self.fw, self.module, self.index = guard, fw, module, index
+        self.layer = None  # core.Layer, made at the first forward (the group name is wired by then)
+        self.inputs = None
+
+    def group(self):
+        name = getattr(self.module, "_swap_group_name", None)
+        if not isinstance(name, str) or not name:
+            name = "swap_group_%d" % self.index  # not wired by hyper-parallel: its scheme, our count
+        return name
+
+    def pre(self, args, kwargs):
+        g = self.guard
+        if g.failed:
+            return
+        try:
+            name = self.group()
+            if self.layer is None or self.layer.group != name:
+                self.layer = core.Layer(g.agent, self.fw, self.module, name, True)
+                g.agent.guard(name)
+            g.forget_storages(self)
+            self.layer.forward_pre(args, kwargs)
+            self.inputs = (args, kwargs) if g.policy == core.POLICY_SAFE else None
+            st = getattr(g.tls, "open", None)
+            if st is None:
+                st = g.tls.open = []
+            st.append(self)
+        except Exception as ex:  # noqa: BLE001 - never break the job's forward
+            g.fail("the forward pre-hook of %s" % self.group(), ex)
+
+    def post(self, output):
+        g = self.guard
+        st = getattr(g.tls, "open", None)
+        if st and st[-1] is self:
+            st.pop()
+        if g.failed or self.layer is None:
+            return
+        try:
+            self.layer.forward_post(output)
+            if self.inputs is not None:
+                protect = getattr(_manager(), "protect_alias_tensors", None)
+                if protect is not None:
+                    protect(self.layer.group, [t for _, t in core.walk_named(self.inputs, self.fw.is_tensor, "", [])])
+            self.inputs = None
+        except Exception as ex:  # noqa: BLE001
+            g.fail("the forward hook of %s" % self.layer.group, ex)
+
+    def saved(self, swap_tensor, tensor):
+        """hyper-parallel made a SwapTensor of tensor inside this layer's forward."""
+        pk = self.layer._pack(tensor)  # pylint: disable=protected-access
+        if isinstance(pk, core.Packed):
+            swap_tensor._swapagent_packed = pk  # pylint: disable=protected-access
+            ptr = self.fw.ptr(tensor)
+            if ptr:
+                self.guard.saved_by[ptr] = self
+
+
+_guard = Guard()
+
+
+# ---- framework parts ---------------------------------------------------------------------------------
+
+def framework_of(module):
+    """The companion's framework part for module (torch or MindSpore), or None."""
+    mods = sys.modules
+    if "torch" in mods and isinstance(module, mods["torch"].nn.Module):
+        return _torch_part()
+    if "mindspore" in mods and isinstance(module, mods["mindspore"].nn.Cell):
+        return _ms_part()
+    return None
+
+
+_parts = {}  # framework name -> its guard part (core.Framework with install and manager)
+_manager_class = []  # hyper-parallel's SwapManager class, once patched
+
+
+def _torch_part():
+    p = _parts.get("torch")
+    if p is None:
+        from . import torch as sat  # pylint: disable=import-outside-toplevel
+
+        class TorchGuard(sat.Torch):
+            def install(self, module, gl):
+                def pre(_m, args, kwargs):
+                    gl.pre(args, kwargs)
+
+                def post(_m, _args, output):
+                    gl.post(output)
+                module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True)
+                module.register_forward_hook(post, prepend=True, always_call=True)
+
+        p = _parts["torch"] = TorchGuard(True)
+        _patch_storage(sys.modules["torch"].UntypedStorage, lambda s: s._cdata)  # pylint: disable=protected-access
+    return p
+
+
+def _ms_part():
+    p = _parts.get("mindspore")
+    if p is None:
+        from . import mindspore as sam  # pylint: disable=import-outside-toplevel
+
+        class MindSporeGuard(sam.MindSpore):
+            def install(self, module, gl):
+                def pre(_c, args, kwargs):
+                    gl.pre(args, kwargs)
+
+                def post(_c, _args, output):
+                    gl.post(output)
+                module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True)
+                module.register_forward_hook(post, prepend=True)
+
+        p = _parts["mindspore"] = MindSporeGuard(True)
+        from mindspore.common.storage import UntypedStorage  # pylint: disable=import-outside-toplevel
+        _patch_storage(UntypedStorage, id)
+    return p
+
+
+def _manager():
+    """hyper-parallel's SwapManager (a singleton), or None before its module was imported."""
+    return _manager_class[-1]() if _manager_class else None
+
+
+def _patch_storage(cls, key_of):
+    """Wraps the framework's UntypedStorage.resize_ and copy_ (class attributes: every call from Python,
+    hyper-parallel's included, goes through them). With nothing guarded yet each costs one dict lookup."""
+    if getattr(cls, _PATCHED, False):
+        return
+    resize, copy = cls.resize_, cls.copy_
+    g = _guard
+
+    def resize_(self, n, *args, **kwargs):
+        if args or kwargs or g.failed or (not g.saved_by and not g.kept and not g.released):
+            return resize(self, n, *args, **kwargs)
+        try:
+            key = key_of(self)
+        except Exception:  # noqa: BLE001 - not a storage the guard can follow
+            return resize(self, n)
+        try:
+            return g.on_resize(self, int(n), key, resize)
+        except Exception as ex:  # noqa: BLE001 - the guard goes pass-through, the job goes on
+            g.fail("UntypedStorage.resize_", ex)
+            return resize(self, n)
+
+    def copy_(self, src, *args, **kwargs):
+        if g.kept and not g.failed:
+            try:
+                if g.on_copy(self, key_of(self)):
+                    return self
+            except Exception as ex:  # noqa: BLE001
+                g.fail("UntypedStorage.copy_", ex)
+        return copy(self, src, *args, **kwargs)
+
+    cls.resize_, cls.copy_ = resize_, copy_
+    setattr(cls, _PATCHED, True)
+
+
+# ---- hyper-parallel's classes and functions ----------------------------------------------------------
+
+def _patch_swap_tensor(cls):
+    """SwapTensor(tensor, ...) is made by hyper-parallel's pack hook for each tensor it will swap: the guard
+    reports the tensor's storage as a save of the open layer. get_val() is its unpack."""
+    if getattr(cls, _PATCHED, False):
+        return
+    init, get_val = cls.__init__, getattr(cls, "get_val", None)
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        gl = _guard.open_layer()
+        if gl is None or _guard.failed or gl.layer is None:
+            return
+        try:
+            t = next((a for a in list(args) + list(kwargs.values()) if gl.fw.is_tensor(a)), None)
+            if t is not None:
+                gl.saved(self, t)
+        except Exception as ex:  # noqa: BLE001
+            _guard.fail("SwapTensor.__init__", ex)
+
+    cls.__init__ = __init__
+    if get_val is not None:
+        def get_val_(self, *args, **kwargs):
+            v = get_val(self, *args, **kwargs)
+            pk = self.__dict__.get("_swapagent_packed")
+            if pk is not None and not _guard.failed:
+                try:
+                    pk.pass_.layer._unpack(pk)  # pylint: disable=protected-access
+                except Exception as ex:  # noqa: BLE001
+                    _guard.fail("SwapTensor.get_val", ex)
+            return v
+        cls.get_val = get_val_
+    setattr(cls, _PATCHED, True)
+
+
+def _patch_manager(cls):
+    """set_forward_prefetch_layer(first, second) wires the layers hyper-parallel swaps: both are attached
+    (a wrapper made before the guard was installed is found here)."""
+    if cls not in _manager_class:
+        _manager_class.append(cls)
+    if getattr(cls, _PATCHED, False):
+        return
+    wire = cls.set_forward_prefetch_layer
+
+    def set_forward_prefetch_layer(self, first, *args, **kwargs):
+        out = wire(self, first, *args, **kwargs)
+        try:
+            _guard.attach(first)
+        except Exception as ex:  # noqa: BLE001
+            _guard.fail("SwapManager.set_forward_prefetch_layer", ex)
+        return out
+
+    cls.set_forward_prefetch_layer = set_forward_prefetch_layer
+    setattr(cls, _PATCHED, True)
+
+
+def _wrap_swap_wrapper(fn):
+    if getattr(fn, _PATCHED, False):
+        return fn
+
+    def swap_wrapper(module, *args, **kwargs):
+        w = fn(module, *args, **kwargs)
+        try:
+            _guard.attach(w)
+        except Exception as ex:  # noqa: BLE001
+            _guard.fail("swap_wrapper", ex)
+        return w
+    swap_wrapper.__wrapped__ = fn
+    swap_wrapper.__doc__ = fn.__doc__
+    setattr(swap_wrapper, _PATCHED, True)
+    return swap_wrapper
+
+
+def patch_module(mod):
+    """Patches what a watched hyper-parallel module defines or re-exports (idempotent)."""
+    cls = getattr(mod, "SwapTensor", None)
+    if isinstance(cls, type):
+        _patch_swap_tensor(cls)
+    cls = getattr(mod, "SwapManager", None)
+    if isinstance(cls, type):
+        _patch_manager(cls)
+    fn = getattr(mod, "swap_wrapper", None)
+    if callable(fn):
+        mod.swap_wrapper = _wrap_swap_wrapper(fn)
+
+
+# ---- the import hook --------------------------------------------------------------------------------
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """First on sys.meta_path: finds nothing itself; for a watched module it lets the other finders find
+    it and runs patch_module right after the module's own code, before any importer binds its names."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in WATCHED:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        spec.loader = _Loader(loader)
+        return spec
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner):
+        self.inner = inner
+
+    def create_module(self, spec):
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module):
+        module.__spec__.loader = self.inner  # reloads and introspection see the real loader
+        module.__loader__ = self.inner
+        self.inner.exec_module(module)
+        try:
+            patch_module(module)
+        except Exception as ex:  # noqa: BLE001
+            _guard.fail("patching %s" % module.__name__, ex)
+
+
+_installed = False
+
+
+def install():
+    """Installs the import hook (idempotent) and patches the watched modules already imported."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    sys.meta_path.insert(0, _Finder())
+    for name in WATCHED:
+        mod = sys.modules.get(name)
+        if mod is not None:
+            patch_module(mod)

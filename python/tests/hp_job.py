@@ -1,0 +1,182 @@
+"""hp_job.py: an unmodified training job that swaps with hyper-parallel (the stand-in under standin/), the
+way the issue-294 report's job does: 6 decoder layers, RoPE cos/sin computed once per step and passed to
+every layer as the keyword tuple rotary_cos_sin=(cos, sin), layers 0-4 wrapped by swap_wrapper and wired
+with SwapManager().set_forward_prefetch_layer(layer i, layer i+1) (prefetch 1). It knows nothing of
+swapagent: the tests run it as it is, with and without `swapagent run`.
+
+    python hp_job.py --framework torch|mindspore --mode noswap|swap [--layout checkpoint|memory]
+                     [--steps N] --out DIR
+
+It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
+and writes DIR/result.json at the end: the losses, every gradient's bytes (hex) and the stand-in's count
+of released storages and bytes."""
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+LAYERS, SWAP = 6, list(range(5))
+BATCH, SEQ, DIM = 2, 16, 32
+
+
+def weights():
+    rng = np.random.default_rng(0)
+    ws = [{n: (rng.standard_normal((DIM, DIM)) * 0.1).astype(np.float32) for n in ("wq", "wo", "wu")}
+          for _ in range(LAYERS)]
+    emb = (rng.standard_normal((BATCH, SEQ, DIM)) * 0.5).astype(np.float32)
+    target = (rng.standard_normal((BATCH, SEQ, DIM)) * 0.5).astype(np.float32)
+    return ws, emb, target
+
+
+def rope():
+    inv = 1.0 / (10000 ** (np.arange(0, DIM, 2, dtype=np.float64) / DIM))
+    ang = np.outer(np.arange(SEQ, dtype=np.float64), inv)
+    ang = np.concatenate([ang, ang], axis=-1)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+class Probe:
+    """The cos storage's size at each layer's entry, on disk as it happens."""
+
+    def __init__(self, out):
+        self.f = open(os.path.join(out, "probe.txt"), "a")
+        self.step = 0
+
+    def __call__(self, layer, nbytes):
+        self.f.write("%d %d %d\n" % (self.step, layer, nbytes))
+        self.f.flush()
+
+
+def torch_parts(probe):
+    import torch
+    from torch import nn
+
+    class Layer(nn.Module):
+        def __init__(self, i, w):
+            super().__init__()
+            self.i = i
+            for n, a in w.items():
+                setattr(self, n, nn.Parameter(torch.tensor(a)))
+
+        def forward(self, h, *, rotary_cos_sin):
+            cos, sin = rotary_cos_sin
+            probe(self.i, cos.untyped_storage().nbytes())
+            q = h @ self.wq
+            half = DIM // 2
+            q = q * cos + torch.cat([-q[..., half:], q[..., :half]], dim=-1) * sin
+            h = h + torch.tanh(q) @ self.wo
+            return h + torch.sigmoid(h @ self.wu) * h
+
+    ws, emb, target = weights()
+    layers = nn.ModuleList([Layer(i, w) for i, w in enumerate(ws)])
+    emb_p = nn.Parameter(torch.tensor(emb))
+    target_t = torch.tensor(target)
+    params = [emb_p] + [p for l in layers for p in (l.wq, l.wo, l.wu)]
+
+    def step():
+        cos, sin = (torch.tensor(a) * 1.0 for a in rope())
+        h = emb_p * 1.0
+        for layer in layers:
+            h = layer(h, rotary_cos_sin=(cos, sin))
+        loss = ((h - target_t) ** 2).mean()
+        for p in params:
+            p.grad = None
+        loss.backward()
+        return float(loss.item()), [p.grad.numpy().tobytes().hex() for p in params]
+
+    return layers, step
+
+
+def ms_parts(probe):
+    import mindspore as ms
+    from mindspore import nn, ops
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+    class Layer(nn.Cell):
+        def __init__(self, i, w):
+            super().__init__()
+            self.i = i
+            for n, a in w.items():
+                setattr(self, n, ms.Parameter(ms.Tensor(a), name="l%d_%s" % (i, n)))
+
+        def construct(self, h, *, rotary_cos_sin):
+            cos, sin = rotary_cos_sin
+            probe(self.i, cos.untyped_storage().nbytes())
+            q = ops.matmul(h, self.wq)
+            half = DIM // 2
+            q = q * cos + ops.cat([-q[..., half:], q[..., :half]], axis=-1) * sin
+            h = h + ops.matmul(ops.tanh(q), self.wo)
+            return h + ops.sigmoid(ops.matmul(h, self.wu)) * h
+
+    ws, emb, target = weights()
+    layers = nn.CellList([Layer(i, w) for i, w in enumerate(ws)])
+    emb_p = ms.Parameter(ms.Tensor(emb), name="emb")
+    target_t = ms.Tensor(target)
+    params = [emb_p] + [p for l in layers for p in (l.wq, l.wo, l.wu)]
+
+    def forward():
+        cos, sin = (ms.Tensor(a) * 1.0 for a in rope())
+        h = emb_p * 1.0
+        for layer in layers:
+            h = layer(h, rotary_cos_sin=(cos, sin))
+        return ((h - target_t) ** 2).mean()
+
+    grad_fn = ms.value_and_grad(forward, None, params)
+
+    def step():
+        loss, grads = grad_fn()
+        return float(loss.asnumpy()), [g.asnumpy().tobytes().hex() for g in grads]
+
+    return layers, step
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--framework", choices=["torch", "mindspore"], required=True)
+    ap.add_argument("--mode", choices=["noswap", "swap"], required=True)
+    ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    probe = Probe(a.out)
+    layers, step = (torch_parts if a.framework == "torch" else ms_parts)(probe)
+    if a.mode == "swap":
+        if a.layout == "memory":
+            from hyper_parallel.core.activation_memory.swap import SwapManager, swap_wrapper
+        else:
+            from hyper_parallel.core.activation_checkpoint import SwapManager, swap_wrapper
+        for i in SWAP:
+            layers[i] = swap_wrapper(layers[i])
+        for i in SWAP:
+            SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
+    released = [0, 0]
+    if a.mode == "swap":  # the stand-in's own count of what it released (SwapTensor.wait_offload)
+        from hyper_parallel.core.activation_checkpoint.swap import SwapTensor
+        wait = SwapTensor.wait_offload
+
+        def counted(self):
+            before = self.val.untyped_storage().nbytes()
+            wait(self)
+            after = self.val.untyped_storage().nbytes()
+            if before and not after:
+                released[0] += 1
+                released[1] += before
+        SwapTensor.wait_offload = counted
+    losses, grads = [], None
+    for i in range(a.steps):
+        probe.step = i
+        loss, grads = step()
+        losses.append(loss)
+        print("step %d/%d: loss %.9g" % (i + 1, a.steps, loss), flush=True)
+    with open(os.path.join(a.out, "result.json"), "w") as f:
+        json.dump({"losses": [repr(x) for x in losses], "grads": grads, "released": released[0],
+                   "released_bytes": released[1]}, f)
+    print("done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

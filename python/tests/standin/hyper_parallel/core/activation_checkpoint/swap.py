@@ -1,0 +1,151 @@
+"""hyper_parallel.core.activation_checkpoint.swap (stand-in): SwapTensor, SwapManager and swap_wrapper.
+
+The schedule is hyper-parallel's: a wrapped layer's forward saves its eligible tensors as SwapTensors of
+its group (swap_group_<n>); its forward hook protects the output's aliases and launches the group's
+offload (copy to host); the forward hook of the layer it prefetches with waits for that offload, and
+wait_offload releases each device storage with untyped_storage().resize_(0). In backward, the gradient
+of the layer's output launches the load of the group before it and waits for its own: resize_ back, then
+copy the host bytes in. Duplicates are found per group only, and nothing but the output is protected:
+the issue-294 bug."""
+
+import os
+
+from hyper_parallel.platform import get_platform
+
+
+def on_device(t):
+    """hyper-parallel's device check; HYPER_PARALLEL_STANDIN_DEVICE=1 (the tests' switch) counts CPU too."""
+    return os.environ.get("HYPER_PARALLEL_STANDIN_DEVICE") == "1" or str(t.device).lower() != "cpu"
+
+
+class SwapTensor:
+    """One saved tensor of a group: device -> d2h -> host -> h2d -> device."""
+
+    def __init__(self, tensor, group_name):
+        self.val = tensor
+        self.group_name = group_name
+        self.state = "device"
+        self._keep_on_device = False
+        self._duplicate_swap = False
+        storage = tensor.untyped_storage()
+        self.storage_size = storage.nbytes()
+        self.key = (str(tensor.device), storage.data_ptr(), self.storage_size)
+        self.host = None
+
+    def protect_if_aliases(self, ptrs):
+        if self.val.untyped_storage().data_ptr() in ptrs:
+            self._keep_on_device = True
+
+    def async_offload(self):
+        if self._keep_on_device or self._duplicate_swap or self.state != "device":
+            return
+        storage = self.val.untyped_storage()
+        if storage.nbytes() != self.storage_size:
+            raise RuntimeError("swap: the storage of a saved tensor of %s was resized since it was saved"
+                               % self.group_name)
+        self.host = get_platform().host_buffer(self.storage_size)
+        self.host.untyped_storage().copy_(storage)
+        self.state = "d2h"
+
+    def wait_offload(self):
+        if self._keep_on_device or self._duplicate_swap or self.state != "d2h":
+            return
+        self.val.untyped_storage().resize_(0)  # the release: every tensor on this storage loses its memory
+        self.state = "host"
+
+    def async_load(self):
+        if self.state != "host":
+            return
+        storage = self.val.untyped_storage()
+        storage.resize_(self.storage_size)
+        storage.copy_(self.host.untyped_storage())
+        self.state = "h2d"
+
+    def wait_load(self):
+        if self.state == "h2d":
+            self.state = "device"
+            self.host = None
+
+    def get_val(self):
+        if self.state in ("host", "h2d"):
+            raise RuntimeError("swap: a tensor of %s is used before its load completed (state %s)"
+                               % (self.group_name, self.state))
+        return self.val
+
+
+class SwapManager:
+    """The process-wide swap state (a singleton): groups of SwapTensors and the prefetch wiring."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            inst = super().__new__(cls)
+            inst.groups = {}
+            inst.keys = {}
+            inst.order = []
+            inst.current = None
+            cls._instance = inst
+        return cls._instance
+
+    def ensure_group(self, name):
+        if name not in self.groups:
+            self.groups[name], self.keys[name] = [], set()
+        return self.groups[name]
+
+    def add_storage(self, group_name, swap_tensor):
+        """Registers a saved tensor; a storage the group registered already is a duplicate (per group only)."""
+        self.ensure_group(group_name)
+        if swap_tensor.key in self.keys[group_name]:
+            swap_tensor._duplicate_swap = True  # pylint: disable=protected-access
+        self.keys[group_name].add(swap_tensor.key)
+        self.groups[group_name].append(swap_tensor)
+        return len(self.groups[group_name]) - 1
+
+    def get(self, group_name, index):
+        return self.groups[group_name][index]
+
+    def get_current_group_name(self):
+        return self.current
+
+    def set_current_group_name(self, name):
+        self.current = name
+
+    def protect_alias_tensors(self, group_name, tensors):
+        ptrs = {t.untyped_storage().data_ptr() for t in get_platform().tensors_in(tensors)}
+        for st in self.groups.get(group_name, ()):
+            st.protect_if_aliases(ptrs)
+
+    def launch_offload(self, group_name):
+        for st in self.groups.get(group_name, ()):
+            st.async_offload()
+
+    def wait_offload(self, group_name):
+        for st in self.groups.get(group_name, ()):
+            st.wait_offload()
+
+    def launch_load(self, group_name):
+        for st in self.groups.get(group_name, ()):
+            st.async_load()
+
+    def wait_load(self, group_name):
+        for st in self.groups.get(group_name, ()):
+            st.wait_load()
+
+    def release_group_storage(self, group_name):
+        """The group's backward is done: its saved tensors are dropped (a new forward starts over)."""
+        self.groups[group_name], self.keys[group_name] = [], set()
+
+    def start_forward(self, group_name):
+        self.set_current_group_name(group_name)
+        self.release_group_storage(group_name)
+
+    def set_forward_prefetch_layer(self, first, second):
+        """Wires first's offload to be waited for in second's forward, and second's backward to load first's
+        group ahead. Hooks without kwargs, as hyper-parallel registers them."""
+        get_platform().wire(self, first, second)
+
+
+def swap_wrapper(module, policy_fn=None):
+    """The layer wrapped so that its saved tensors are swapped (the platform's wrapper)."""
+    return get_platform().swap_wrapper(module, policy_fn)

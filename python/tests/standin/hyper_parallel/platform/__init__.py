@@ -1,0 +1,19 @@
+"""hyper_parallel.platform (stand-in): get_platform() picks the framework part, as hyper-parallel's does:
+MindSpore when it is imported (or HYPER_PARALLEL_PLATFORM=mindspore), else torch."""
+
+import importlib
+import os
+import sys
+
+
+def get_platform():
+    name = os.environ.get("HYPER_PARALLEL_PLATFORM") or ("mindspore" if "mindspore" in sys.modules else "torch")
+    return importlib.import_module("hyper_parallel.platform.%s.activation_checkpoint.activation_swap" % name)
+
+
+def __getattr__(name):
+    if name.startswith("__"):
+        raise AttributeError(name)
+    cls = type(name, (), {"__module__": __name__})
+    globals()[name] = cls
+    return cls
