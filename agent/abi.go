@@ -427,6 +427,8 @@ func (a *Agent) Observe(ev offload.Event) {
 		a.unwatch(ev.Storage)
 	case offload.EvResident:
 		a.native.SetResident(ev.Handle, ev.Base)
+	case offload.EvGuardKeep:
+		a.keptOnce(ev)
 	case offload.EvError:
 		a.lg.Warn("offload: " + ev.Detail)
 	default:

@@ -41,8 +41,9 @@ type Agent struct {
 		sync.Mutex
 		lines []string
 	}
-	misused  sync.Map // kinds of misuse already logged: each is logged once (misuse)
-	keptSaid sync.Map // arguments the guard kept and said so on stderr (keptOnce)
+	misused  sync.Map        // kinds of misuse already logged: each is logged once (misuse)
+	keptSaid sync.Map        // arguments the guard kept and said so on stderr (keptOnce)
+	noted    map[string]bool // keys swapagent_note recorded (guarded by mu)
 	host     string
 	pid      int
 	argv     []string
@@ -88,7 +89,7 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 	}
 	a := &Agent{cfg: cfg, native: native, stderr: stderr, host: host, pid: os.Getpid(), argv: os.Args,
 		t0: time.Now(), buf: make([]Raw, drainBatch), calls: make([]uint64, 1024), stop: make(chan struct{}),
-		hostMem: tracker.NewHostMaps(tracker.ProcMaps), tracker: tracker.New()}
+		hostMem: tracker.NewHostMaps(tracker.ProcMaps), tracker: tracker.New(), noted: map[string]bool{}}
 	a.off = native.Now() - native.StartMono()
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))
@@ -242,6 +243,7 @@ func (a *Agent) Shutdown() {
 		return
 	}
 	a.drainLocked()
+	a.notePythonAbsent()
 	if a.sink.tracing() {
 		a.addStatsLocked(es)
 	}

@@ -24,6 +24,7 @@ const (
 	EnvPrefetch = "SWAPAGENT_PREFETCH"
 	EnvMinBytes = "SWAPAGENT_MIN_BYTES"
 	EnvLog      = "SWAPAGENT_LOG"
+	EnvPython   = "SWAPAGENT_PYTHON" // auto or off: the Python bootstrap of `swapagent run`
 )
 
 // Defaults.
@@ -47,6 +48,8 @@ type Config struct {
 	Role     string // MS_ROLE: MS_SCHED makes the agent inert
 	Rank     int    // RANK_ID or RANK; -1 when unset
 	RankSet  bool
+	// Python is SWAPAGENT_PYTHON: "" when unset (the bootstrap was not offered), auto or off.
+	Python string
 	// InjectPanic names a control call that panics (SWAPAGENT_TEST_PANIC=region_enter): a test hook that
 	// proves a panic inside the agent leaves the job running unchanged.
 	InjectPanic string
@@ -107,6 +110,15 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 			c.Level = zapcore.ErrorLevel
 		default:
 			bad(EnvLog, v, "one of debug, info, warn, error", "warn")
+		}
+	}
+	if v, ok := lookup(EnvPython); ok && v != "" {
+		switch p := strings.ToLower(strings.TrimSpace(v)); p {
+		case "auto", "off":
+			c.Python = p
+		default:
+			bad(EnvPython, v, "auto or off", "auto")
+			c.Python = "auto"
 		}
 	}
 	c.Role, _ = lookup("MS_ROLE")

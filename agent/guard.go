@@ -47,10 +47,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, toke
 	if d.Known {
 		reason = int(d.Reason)
 		si, _ := a.tracker.Storage(d.Storage)
-		what = guardWhat(si, d)
-		if !d.Allow {
-			a.keptOnce(si, d, what)
-		}
+		what = guardWhat(si, d.Reason, d.Group)
 	}
 	a.recordText(trace.KindGuard, d.Group, d.Handle, int64(answer), nil, what, ptr, nbytes, uint64(answer),
 		uint64(reason+1))
@@ -70,25 +67,27 @@ func (a *Agent) GuardRestore(token int64, newPtr, nbytes uint64) int {
 }
 
 // guardWhat names a storage the job's swap asked to release: the argument it was ("keyword input
-// rotary_cos_sin[0] of swap_group_0..swap_group_4"), else what it is to the deciding group.
-func guardWhat(si tracker.StorageInfo, d offload.Decision) string {
+// rotary_cos_sin[0] of swap_group_0..swap_group_4"), else what it is to group.
+func guardWhat(si tracker.StorageInfo, r tracker.Reason, group string) string {
 	if o := si.Owner(); o != "" {
 		return o
 	}
-	switch d.Reason {
+	switch r {
 	case tracker.Output:
-		return "output of " + d.Group
+		return "output of " + group
 	case tracker.Param:
-		return "parameter of " + d.Group
+		return "parameter of " + group
 	case tracker.Shared:
 		return "storage saved by " + tracker.GroupList(si.Holders)
 	}
-	return "storage of " + d.Group
+	return "storage of " + group
 }
 
-// keptOnce says on stderr, the first time each argument (or kind of storage) is kept, what the job's own
-// swap would have freed and why it stays.
-func (a *Agent) keptOnce(si tracker.StorageInfo, d offload.Decision, what string) {
+// keptOnce says on stderr, the first time each argument (or kind of storage) is kept from the job's own
+// swap (offload.EvGuardKeep), what it would have freed and why it stays.
+func (a *Agent) keptOnce(ev offload.Event) {
+	si, _ := a.tracker.Storage(ev.Storage)
+	what := guardWhat(si, ev.Reason, ev.Group)
 	key := what
 	if len(si.Inputs) > 0 && si.Inputs[0].Arg != "" {
 		key = si.Inputs[0].Arg
@@ -100,8 +99,9 @@ func (a *Agent) keptOnce(si tracker.StorageInfo, d offload.Decision, what string
 	if t := si.Tensor.String(); t != "" {
 		tensor = t + ", "
 	}
-	fmt.Fprintf(a.stderr, "swapagent: guard kept %s (%s%d bytes) on device: the job's swap released it at %s, "+
-		"but %s (policy %s; said once per argument)\n", what, tensor, d.Size, d.Group, d.Why, a.cfg.Policy)
+	fmt.Fprintf(a.stderr, "swapagent: guard kept %s (%s%d bytes) on device: the job's swap would have freed "+
+		"it after %s, but %s (policy %s; said once per argument)\n", what, tensor, ev.Size, ev.Group, ev.Detail,
+		a.cfg.Policy)
 }
 
 // The bounds of a note (swapagent_note).
@@ -120,7 +120,22 @@ func (a *Agent) Note(key, value string) int {
 		return a.result("note", fmt.Errorf("%w: value of %s: at most %d bytes, no control character", offload.ErrInvalid,
 			key, MaxNoteValue))
 	}
-	a.begin()
-	a.recordText(trace.KindMeta, "", 0, 0, nil, key+"="+value)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed {
+		a.noted[key] = true
+		a.sink.note(key, value, a.ts())
+	}
 	return OK
+}
+
+// notePythonAbsent records, at exit, that a Python process `swapagent run` offered the bootstrap to never
+// ran it (python -I or -S, or a PYTHONPATH the job replaced): the run's summary names it. The trace opens
+// for it if nothing else opened it. Called with a.mu held.
+func (a *Agent) notePythonAbsent() {
+	if a.cfg.Python != "auto" || a.noted[trace.MetaPythonGuard] || !trace.IsPython(a.argv) {
+		return
+	}
+	a.sink.open()
+	a.sink.note(trace.MetaPythonGuard, "absent", a.ts())
 }

@@ -6,6 +6,7 @@ package agent
 import (
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"strconv"
 	"time"
@@ -29,6 +30,7 @@ type sink struct {
 	fnSeen    []bool            // function IDs whose name record is written
 	groups    map[string]uint32 // group name -> ID, numbered from 1
 	pending   []string          // log lines waiting for the trace to open
+	notes     trace.Meta        // swapagent_note's records waiting for the trace to open
 }
 
 // sinkEnv is what the sink takes from its agent.
@@ -201,7 +203,7 @@ func (s *sink) metaText() string {
 	if cfg.RankSet {
 		rank = strconv.Itoa(cfg.Rank)
 	}
-	return trace.Meta{
+	m := trace.Meta{
 		trace.MetaPolicy:   cfg.Policy,
 		trace.MetaPrefetch: strconv.Itoa(cfg.Prefetch),
 		trace.MetaMinBytes: strconv.FormatUint(cfg.MinBytes, 10),
@@ -211,5 +213,20 @@ func (s *sink) metaText() string {
 		trace.MetaABI:      strconv.Itoa(buildinfo.ABIVersion),
 		trace.MetaOut:      cfg.Out,
 		trace.MetaArgv:     trace.QuoteArgv(s.env.argv),
-	}.String()
+	}
+	maps.Copy(m, s.notes)
+	return m.String()
+}
+
+// note records key=value in the trace's metadata: now when the trace is open, else with the metadata it
+// opens with (a note alone opens no trace).
+func (s *sink) note(key, value string, ts int64) {
+	if s.tracing() {
+		s.add(&trace.Event{Kind: trace.KindMeta, TS: ts, Text: key + "=" + value})
+		return
+	}
+	if s.notes == nil {
+		s.notes = trace.Meta{}
+	}
+	s.notes[key] = value
 }

@@ -40,7 +40,7 @@ func TestRopeFixtureText(t *testing.T) {
 		"index 0, addr 0x0 (null), size 1048576 bytes",
 		"size:    1048576 bytes (262144 float32 or 524288 bf16/fp16 elements), guessed from the size as one of (most likely first):\n" +
 			"             4096 x 64 float32: the size of one RoPE cos/sin table at seq 4096, rope dim 64\n",
-		"swapagent run --policy safe", "input-protection fix", "swap less in this job",
+		"swapagent run --policy safe", "issue #294 is open", "swap less in this job",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q\n%s", want, out)

@@ -22,10 +22,13 @@ var runtimeCodes = map[int]string{
 }
 
 const (
-	adviceUpgrade = "protect swap inputs: upgrade hyper-parallel to a version with the input-protection fix " +
-		"(module inputs, positional and keyword, stay on device; hyper-parallel issue #294)"
-	adviceSafe = "or run the job under `swapagent run --policy safe -- <launch command>`: the agent never " +
-		"releases a storage owned outside the swap wrapper, and records a trace that names the storage"
+	adviceSafe = "run the job unchanged under `swapagent run --policy safe -- <launch command>`: its guard makes " +
+		"hyper-parallel's own swap (and swapagent's companions) keep every storage owned outside the swap wrapper " +
+		"on device (module inputs, positional and keyword, outputs, parameters, storages other layers saved), " +
+		"and records a trace that names the storage"
+	adviceFixSwap = "or fix the swap code: protect the wrapped layer's inputs, keyword inputs included, as well " +
+		"as its output (no released hyper-parallel version does: hyper-parallel issue #294 is open; MindFormers " +
+		"2.1.0 works around it with a MUST_SAVE swap policy for the decoder block's inputs)"
 	adviceTrace = "to confirm, rerun under `swapagent run --policy off` (records, never releases) or `--policy safe` " +
 		"and run `swapagent doctor` again with the traces beside the logs"
 	adviceSwapLess = "until then, swap less in this job: leave out of swap the layers or modules that receive " +
@@ -105,7 +108,7 @@ func explain(f *Fault) {
 	}
 
 	if f.AddrKind != "non-null" || named {
-		f.Advice = append(f.Advice, adviceUpgrade, adviceSafe)
+		f.Advice = append(f.Advice, adviceSafe, adviceFixSwap)
 	}
 	if ref == nil {
 		f.Advice = append(f.Advice, adviceTrace)

@@ -416,6 +416,9 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 			}
 		}
 	}
+	if g.guarded {
+		e.guardKeeps(g)
+	}
 	// Complete the previous group's offload before launching this one's copies: a mover waits on its
 	// stream, so completing after the launch would also wait for this group's copies and nothing would
 	// overlap the next group's compute.

@@ -133,12 +133,28 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 	if !d.Allow {
 		e.st.GuardKept++
 		e.st.GuardKeptBytes += d.Size
-		e.emit(Event{Kind: EvVeto, Group: d.Group, Handle: d.Handle, Storage: si.ID, Base: si.Base, Size: d.Size,
+		e.emit(Event{Kind: EvGuardKeep, Group: d.Group, Handle: d.Handle, Storage: si.ID, Base: si.Base, Size: d.Size,
 			Reason: d.Reason, Detail: d.Why})
 		return d, nil
 	}
 	e.guardRelease(pick, hs, si, d.Size)
 	return d, nil
+}
+
+// guardKeeps tells the observer, at a guarded group's region exit, which of the storages its framework
+// saved to swap the policy keeps on device because someone outside the group owns them.
+func (e *Engine) guardKeeps(g *group) {
+	if e.cfg.Policy == PolicyOutputsOnly {
+		return
+	}
+	for _, h := range g.region {
+		if h.dup || !h.truth.Owned() {
+			continue
+		}
+		si, _ := e.tr.Storage(h.sid)
+		e.emit(Event{Kind: EvGuardKeep, Group: g.name, Handle: h.id, Storage: h.sid, Base: si.Base, Size: h.size,
+			Reason: h.truth, Detail: e.keepWhy(h, si, false)})
+	}
 }
 
 // keepWhy says why a storage stays, for the stderr line and the trace: who else needs it.
@@ -157,7 +173,7 @@ func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool) st
 				gs = append(gs, in.Group)
 			}
 		}
-		return tracker.GroupList(gs) + " read it as an input"
+		return "it is an input of " + tracker.GroupList(gs) + ", owned outside the layer"
 	case tracker.Output:
 		return "it is an output of " + h.g.name + ", which later layers read"
 	case tracker.Param:

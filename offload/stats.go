@@ -21,13 +21,13 @@ const (
 	// EvResident: the handle's storage stays on device at Base until the handle is forgotten, so an unpack
 	// of it needs nothing of the engine; Base 0 withdraws that (the handle is forgotten).
 	EvResident
-	// EvVeto: the framework's own swap asked to release a storage and was told to keep it (GuardRelease):
-	// Reason and Detail say why.
-	EvVeto
+	// EvGuardKeep: a storage the framework's own swap would free stays on device: classified owned at its
+	// guarded group's region exit, or a release GuardRelease refused. Reason and Detail say why.
+	EvGuardKeep
 )
 
 var kindNames = [...]string{"", "classify", "reclassify", "state", "release", "restore", "share", "keep", "forget", "error",
-	"resident", "veto"}
+	"resident", "guard_keep"}
 
 // String names the kind.
 func (k EventKind) String() string {

@@ -38,6 +38,8 @@ type ProcessJSON struct {
 	LostEvents uint64            `json:"lost_events"`
 	Logs       []string          `json:"logs"`
 	Meta       trace.Meta        `json:"meta"`
+	// Guard is the guard's work (report/guard.go), null when no group was guarded.
+	Guard *GuardReport `json:"guard"`
 }
 
 // LostRange is a damaged stretch of the trace that was skipped (trace.Gap).
@@ -66,7 +68,7 @@ func JSON(sums []*Summary) Report {
 			StartUnixNS: s.Header.StartUnix, Events: len(s.Events), DurationNS: s.EndNS, Truncated: s.Truncated,
 			Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
-			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{},
+			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, Guard: s.Guard,
 		}
 		for _, g := range s.Gaps {
 			p.LostRanges = append(p.LostRanges, LostRange{Batch: g.Batch, Offset: g.Offset, Bytes: g.Bytes,

@@ -82,6 +82,9 @@ type Summary struct {
 	// figures derived from the events for any field it lacks.
 	Stats Stats
 
+	// Guard is what the guard did (guard.go); nil when the trace shows no guarded group.
+	Guard *GuardReport
+
 	// Warnings are the lines to print about what reading lost (trace.File.Warnings; LoadFile sets them).
 	Warnings []string
 }
@@ -95,6 +98,7 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 		ABI: abiOf(t), Spans: spans(t)}
 	s.Mem = figures(&t.Foot, &t.Reserved, t.VMM)
 	s.Stats = mergeStats(t.StatsJSON, derivedStats(t))
+	s.Guard = guardOf(t)
 	return s
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"swapagent/internal/cli"
 	"swapagent/trace"
+	"swapagent/tracker"
 )
 
 // faultKeys are the fault record's fields shown first, in this order (architecture.md, stats JSON).
@@ -84,6 +85,23 @@ func writeTextOne(w io.Writer, s *Summary) {
 		src, st.OffloadedStorages, Bytes(st.OffloadedBytes), Bytes(st.RestoredBytes), Bytes(s.Mem.SwappedOutPeak),
 		st.ReleasedExternal)
 	fmt.Fprintf(w, "  kept: %s\n", countList(st.Kept, KeepReasons[1:]))
+	if g := s.Guard; g != nil {
+		fmt.Fprintf(w, "  guard: %d groups moved by the job's own swap (%s); it asked %d releases: %d allowed (%s), "+
+			"%d refused (%s); %d given memory back\n", len(g.Groups), cli.Escape(tracker.GroupList(g.Groups)),
+			g.ReleasesAllowed+g.ReleasesKept, g.ReleasesAllowed, Bytes(g.AllowedBytes), g.ReleasesKept,
+			Bytes(g.KeptBytes), g.Restores)
+		for _, k := range g.Kept {
+			arg := k.Arg
+			if arg == "" {
+				arg = "(no argument)"
+			}
+			fmt.Fprintf(w, "    kept %s (%s) in %s: %d saves, %s\n", cli.Escape(arg), k.Reason, cli.Escape(k.Groups),
+				k.Saves, Bytes(k.Bytes))
+		}
+	}
+	if v, ok := s.Meta[trace.MetaPythonGuard]; ok {
+		fmt.Fprintf(w, "  python guard: %s\n", cli.Escape(v))
+	}
 	if a := s.ABI; a.RegionEnters+a.Saves+a.Unpacks > 0 || len(a.Groups) > 0 {
 		fmt.Fprintf(w, "  abi: %d groups, %d regions, %d saves, %d unpacks, %d backward; classified %s\n",
 			len(a.Groups), a.RegionEnters, a.Saves, a.Unpacks, a.BackwardEnters,

@@ -47,6 +47,8 @@ type Timeline struct {
 	Inputs  map[uint64][]RegionUse // region inputs by pointer, in file order
 	Outputs map[uint64][]uint32    // groups that gave the pointer as a region output, in file order
 
+	Guard Guard // what the job's own swap asked of the guard (guard.go)
+
 	Faults    []Fault
 	StatsJSON json.RawMessage // the last KindStats text, verbatim
 	HasStats  bool            // a KindStats event was present
@@ -134,6 +136,8 @@ func (t *Timeline) Add(ev *trace.Event) {
 		t.Meta.Parse(ev.Text)
 	case trace.KindLost:
 		t.Lost += ev.Args[0]
+	case trace.KindGuarded, trace.KindGuard, trace.KindGuardRestore:
+		t.guard(ev)
 	}
 }
 

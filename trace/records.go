@@ -266,7 +266,21 @@ const (
 	MetaABI      = "abi"
 	MetaOut      = "out"
 	MetaArgv     = "argv" // QuoteArgv
+	// MetaPythonGuard is the Python bootstrap's outcome (swapagent_note): attached, off, "failed: ...", or
+	// absent, which the agent writes at exit for a Python process `swapagent run` offered the bootstrap to
+	// and that never ran it (python -I or -S, a replaced PYTHONPATH).
+	MetaPythonGuard = "python_guard"
 )
+
+// IsPython says whether argv runs a Python interpreter (python, python3, python3.11, ...: a script with a
+// Python shebang runs as its interpreter too).
+func IsPython(argv []string) bool {
+	if len(argv) == 0 {
+		return false
+	}
+	base := argv[0][strings.LastIndexByte(argv[0], '/')+1:]
+	return strings.HasPrefix(base, "python") && strings.Trim(base[len("python"):], "0123456789.") == ""
+}
 
 var metaOrder = [...]string{MetaPolicy, MetaPrefetch, MetaMinBytes, MetaRank, MetaPID, MetaVersion, MetaABI,
 	MetaOut, MetaArgv}

@@ -133,8 +133,9 @@ func (s StorageInfo) Describe(guess func(size uint64) string) string {
 	return ""
 }
 
-// GroupList writes group names sorted, with runs of three or more consecutive "prefix.N" as
-// "prefix.A..prefix.B", comma-separated: "layer.0..layer.10", "layer.0,layer.1".
+// GroupList writes group names sorted, with runs of three or more consecutive "prefix.N" (or "prefix_N",
+// hyper-parallel's swap_group_N) as "prefix.A..prefix.B", comma-separated: "layer.0..layer.10",
+// "layer.0,layer.1", "swap_group_0..swap_group_4".
 func GroupList(names []string) string {
 	type gi struct {
 		prefix string
@@ -145,7 +146,7 @@ func GroupList(names []string) string {
 	items := make([]gi, len(names))
 	for i, name := range names {
 		items[i].name = name
-		if dot := strings.LastIndexByte(name, '.'); dot >= 0 {
+		if dot := strings.LastIndexAny(name, "._"); dot >= 0 {
 			if _, err := fmt.Sscanf(name[dot+1:], "%d", &items[i].n); err == nil &&
 				fmt.Sprint(items[i].n) == name[dot+1:] {
 				items[i].prefix, items[i].ok = name[:dot], true

@@ -318,6 +318,9 @@ func TestGroupList(t *testing.T) {
 		{[]string{"layer.0", "layer.1"}, "layer.0,layer.1"},
 		{[]string{"layer.0", "layer.1", "layer.2", "layer.5", "mlp"}, "layer.0..layer.2,layer.5,mlp"},
 		{[]string{"a.01", "a.1", "a.2"}, "a.1,a.2,a.01"},
+		{[]string{"swap_group_4", "swap_group_0", "swap_group_1", "swap_group_2", "swap_group_3"},
+			"swap_group_0..swap_group_4"},
+		{[]string{"swap_group_0", "layer.1", "swap_group_1"}, "layer.1,swap_group_0,swap_group_1"},
 	} {
 		if got := GroupList(c.in); got != c.want {
 			t.Errorf("GroupList(%v) = %q, want %q", c.in, got, c.want)

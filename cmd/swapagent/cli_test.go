@@ -330,7 +330,7 @@ func TestRunEnvironment(t *testing.T) {
 	lib := agentLib(t)
 	other := testenv.Path(t, testenv.ACLLib) // any real library stands for the user's own preload
 	out := t.TempDir()
-	script := `echo "LD_PRELOAD=$LD_PRELOAD"; echo "POLICY=$SWAPAGENT_POLICY"; echo "OUT=$SWAPAGENT_OUT"; echo "PYTHONPATH=$PYTHONPATH"`
+	script := `echo "LD_PRELOAD=$LD_PRELOAD"; echo "POLICY=$SWAPAGENT_POLICY"; echo "OUT=$SWAPAGENT_OUT"; echo "PYTHONPATH=$PYTHONPATH"; echo "PYTHON=$SWAPAGENT_PYTHON"`
 
 	r := swapagent(t, []string{"LD_PRELOAD=" + other, "SWAPAGENT_POLICY=off", "PYTHONPATH=/x"},
 		"run", "--lib", lib, "--out", out, "--", "sh", "-c", script)
@@ -352,9 +352,30 @@ func TestRunEnvironment(t *testing.T) {
 			t.Errorf("%s = %q, want %q", k, got[k], v)
 		}
 	}
+	// The bootstrap first, then the package it imports, then the job's own entries.
 	py := filepath.Join(testenv.Root(t), "python")
-	if _, err := os.Stat(filepath.Join(py, "swapagent")); err == nil && got["PYTHONPATH"] != py+":/x" {
-		t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], py+":/x")
+	boot := filepath.Join(py, "swapagent", "_bootstrap")
+	if got["PYTHONPATH"] != boot+":"+py+":/x" {
+		t.Errorf("PYTHONPATH = %q, want %q", got["PYTHONPATH"], boot+":"+py+":/x")
+	}
+	if got["PYTHON"] != "auto" {
+		t.Errorf("SWAPAGENT_PYTHON = %q, want auto", got["PYTHON"])
+	}
+	// --python off: the package stays reachable, the bootstrap is left out.
+	r = swapagent(t, []string{"PYTHONPATH=/x"}, "run", "--lib", lib, "--out", out, "--python", "off", "--",
+		"sh", "-c", script)
+	got = map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		got[k] = v
+	}
+	if r.Code != 0 || got["PYTHONPATH"] != py+":/x" || got["PYTHON"] != "off" {
+		t.Errorf("--python off: exit %d, PYTHONPATH %q, SWAPAGENT_PYTHON %q; want 0, %q, off", r.Code,
+			got["PYTHONPATH"], got["PYTHON"], py+":/x")
+	}
+	if r := swapagent(t, nil, "run", "--lib", lib, "--python", "maybe", "--", "true"); r.Code != 2 ||
+		!strings.Contains(r.Stderr, "bad --python") {
+		t.Errorf("--python maybe: exit %d, stderr %q; want 2 and a bad --python line", r.Code, r.Stderr)
 	}
 
 	// Flags override the environment; a relative --out becomes absolute; ours is not listed twice.

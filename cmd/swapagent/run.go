@@ -120,7 +120,7 @@ func cmdRun(args []string) int {
 	close(done)
 
 	code := exitStatus(cmd.ProcessState, werr)
-	summarise(outDir, before, began)
+	summarise(outDir, before, began, pyMode != "off" && companionDir() != "")
 	return code
 }
 
@@ -202,7 +202,10 @@ func agentEnv(env []string, lib, outDir, policy string, policySet bool, pyDir, p
 	if policySet {
 		env = setenv(env, "SWAPAGENT_POLICY", policy)
 	}
-	if pyMode != "" {
+	if pyDir != "" || pyMode != "" { // the agent then names a Python process the bootstrap never reached
+		if pyMode == "" {
+			pyMode = "auto"
+		}
 		env = setenv(env, "SWAPAGENT_PYTHON", pyMode)
 	}
 	if pyDir != "" {
@@ -305,7 +308,8 @@ func traceSet(dir string) map[string]bool {
 
 // summarise prints, on stderr, a summary of every trace this run wrote: files that did not exist
 // before it, or older names (a reused pid) whose header says they started after the run began.
-func summarise(dir string, before map[string]bool, began time.Time) {
+// python says whether the bootstrap was offered to Python processes: those it never reached are named.
+func summarise(dir string, before map[string]bool, began time.Time, python bool) {
 	files, _ := trace.FindTraces(dir)
 	var sums []*report.Summary
 	for _, f := range files {
@@ -329,6 +333,15 @@ func summarise(dir string, before map[string]bool, began time.Time) {
 	fmt.Fprintln(os.Stderr)
 	runCmd.Errorf(os.Stderr, "%d traced process(es), traces in %s", len(sums), dir)
 	_ = report.WriteText(os.Stderr, sums)
+	if python {
+		for _, s := range sums {
+			if v, ok := s.Meta[trace.MetaPythonGuard]; v == "absent" || (!ok && trace.IsPython(s.Header.Argv)) {
+				runCmd.Errorf(os.Stderr, "process %d (%s) is a Python process the guard did not reach: it was "+
+					"started with -I or -S, or its PYTHONPATH was replaced, so its own swap ran unguarded",
+					s.Header.PID, cli.Escape(strings.Join(s.Header.Argv, " ")))
+			}
+		}
+	}
 }
 
 func startedAfter(file string, t time.Time) bool {

@@ -1,0 +1,86 @@
+// guard.go owns the guard's part of the report: the groups the job's own swap moved, the releases it
+// asked for and what the agent answered, and the storages kept on device by argument path.
+package report
+
+import (
+	"sort"
+
+	"swapagent/timeline"
+	"swapagent/tracker"
+)
+
+// GuardReport is what the guard did in one process.
+type GuardReport struct {
+	Groups          []string    `json:"groups"` // moved by their framework, the agent answering its releases
+	ReleasesAllowed uint64      `json:"releases_allowed"`
+	AllowedBytes    uint64      `json:"allowed_bytes"`
+	ReleasesKept    uint64      `json:"releases_kept"` // refused: the storage stayed on device
+	KeptBytes       uint64      `json:"kept_bytes"`
+	Restores        uint64      `json:"restores"` // allowed releases given memory back
+	Kept            []GuardKept `json:"kept"`     // the storages kept on device, by argument
+}
+
+// GuardKept is one argument (or kind of storage) the guard kept on device in its groups.
+type GuardKept struct {
+	Arg    string `json:"arg"`    // the argument path ("rotary_cos_sin[0]"); "" for a storage that is no argument
+	Reason string `json:"reason"` // its keep reason
+	Groups string `json:"groups"` // the groups that kept it ("swap_group_0..swap_group_4")
+	Saves  uint64 `json:"saves"`
+	Bytes  uint64 `json:"bytes"`
+}
+
+// guardOf folds the guard's work; nil when the trace shows none.
+func guardOf(t *timeline.Timeline) *GuardReport {
+	g := &t.Guard
+	if len(g.Groups) == 0 && len(g.Asks) == 0 {
+		return nil
+	}
+	r := &GuardReport{Groups: g.Groups, ReleasesAllowed: g.Allowed, AllowedBytes: g.AllowedBytes,
+		ReleasesKept: g.Kept, KeptBytes: g.KeptBytes, Restores: g.Restores, Kept: []GuardKept{}}
+	type key struct {
+		arg    string
+		reason uint64
+	}
+	groups := map[key][]string{}
+	byKey := map[key]*GuardKept{}
+	for _, h := range t.Handles {
+		if !h.Classified || !g.Guarded(h.Group) || !tracker.Reason(h.Reason).Owned() {
+			continue
+		}
+		k := key{h.Tensor.Path, h.Reason}
+		e := byKey[k]
+		if e == nil {
+			e = &GuardKept{Arg: k.arg, Reason: nameOf(KeepReasons[:], h.Reason)}
+			byKey[k] = e
+		}
+		e.Saves++
+		e.Bytes += h.Nbytes
+		if name := t.GroupName(h.Group); !contains(groups[k], name) {
+			groups[k] = append(groups[k], name)
+		}
+	}
+	for k, e := range byKey {
+		e.Groups = tracker.GroupList(groups[k])
+		r.Kept = append(r.Kept, *e)
+	}
+	sort.Slice(r.Kept, func(i, j int) bool {
+		a, b := r.Kept[i], r.Kept[j]
+		if (a.Arg == "") != (b.Arg == "") {
+			return a.Arg != ""
+		}
+		if a.Arg != b.Arg {
+			return a.Arg < b.Arg
+		}
+		return a.Reason < b.Reason
+	})
+	return r
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
