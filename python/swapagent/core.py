@@ -298,7 +298,8 @@ class Agent:
         """Declares group moved by its framework (the guard): the agent answers its releases, moves none."""
         if self._guard is None:
             raise AgentError("swapagent: %s has no guard calls (an older agent library)" % self.path)
-        return self.check("guard(%s)" % group, self._guard(self._name(group)))
+        rc = self._guard(self._name(group))
+        return rc if rc in (OK, EDISABLED) else self.check("guard(%s)" % group, rc)
 
     def guard_release(self, group, ptr, nbytes):
         """(RELEASE_ALLOW or RELEASE_KEEP, token) for a release the framework attempts (group None: any live
@@ -316,10 +317,12 @@ class Agent:
         return rc if rc == OK else self.check("guard_restore", rc)
 
     def note(self, key, value):
-        """Records key=value in the process's trace metadata; a library without the call: nothing."""
+        """Records key=value in the process's trace metadata; a library without the call, or an inert agent
+        (msrun's scheduler): nothing, and nothing said."""
         if self._note is None:
             return OK
-        return self.check("note(%s)" % key, self._note(key.encode(), value.encode()))
+        rc = self._note(key.encode(), value.encode())
+        return rc if rc in (OK, EDISABLED) else self.check("note(%s)" % key, rc)
 
     def policy(self):
         """The agent's policy (it reads SWAPAGENT_POLICY at load)."""

@@ -167,8 +167,10 @@ class GuardLayer:
         try:
             name = self.group()
             if self.layer is None or self.layer.group != name:
+                if g.agent.guard(name) == core.EDISABLED:  # an inert agent (msrun's scheduler): stay out
+                    g.failed = True
+                    return
                 self.layer = core.Layer(g.agent, self.fw, self.module, name, True)
-                g.agent.guard(name)
             g.forget_storages(self)
             self.layer.forward_pre(args, kwargs)
             self.inputs = (args, kwargs) if g.policy == core.POLICY_SAFE else None

@@ -7,7 +7,7 @@ swapagent: the tests run it as it is, with and without `swapagent run`.
     python hp_job.py --framework torch|mindspore --mode noswap|swap [--layout checkpoint|memory]
                      [--steps N] --out DIR
 
-It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
+Under msrun each worker writes into DIR/rank<R>. It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
 and writes DIR/result.json at the end: the losses, every gradient's bytes (hex) and the stand-in's count
 of released storages and bytes."""
 
@@ -141,6 +141,13 @@ def main():
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    # Under msrun every process gets the same arguments. The scheduler trains nothing (a real job's waits in
+    # mindspore.communication.init()); each worker writes into a directory of its own.
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        return 0
+    if os.environ.get("RANK_ID") is not None:
+        a.out = os.path.join(a.out, "rank" + os.environ["RANK_ID"])
+    os.makedirs(a.out, exist_ok=True)
     probe = Probe(a.out)
     layers, step = (torch_parts if a.framework == "torch" else ms_parts)(probe)
     if a.mode == "swap":

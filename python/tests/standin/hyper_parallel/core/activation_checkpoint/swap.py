@@ -146,6 +146,12 @@ class SwapManager:
         get_platform().wire(self, first, second)
 
 
+# Older hyper-parallel versions have no protect_alias_tensors (nothing is protected, not even the output):
+# HYPER_PARALLEL_STANDIN_NO_PROTECT=1 gives that shape, in which the guard can only refuse releases.
+if os.environ.get("HYPER_PARALLEL_STANDIN_NO_PROTECT") == "1":
+    del SwapManager.protect_alias_tensors
+
+
 def swap_wrapper(module, policy_fn=None):
     """The layer wrapped so that its saved tensors are swapped (the platform's wrapper)."""
     return get_platform().swap_wrapper(module, policy_fn)

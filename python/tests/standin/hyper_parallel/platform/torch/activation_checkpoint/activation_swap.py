@@ -105,7 +105,9 @@ def _install(manager, layer):
         name = getattr(layer, "_swap_group_name", None)
         prev = getattr(layer, "_swap_prev_group", None)
         if name is not None:
-            manager.protect_alias_tensors(name, output)
+            protect = getattr(manager, "protect_alias_tensors", None)  # absent in older versions
+            if protect is not None:
+                protect(name, output)
             manager.launch_offload(name)
             _grad_hook(output, lambda: (manager.launch_load(name), manager.wait_load(name)))
         if prev is not None:

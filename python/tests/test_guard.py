@@ -1,0 +1,257 @@
+"""test_guard.py proves the guard on an unmodified job whose own swap releases storages: hp_job.py, which
+swaps with the hyper-parallel stand-in (standin/, the public shape of hyper-parallel's swap with its
+issue-294 bug) on torch and MindSpore, run as it is with and without `swapagent run`. The stand-in's
+device check is forced on (HYPER_PARALLEL_STANDIN_DEVICE=1), so its swap runs on CPU.
+
+Every run is a separate process; they start with the module, two at a time."""
+
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from test_companions import CLI, HERE, LIB, PKG, need  # pylint: disable=unused-import
+
+JOB = os.path.join(HERE, "hp_job.py")
+STANDIN = os.path.join(HERE, "standin")
+FRAMEWORKS = ["torch", "mindspore"]
+TIMEOUT = 300
+KEPT_LINE = "swapagent: guard kept keyword input rotary_cos_sin[0]"
+
+
+def job_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWAPAGENT_") and k not in (
+        "LD_PRELOAD", "PYTHONPATH")}
+    env.update({"PYTHONPATH": STANDIN, "HYPER_PARALLEL_STANDIN_DEVICE": "1", "SWAPAGENT_MIN_BYTES": "1024",
+                "GLOG_v": "3", "PYTHONFAULTHANDLER": "1"})
+    env.update(extra)
+    return env
+
+
+class Run:
+    """One finished process: its return code, output and what it left in its directory."""
+
+    def __init__(self, p, out):
+        self.rc, self.stdout, self.stderr, self.out = p.returncode, p.stdout, p.stderr, out
+        self.result = None
+        rp = os.path.join(out, "result.json")
+        if os.path.exists(rp):
+            with open(rp) as f:
+                self.result = json.load(f)
+        self.probe = []
+        pp = os.path.join(out, "probe.txt")
+        if os.path.exists(pp):
+            with open(pp) as f:
+                self.probe = [tuple(int(x) for x in line.split()) for line in f if line.strip()]
+
+    def report(self):
+        p = subprocess.run([CLI, "report", "--format", "json", os.path.join(self.out, "trace")],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)["processes"]
+
+    def why(self):
+        return "exit %s\n--- stdout\n%s\n--- stderr\n%s" % (self.rc, self.stdout[-3000:], self.stderr[-6000:])
+
+
+def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None, python=None, pyflags=()):
+    """Runs hp_job.py (under `swapagent run --policy P` when policy is given) in tmp/name."""
+    out = os.path.join(str(tmp), name)
+    os.makedirs(out, exist_ok=True)
+    cmd = [sys.executable] + list(pyflags) + [JOB, "--framework", framework, "--mode", mode, "--layout", layout,
+                                              "--out", out]
+    if policy is not None:
+        pre = [CLI, "run", "--policy", policy, "--out", os.path.join(out, "trace")]
+        if python is not None:
+            pre += ["--python", python]
+        cmd = pre + ["--"] + cmd
+    p = subprocess.run(cmd, env=job_env(**(env or {})), capture_output=True, text=True, timeout=TIMEOUT, cwd=out)
+    return Run(p, out)
+
+
+# (name, framework, mode, policy, layout, env, python): every run of the module.
+RUNS = []
+for fw in FRAMEWORKS:
+    RUNS += [
+        ("%s-noswap" % fw, fw, "noswap", None, "checkpoint", None, None),
+        ("%s-bug" % fw, fw, "swap", None, "checkpoint", None, None),
+        ("%s-safe" % fw, fw, "swap", "safe", "checkpoint", None, None),
+        ("%s-safe-noprotect" % fw, fw, "swap", "safe", "checkpoint", {"HYPER_PARALLEL_STANDIN_NO_PROTECT": "1"}, None),
+        ("%s-outputs-only" % fw, fw, "swap", "outputs-only", "checkpoint", None, None),
+        ("%s-off" % fw, fw, "swap", "off", "checkpoint", None, None),
+    ]
+RUNS += [
+    ("torch-safe-newest", "torch", "swap", "safe", "memory", None, None),
+    ("torch-python-off", "torch", "swap", "safe", "checkpoint", None, "off"),
+]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    need(LIB)
+    need(CLI)
+    tmp = tmp_path_factory.mktemp("guard")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futs = {r[0]: pool.submit(start, tmp, *r) for r in RUNS}
+        return {k: f.result() for k, f in futs.items()}
+
+
+def released_cos_read(run):
+    """The first (step, layer) whose entry found the cos storage empty, or None."""
+    return next(((s, l) for s, l, n in run.probe if n == 0), None)
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_bug_reproduces_without_swapagent(runs, fw):
+    r = runs["%s-bug" % fw]
+    assert released_cos_read(r) == (0, 2), "the stand-in's swap must empty cos before layer 2 reads it:\n" + r.why()
+    assert r.rc != 0 and r.result is None, r.why()
+    # the control: the same job without swap reads cos whole everywhere and finishes
+    n = runs["%s-noswap" % fw]
+    assert n.rc == 0 and n.result and released_cos_read(n) is None, n.why()
+
+
+def check_safe(r, base):
+    assert r.rc == 0 and r.result is not None, r.why()
+    assert released_cos_read(r) is None, "cos lost its storage under the guard:\n" + r.why()
+    assert r.result["losses"] == base.result["losses"], "losses differ from no swap"
+    assert r.result["grads"] == base.result["grads"], "gradients differ from no swap"
+    # The stand-in still released its internal activations (its own count), and the summary says so.
+    assert r.result["released"] > 0 and r.result["released_bytes"] > 0, r.why()
+    m = re.search(r"guard: 5 groups moved by the job's own swap \(swap_group_0\.\.swap_group_4\); it asked "
+                  r"(\d+) releases: (\d+) allowed \(([^)]+)\)", r.stderr)
+    assert m and int(m.group(2)) == r.result["released"], r.why()
+    assert "kept rotary_cos_sin[0] (input) in swap_group_0..swap_group_4" in r.stderr, r.why()
+    assert r.stderr.count(KEPT_LINE) == 1, "one stderr line the first time an argument is kept:\n" + r.why()
+    (proc,) = r.report()
+    g = proc["guard"]
+    assert g["releases_allowed"] == r.result["released"] and g["allowed_bytes"] == r.result["released_bytes"]
+    assert proc["released_external"] == 0 and proc["offloaded_bytes"] == r.result["released_bytes"]
+    kept = {(k["arg"], k["reason"]): k for k in g["kept"]}
+    for arg in ("rotary_cos_sin[0]", "rotary_cos_sin[1]", "args[0]"):
+        assert kept[(arg, "input")]["groups"] == "swap_group_0..swap_group_4", g
+    assert proc["meta"].get("python_guard") == "attached"
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_safe_is_bit_identical_and_still_swaps(runs, fw):
+    r = runs["%s-safe" % fw]
+    check_safe(r, runs["%s-noswap" % fw])
+    # hyper-parallel got the inputs through protect_alias_tensors: it never asked to release them
+    assert runs["%s-safe" % fw].report()[0]["guard"]["releases_kept"] == 0
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_safe_refuses_releases_where_protect_is_missing(runs, fw):
+    """An older hyper-parallel without protect_alias_tensors: the guard can only refuse the releases, and
+    the loads that follow (resize back, copy the host bytes in) must leave the kept storages alone."""
+    r = runs["%s-safe-noprotect" % fw]
+    check_safe(r, runs["%s-noswap" % fw])
+    g = r.report()[0]["guard"]
+    assert g["releases_kept"] > 0 and g["kept_bytes"] > 0, g
+
+
+def test_safe_newest_layout(runs):
+    check_safe(runs["torch-safe-newest"], runs["torch-noswap"])
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_outputs_only_names_the_cause_before_the_crash(runs, fw):
+    r = runs["%s-outputs-only" % fw]
+    assert r.rc != 0 and r.result is None, "outputs-only is hyper-parallel as shipped: it must crash\n" + r.why()
+    assert released_cos_read(r) == (0, 2), r.why()
+    first = r.stderr.find("swapagent: ========= FAULT")
+    assert first >= 0, r.why()
+    block = r.stderr[first:first + 2000]
+    assert "keyword input rotary_cos_sin[0]" in block and "of swap_group_2 has no device memory" in block, block
+    assert "released by swap_group_0" in block, block
+    crash = max(r.stderr.find("Segmentation fault"), r.stderr.find("storage of size 0"))
+    assert crash < 0 or first < crash, "the diagnosis must come before the crash:\n" + r.why()
+    assert r.report()[0]["guard"]["releases_kept"] == 0
+
+
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_off_releases_nothing(runs, fw):
+    r = runs["%s-off" % fw]
+    assert r.rc == 0 and r.result, r.why()
+    assert r.result["released"] == 0 and r.result["grads"] == runs["%s-noswap" % fw].result["grads"]
+    g = r.report()[0]["guard"]
+    assert g["releases_allowed"] == 0 and g["releases_kept"] == 60, g
+
+
+def test_python_off_leaves_the_job_alone(runs):
+    r = runs["torch-python-off"]
+    assert released_cos_read(r) == (0, 2) and r.rc != 0, "--python off must not guard:\n" + r.why()
+
+
+def test_own_sitecustomize_still_runs(tmp_path):
+    need(CLI)
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "marker"
+    (site / "sitecustomize.py").write_text("open(%r, 'w').write('ran')\n" % str(marker))
+    code = "import sys, swapagent.guard as g; print('guard', g._installed); print('path', %r in sys.path)" % (
+        os.path.join(PKG, "swapagent", "_bootstrap"))
+    env = job_env(PYTHONPATH=str(site))
+    p = subprocess.run([CLI, "run", "--out", str(tmp_path / "t"), "--", sys.executable, "-c", code], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert marker.read_text() == "ran", "the job's own sitecustomize did not run"
+    assert "guard True" in p.stdout and "path False" in p.stdout, p.stdout
+
+
+def test_non_python_command_is_unaffected(tmp_path):
+    need(CLI)
+    cmd = ["sh", "-c", "echo hello; printf '%s|' a 'b c'; ls -1 /"]
+    plain = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    under = subprocess.run([CLI, "run", "--out", str(tmp_path / "t"), "--"] + cmd, capture_output=True, text=True,
+                           timeout=60)
+    assert under.returncode == plain.returncode == 0
+    assert under.stdout == plain.stdout
+
+
+def test_python_the_bootstrap_never_reached_is_named(tmp_path):
+    need(CLI)
+    p = subprocess.run([CLI, "run", "--out", str(tmp_path / "t"), "--", sys.executable, "-I", "-c", "print(1)"],
+                       env=job_env(), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "1\n", p.stderr
+    assert "is a Python process the guard did not reach" in p.stderr and " -I " in p.stderr, p.stderr
+
+
+def test_msrun_two_workers_both_guarded(tmp_path):
+    """MindSpore's msrun, two workers, under `swapagent run --policy safe`: the environment (PYTHONPATH with
+    the bootstrap) reaches both, each is guarded and writes one trace, and both match no swap."""
+    need(CLI)
+    msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
+    need(msrun)
+    import socket  # pylint: disable=import-outside-toplevel
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "run"
+    out.mkdir()
+    base = start(tmp_path, "noswap", "mindspore", "noswap")
+    assert base.rc == 0, base.why()
+    cmd = [CLI, "run", "--policy", "safe", "--out", str(out / "trace"), "--", msrun, "--worker_num=2",
+           "--local_worker_num=2", "--master_port=%d" % port, "--log_dir=%s" % (out / "logs"), "--join=True",
+           JOB, "--framework", "mindspore", "--mode", "swap", "--out", str(out)]
+    # msrun starts `python SCRIPT` from PATH in every process: this environment's
+    env = job_env(PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT, cwd=str(out))
+    logs = "".join(open(os.path.join(out, "logs", f)).read()[-3000:] for f in sorted(os.listdir(out / "logs")))
+    assert p.returncode == 0, p.stderr[-4000:] + logs
+    traces = sorted(f for f in os.listdir(out / "trace") if f.endswith(".swtrace") and ".rank" in f)
+    assert [t.split(".")[1] for t in traces] == ["rank0", "rank1"], (traces, p.stderr[-3000:])
+    procs = json.loads(subprocess.run([CLI, "report", "--format", "json", str(out / "trace")],
+                                      capture_output=True, text=True, timeout=60).stdout)["processes"]
+    workers = [q for q in procs if q["rank"] in (0, 1)]
+    assert len(workers) == 2, procs
+    for q in workers:
+        assert q["meta"].get("python_guard") == "attached" and q["guard"]["releases_allowed"] > 0, q["guard"]
+        with open(os.path.join(out, "rank%d" % q["rank"], "result.json")) as f:
+            res = json.load(f)
+        assert res["grads"] == base.result["grads"] and res["losses"] == base.result["losses"]
