@@ -193,7 +193,7 @@ func (e *Engine) guardRelease(h *handle, hs []*handle, si tracker.StorageInfo, s
 	for _, o := range hs {
 		o.u = u
 		u.refs++
-		u.external = u.external || o.truth != tracker.Internal
+		u.external = u.external || o.truth.Owned()
 		e.unresident(o)
 	}
 	e.units[si.ID] = u

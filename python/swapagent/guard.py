@@ -215,10 +215,10 @@ _guard = Guard()
 
 def framework_of(module):
     """The companion's framework part for module (torch or MindSpore), or None."""
-    mods = sys.modules
-    if "torch" in mods and isinstance(module, mods["torch"].nn.Module):
+    torch, ms = sys.modules.get("torch"), sys.modules.get("mindspore")  # None: a job that blocked the import
+    if torch is not None and isinstance(module, torch.nn.Module):
         return _torch_part()
-    if "mindspore" in mods and isinstance(module, mods["mindspore"].nn.Cell):
+    if ms is not None and isinstance(module, ms.nn.Cell):
         return _ms_part()
     return None
 

@@ -17,6 +17,7 @@ import pytest
 from test_companions import CLI, HERE, LIB, PKG, need  # pylint: disable=unused-import
 
 JOB = os.path.join(HERE, "hp_job.py")
+MF_JOB = os.path.join(HERE, "mf_job.py")
 STANDIN = os.path.join(HERE, "standin")
 FRAMEWORKS = ["torch", "mindspore"]
 TIMEOUT = 300
@@ -58,12 +59,16 @@ class Run:
         return "exit %s\n--- stdout\n%s\n--- stderr\n%s" % (self.rc, self.stdout[-3000:], self.stderr[-6000:])
 
 
-def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None, python=None, pyflags=()):
-    """Runs hp_job.py (under `swapagent run --policy P` when policy is given) in tmp/name."""
+def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None, python=None):
+    """Runs hp_job.py (under `swapagent run --policy P` when policy is given) in tmp/name; framework
+    "mindformers" runs mf_job.py (layout "no-workaround" switches MindFormers' own workaround off)."""
     out = os.path.join(str(tmp), name)
     os.makedirs(out, exist_ok=True)
-    cmd = [sys.executable] + list(pyflags) + [JOB, "--framework", framework, "--mode", mode, "--layout", layout,
-                                              "--out", out]
+    if framework == "mindformers":
+        cmd = [sys.executable, MF_JOB, "--mode", mode, "--out", out] + (
+            ["--no-workaround"] if layout == "no-workaround" else [])
+    else:
+        cmd = [sys.executable, JOB, "--framework", framework, "--mode", mode, "--layout", layout, "--out", out]
     if policy is not None:
         pre = [CLI, "run", "--policy", policy, "--out", os.path.join(out, "trace")]
         if python is not None:
@@ -87,6 +92,11 @@ for fw in FRAMEWORKS:
 RUNS += [
     ("torch-safe-newest", "torch", "swap", "safe", "memory", None, None),
     ("torch-python-off", "torch", "swap", "safe", "checkpoint", None, "off"),
+    # MindFormers' DeepSeek-V3 through its own apply_ac/apply_swap (layers 0-10 of 12, prefetch 1)
+    ("mf-noswap", "mindformers", "noswap", None, "", None, None),
+    ("mf-workaround", "mindformers", "swap", None, "", None, None),
+    ("mf-bug", "mindformers", "swap", None, "no-workaround", None, None),
+    ("mf-safe", "mindformers", "swap", "safe", "no-workaround", None, None),
 ]
 
 
@@ -181,6 +191,26 @@ def test_off_releases_nothing(runs, fw):
     assert r.result["released"] == 0 and r.result["grads"] == runs["%s-noswap" % fw].result["grads"]
     g = r.report()[0]["guard"]
     assert g["releases_allowed"] == 0 and g["releases_kept"] == 60, g
+
+
+def test_mindformers_deepseek_v3_swap_path_guarded(runs):
+    """MindFormers 2.1.0's YAML swap path (apply_ac -> apply_swap -> swap_wrapper and SwapManager of the
+    stand-in) on its DeepSeek-V3. Its own workaround (MUST_SAVE for the decoder block's inputs) hides the
+    bug; without it the bug is back; the guard alone makes the run bit-identical to no swap."""
+    base, wa, bug, safe = (runs[k] for k in ("mf-noswap", "mf-workaround", "mf-bug", "mf-safe"))
+    assert base.rc == 0 and base.result and released_cos_read(base) is None, base.why()
+    assert wa.rc == 0 and wa.result["grads"] == base.result["grads"], wa.why()
+    assert released_cos_read(bug) == (0, 2) and bug.rc != 0, "without the workaround the bug must show:\n" + bug.why()
+    assert safe.rc == 0 and safe.result, safe.why()
+    assert released_cos_read(safe) is None, safe.why()
+    assert safe.result["losses"] == base.result["losses"] and safe.result["grads"] == base.result["grads"]
+    (proc,) = safe.report()
+    g = proc["guard"]
+    assert g["groups"] == ["swap_group_%d" % i for i in range(11)], g["groups"]
+    assert g["releases_allowed"] > 0 and g["allowed_bytes"] > 0 and proc["released_external"] == 0, g
+    kept = {(k["arg"], k["reason"]): k["groups"] for k in g["kept"]}
+    assert kept[("rotary_cos_sin[0]", "input")] == "swap_group_0..swap_group_10", kept
+    assert KEPT_LINE in safe.stderr, safe.why()
 
 
 def test_python_off_leaves_the_job_alone(runs):
