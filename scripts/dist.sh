@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # dist.sh owns the release files of `make dist` (scripts/dist.mk), in build/dist:
 #   dist.sh archive BUILD ARCH VERSION  packs BUILD's bin/swapagent, lib/libswapagent.so and
-#       include/swapagent.h with README (scripts/dist-README.md) and LICENSE into
+#       include/swapagent.h, the Python package python/swapagent (the companions, and the guard's bootstrap
+#       that `swapagent run` puts first on PYTHONPATH), README (scripts/dist-README.md) and LICENSE into
 #       swapagent-VERSION-linux-ARCH.tar.gz, under one top directory of the same name (also left unpacked
 #       in build/dist, so `file build/dist/*/bin/swapagent` shows each archive's binaries);
 #   dist.sh wheel VERSION               builds the companions' wheel swapagent-VERSION-py3-none-any.whl with
@@ -30,6 +31,10 @@ archive() {
   install -m 755 "$build/bin/swapagent" "$stage/bin/swapagent"
   install -m 755 "$build/lib/libswapagent.so" "$stage/lib/libswapagent.so"
   install -m 644 "$build/include/swapagent.h" "$stage/include/swapagent.h"
+  local f
+  for f in $(cd python && find swapagent -name '*.py' | sort); do
+    install -D -m 644 "python/$f" "$stage/python/$f"
+  done
   sed -e "s/@VERSION@/$version/g" -e "s/@ARCH@/$arch/g" scripts/dist-README.md > "$stage/README"
   install -m 644 LICENSE "$stage/LICENSE"
   chmod 644 "$stage/README"

@@ -13,7 +13,10 @@
 #     of a run without the agent, outputs-only is diagnosed, and `swapagent doctor` reads the log;
 #   - the arm64 archive when make built it: aarch64 binaries (and `swapagent version` under qemu-user).
 # The fresh venv borrows torch from the repository's .venv (a .pth line: torch is 1 GB, and the venv
-# must not download); the companion itself comes only from the wheel. Prints "N passed, N failed".
+# must not download); the companion itself comes only from the wheel, except under `swapagent run`, which
+# puts the archive's python/ (the guard's bootstrap and the package beside the agent) first on PYTHONPATH;
+# the guard runs an unmodified job that swaps with the hyper-parallel stand-in of the tests. Prints
+# "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -40,20 +43,17 @@ user_env() {
 mkdir -p "$tmp/opt" "$tmp/home" "$tmp/job"
 
 # --- the archive --------------------------------------------------------------------------------------
-want_files="$name/LICENSE
-$name/README
-$name/bin/swapagent
-$name/include/swapagent.h
-$name/lib/libswapagent.so"
+want_files=$(printf '%s\n' "$name/LICENSE" "$name/README" "$name/bin/swapagent" "$name/include/swapagent.h" \
+  "$name/lib/libswapagent.so" $(cd python && find swapagent -name '*.py' | sed "s|^|$name/python/|") | sort)
 if [ ! -f "$archive" ]; then
   fail "archive: $archive is missing (make dist)"
 elif [ "$(tar -tzf "$archive" | grep -v '/$' | sort)" != "$want_files" ]; then
   tar -tzf "$archive" > "$tmp/list"
-  fail "archive: want exactly bin/swapagent, lib/libswapagent.so, include/swapagent.h, README, LICENSE" "$tmp/list"
+  fail "archive: want exactly bin/swapagent, lib/libswapagent.so, include/swapagent.h, python/swapagent, README, LICENSE" "$tmp/list"
 else
   tar -xzf "$archive" -C "$tmp/opt"
   if cmp -s "$home/LICENSE" LICENSE && grep -q 'ASCEND_HOME_PATH' "$home/README" && grep -q "swapagent $VERSION" "$home/README"; then
-    ok "archive: $(basename "$archive") holds bin, lib, include, README (version $VERSION, CANN setup) and LICENSE"
+    ok "archive: $(basename "$archive") holds bin, lib, include, python (the companions and the guard's bootstrap), README (version $VERSION, CANN setup) and LICENSE"
   else
     fail "archive: README or LICENSE content" "$home/README"
   fi
@@ -94,7 +94,11 @@ else
   torch_site=$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$torch_site" > "$site/zz-borrowed-torch.pth"
   if user_env "$venv/bin/python" -m pip install -q --no-index --no-deps --disable-pip-version-check "$whl" > "$tmp/pip.log" 2>&1; then
-    ok "wheel: $(basename "$whl") installed into a fresh venv"
+    if [ -f "$site/swapagent/_bootstrap/sitecustomize.py" ] && [ -f "$site/swapagent/guard.py" ]; then
+      ok "wheel: $(basename "$whl") installed into a fresh venv, the guard and its bootstrap with it"
+    else
+      fail "wheel: $(basename "$whl") lacks swapagent/guard.py or swapagent/_bootstrap/sitecustomize.py"
+    fi
   else
     fail "wheel: pip install" "$tmp/pip.log"
   fi
@@ -201,7 +205,7 @@ EOF
 
 if [ -x "$venv/bin/python" ] && [ -x "$home/bin/swapagent" ]; then
   torch_case torch-noswap noswap 'True' -- &&
-    torch_case torch-swap swap "r['agent'] == {'preloaded': True, 'path': '(preloaded)'} and r['module'].startswith(v + '/') \
+    torch_case torch-swap swap "r['agent'] == {'preloaded': True, 'path': '(preloaded)'} and r['module'].startswith(h + '/python/') \
       and r['version'] == r['dist_version'] == '$VERSION' and r['stats']['offloaded_bytes'] > 0 and r['stats']['released_external'] == 0 \
       and not r['stats']['faults'] and r['losses'] == json.load(open('$tmp/torch-noswap.json'))['losses'] \
       and r['grad'] == json.load(open('$tmp/torch-noswap.json'))['grad']" \
@@ -220,6 +224,35 @@ if [ -x "$venv/bin/python" ] && [ -x "$home/bin/swapagent" ]; then
   torch_case torch-home swap "r['agent'] == {'preloaded': False, 'path': h + '/lib/libswapagent.so'} and r['stats']['offloaded_bytes'] > 0" \
     SWAPAGENT_HOME="$home" PATH=/usr/bin:/bin -- &&
     ok "torch companion, not preloaded, swapagent not on PATH: found the agent through SWAPAGENT_HOME ($(cat "$tmp/torch-home.secs")s)"
+fi
+
+# --- the guard: an unmodified job whose own swap (the hyper-parallel stand-in) releases storages ---------
+if [ -x "$venv/bin/python" ] && [ -x "$home/bin/swapagent" ]; then
+  cp -r "$ROOT/python/tests/standin" "$tmp/job/standin"
+  cp "$ROOT/python/tests/hp_job.py" "$tmp/job/hp_job.py"
+  s=$(date +%s)
+  hp=(PYTHONPATH="$tmp/job/standin" HYPER_PARALLEL_STANDIN_DEVICE=1 SWAPAGENT_MIN_BYTES=1024)
+  mkdir -p "$tmp/hp-plain" "$tmp/hp-safe"
+  (cd "$tmp/job" && user_env "${hp[@]}" "$venv/bin/python" hp_job.py --framework torch --mode noswap --out "$tmp/hp-plain" \
+    > "$tmp/hp-plain.log" 2>&1)
+  (cd "$tmp/job" && user_env "${hp[@]}" swapagent run --policy safe --out "$tmp/out-hp" -- \
+    "$venv/bin/python" hp_job.py --framework torch --mode swap --out "$tmp/hp-safe" > "$tmp/hp-safe.log" 2>&1)
+  rc=$?
+  if [ $rc -ne 0 ] || ! user_env swapagent report --format json "$tmp/out-hp" > "$tmp/hp.json" 2>&1 ||
+    ! python3 - "$tmp" > "$tmp/hp.check" 2>&1 <<'EOF'
+import json, sys
+tmp = sys.argv[1]
+plain, safe = (json.load(open("%s/hp-%s/result.json" % (tmp, m))) for m in ("plain", "safe"))
+(p,) = json.load(open(tmp + "/hp.json"))["processes"]
+assert safe["grads"] == plain["grads"] and safe["losses"] == plain["losses"], "not bit-identical"
+assert safe["released"] > 0 and p["guard"]["releases_allowed"] == safe["released"], p["guard"]
+assert p["meta"]["python_guard"] == "attached" and p["released_external"] == 0, p["meta"]
+EOF
+  then
+    fail "guard (archive): hyper-parallel stand-in under \`swapagent run --policy safe\` (exit $rc)" "$tmp/hp-safe.log" "$tmp/hp.check"
+  else
+    ok "guard (archive): an unmodified job swapping with the hyper-parallel stand-in is guarded by \`swapagent run\` alone, bit-identical to no swap ($(($(date +%s) - s))s)"
+  fi
 fi
 
 # --- the decoder scenario against an installed toolkit -----------------------------------------------
