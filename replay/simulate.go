@@ -148,6 +148,9 @@ type sim struct {
 	ops     *simOps
 	rec     *timeline.Timeline // the recorded side, folded up to the event being replayed
 	handles map[int64]int64    // recorded handle -> simulated handle
+	// guardTok maps a recorded guard release's token to the simulated one, for its restore.
+	guardTok map[int64]int64
+	guarded  map[string]bool // groups the recording declared moved by their framework
 
 	// Tensors created per thread since that thread's previous launch.
 	tensors  map[uint32][]tensorRec
@@ -187,7 +190,7 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"], Events: len(events)},
 		ops:     &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
 		rec:     timeline.New(h, timeline.Options{NoSeries: true}),
-		handles: map[int64]int64{},
+		handles: map[int64]int64{}, guardTok: map[int64]int64{}, guarded: map[string]bool{},
 		tensors: map[uint32][]tensorRec{},
 		viols:   map[[2]uint64]*Violation{},
 	}
@@ -246,7 +249,8 @@ func (s *sim) step(i int, ev *trace.Event) {
 	case trace.KindLost:
 		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
 	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
-		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit, trace.KindDescribe:
+		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit, trace.KindDescribe,
+		trace.KindGuarded, trace.KindGuard, trace.KindGuardRestore:
 		s.res.ABICalls++
 		s.evIndex, s.evTS, s.during = i, ev.TS, ev
 		s.abi(ev)
@@ -323,11 +327,51 @@ func (s *sim) abi(ev *trace.Event) {
 			s.res.Skipped++
 			return
 		}
+		s.guardRestoreBefore(h)
 		_, err := s.eng.Unpack(h)
 		s.engineErr(err)
 	case trace.KindBackwardExit:
 		g := s.group(ev)
 		s.engineErr(s.eng.BackwardExit(g))
+	case trace.KindGuarded:
+		if ev.Ret == 0 {
+			s.engineErr(s.eng.Guard(s.group(ev)))
+			s.guarded[s.group(ev)] = true
+		}
+	case trace.KindGuard:
+		// The job's own swap asked: the simulated policy answers (any live group's verdict, as the guard asks).
+		d, err := s.eng.GuardRelease("", ev.Args[0], ev.Args[1])
+		s.engineErr(err)
+		if err == nil && d.Allow && d.Known {
+			s.ops.released += d.Size
+			if ev.Handle != 0 && ev.Args[2] == trace.ReleaseAllow {
+				s.guardTok[ev.Handle] = d.Handle
+			}
+		}
+	case trace.KindGuardRestore:
+		tok, ok := s.guardTok[ev.Handle]
+		if !ok || ev.Ret != 0 {
+			return // the simulated policy kept what the recording released, or the restore was refused
+		}
+		delete(s.guardTok, ev.Handle)
+		if _, err := s.eng.GuardRestore(tok, ev.Args[0], ev.Args[1]); err == nil {
+			s.ops.released -= min(ev.Args[1], s.ops.released)
+		} else {
+			s.engineErr(err)
+		}
+	}
+}
+
+// guardRestoreBefore gives back, before its unpack, a storage of a guarded group that the simulated policy
+// released and the recording never did (so the trace has no restore of it): the job's own swap restores
+// what it released before the layer's backward reads it.
+func (s *sim) guardRestoreBefore(h int64) {
+	info, err := s.eng.Info(h)
+	if err != nil || !s.guarded[info.Group] || info.State != offload.Host {
+		return
+	}
+	if _, err := s.eng.GuardRestore(h, info.Storage.Addr, info.Storage.Size); err == nil {
+		s.ops.released -= min(info.Storage.Size, s.ops.released)
 	}
 }
 
