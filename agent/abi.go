@@ -418,7 +418,9 @@ func (a *Agent) Observe(ev offload.Event) {
 		a.record(trace.KindClassify, ev.Group, ev.Handle, 0, nil, ev.Base, ev.Size, uint64(ev.Reason), 0)
 	case offload.EvState:
 		a.record(trace.KindState, ev.Group, ev.Handle, 0, nil, uint64(ev.From), uint64(ev.To), ev.Base, ev.Size)
-		a.inFlight(ev)
+		if !ev.ByFramework {
+			a.inFlight(ev)
+		}
 	case offload.EvRelease:
 		if ev.External {
 			a.watch(ev.Storage, ev.Base, ev.Size)

@@ -263,7 +263,8 @@ func (e *Engine) move(u *unit, to State, grp string) error {
 		e.emit(Event{Kind: EvError, Group: grp, Storage: u.sid, Size: u.size, From: u.state, To: to, Detail: err.Error()})
 		return err
 	}
-	e.emit(Event{Kind: EvState, Group: grp, Handle: u.rel, Storage: u.sid, Base: u.base, Size: u.size, From: u.state, To: to})
+	e.emit(Event{Kind: EvState, Group: grp, Handle: u.rel, Storage: u.sid, Base: u.base, Size: u.size, From: u.state, To: to,
+		ByFramework: u.guard})
 	u.state = to
 	return nil
 }

@@ -235,7 +235,7 @@ func (e *Engine) GuardRestore(token int64, newPtr, nbytes uint64) (string, error
 		return h.g.name, fmt.Errorf("%w: handle %d: its storage was not released by the framework", ErrState, token)
 	}
 	_ = e.move(u, H2D, u.owner.name)
-	if err := e.tr.Restored(u.sid, newPtr); err != nil {
+	if err := e.tr.RestoredByFramework(u.sid, newPtr); err != nil {
 		e.emit(Event{Kind: EvError, Group: u.owner.name, Storage: u.sid, Size: u.size, Detail: "guard restore: " + err.Error()})
 	}
 	_ = e.move(u, Device, u.owner.name)

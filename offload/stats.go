@@ -53,6 +53,9 @@ type Event struct {
 	// External is set on EvRelease when the ownership model would have kept the storage (a policy
 	// violation, possible only under outputs-only): the agent watches such ranges at every launch.
 	External bool
+	// ByFramework is set on the EvState of a storage the framework's own swap moves (the guard): no copy
+	// of the engine's is in flight, so no kernel can race one.
+	ByFramework bool
 }
 
 // Observer receives every decision. It is called after the engine released its lock, so it may call

@@ -4,13 +4,16 @@
 # against no companion, each measured side by side in one run (best of N), and the profile of where a
 # saved tensor's time goes (framework hooks, the companion's Python, ABI and agent). Then the agent's own
 # part alone (agent/abi_bench_test.go): a region of 38 saves per iteration through the agent's control
-# methods, with one save call per storage against one batched call, and the parts a call is made of.
+# methods, with one save call per storage against one batched call, and the parts a call is made of. And the
+# guard's cost (python/bench/guard.py): the same decoder swapped by the hyper-parallel stand-in under
+# `swapagent run --policy safe`, blocks with the guard on and in pass-through taking turns in one process.
 # Figures, no assertions. Needs .venv (scripts/venv.sh; `make bench` bootstraps it) and the agent library.
 BENCHES += bench-companions
 
 .PHONY: bench-companions
 bench-companions: $(BUILD)/lib/libswapagent.so
 	@.venv/bin/python python/bench/companions.py
+	@.venv/bin/python python/bench/guard.py
 	@echo "== the agent's part of a saved tensor, alone (ns per save: a region of 38 saves, exit, unpacks, backward exit)"
 	@$(GO) test -run - -bench 'BenchmarkRegion|BenchmarkParts' -benchtime 2000x ./agent/ | \
 		sed -n 's/^Benchmark\([^ \t]*\)-[0-9]*[ \t]*[0-9]*[ \t]*\([0-9.]*\) ns\/op[ \t]*\([0-9.]* ns\/save\)\{0,1\}.*/  \1: \2 ns\/op \3/p'

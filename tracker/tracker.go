@@ -339,7 +339,13 @@ func (t *Tracker) Released(id uint64, group string) error {
 
 // Restored records that a released storage has device memory again at base (which must pass the pointer
 // rule, writable, once CheckPointers was called).
-func (t *Tracker) Restored(id, base uint64) error {
+func (t *Tracker) Restored(id, base uint64) error { return t.restored(id, base, true) }
+
+// RestoredByFramework is Restored for a storage whose framework restored it and copies its bytes back
+// itself (the guard): the agent writes nothing there, so the pointer rule is not asked.
+func (t *Tracker) RestoredByFramework(id, base uint64) error { return t.restored(id, base, false) }
+
+func (t *Tracker) restored(id, base uint64, prove bool) error {
 	if base == 0 {
 		return fmt.Errorf("%w: restore to address 0", ErrInvalid)
 	}
@@ -349,7 +355,7 @@ func (t *Tracker) Restored(id, base uint64) error {
 	if s == nil || !s.released {
 		return fmt.Errorf("%w: storage %d is not released", ErrInvalid, id)
 	}
-	if t.host != nil { // the agent copies the storage's bytes into it next
+	if prove && t.host != nil { // the agent copies the storage's bytes into it next
 		if _, err := t.placeLocked(base, s.size, true); err != nil {
 			return err
 		}
