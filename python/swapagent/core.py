@@ -530,7 +530,9 @@ class Registry:
         return msg
 
     def _release(self, _ctx, handle, ptr, nbytes):
-        # Called by the agent (any thread): an exception must never cross back into C.
+        # Called by the agent (any thread): an exception must never cross back into C. The resize is the
+        # agent's own: the guard lets it through (agent_op), it must not ask the agent that called it.
+        agent_op.active = True
         try:
             storage = self._entries.get(handle)
             if storage is None:
@@ -546,8 +548,11 @@ class Registry:
         except BaseException as ex:  # noqa: BLE001 - reported to the agent as a failed op
             self._fail("swapagent: release of handle %d failed: %s" % (handle, ex))
             return -1
+        finally:
+            agent_op.active = False
 
     def _restore(self, _ctx, handle, nbytes):
+        agent_op.active = True
         try:
             storage = self._entries.get(handle)
             if storage is None:
@@ -559,6 +564,19 @@ class Registry:
         except BaseException as ex:  # noqa: BLE001
             self._fail("swapagent: restore of handle %d failed: %s" % (handle, ex))
             return 0
+        finally:
+            agent_op.active = False
+
+
+# The agent's own storage op is running on this thread (Registry._release/_restore): the guard's resize_
+# wrapper passes it through.
+agent_op = threading.local()
+agent_op.active = False
+# Set by swapagent.guard when it is installed: the saves of a companion's region (saves_hook(layer, ptrs))
+# and the start of its forward (forward_hook(layer)), so that a release other code attempts of a storage a
+# companion's region saved is asked of the agent too. None: no guard.
+saves_hook = None
+forward_hook = None
 
 
 # ---- the per-layer reporter -----------------------------------------------------------------------
@@ -835,6 +853,8 @@ class Layer:
     Only the group's latest forward reports its exit: the agent tracks one forward per group.
     """
 
+    guarded = False  # the guard's reporter of a layer the job's own swap moves (swapagent.guard)
+
     def __init__(self, agent, fw, module, group, include_cpu):
         self.agent, self.fw, self.module, self.group = agent, fw, module, group
         self.include_cpu = include_cpu
@@ -881,6 +901,8 @@ class Layer:
         return out
 
     def forward_pre(self, args, kwargs):
+        if forward_hook is not None and not self.guarded:
+            forward_hook(self)
         self.maybe_exit()  # a previous forward that only waited for a freed tensor ends now
         self._params = self.fw.param_ptrs(self.module, self._param_cache)
         self._saved.clear()
@@ -994,6 +1016,8 @@ class Layer:
                 ptrs, sizes = [bptr[i] for i in live], [bsize[i] for i in live]
                 flags, stores = [bflag[i] for i in live], [bstore[i] for i in live]
             got = self.agent.save_n(self.group, ptrs, sizes, flags)
+            if saves_hook is not None and not self.guarded:
+                saves_hook(self, ptrs)
             if isinstance(live, range):
                 hs[start:] = got
             else:

@@ -22,11 +22,15 @@ The decision is the agent's (tracker/ and offload/guard.go): this module only re
 imports a framework or hyper-parallel itself. A failure inside it is logged once and turns it into pass-
 through: the job then runs as it would without swapagent. docs/guard.md has the details and the limits."""
 
+import fnmatch
 import importlib.abc
 import logging
+import os
+import re
 import sys
 import threading
 import warnings
+import weakref
 
 from . import core
 
@@ -86,14 +90,15 @@ class Guard:
         return self.agent
 
     # ---- layers ----
-    def attach(self, module):
-        """Reports module (a hyper-parallel wrapper) as a guarded group from its next forward on."""
+    def attach(self, module, path=None):
+        """Reports module (a hyper-parallel wrapper, or the layer at module path `path` named by
+        SWAPAGENT_GUARD_LAYERS) as a guarded group from its next forward on."""
         if self.failed or id(module) in self.layers:
             return
         fw = framework_of(module)
         if fw is None or self.start() is None:
             return
-        gl = GuardLayer(self, fw, module, len(self.layers))
+        gl = GuardLayer(self, fw, module, len(self.layers), path)
         self.layers[id(module)] = gl
         fw.install(module, gl)
 
@@ -113,6 +118,8 @@ class Guard:
     # ---- storage releases and restores (UntypedStorage.resize_ / copy_) ----
     def on_resize(self, storage, n, key, orig):
         """The framework resizes storage to n bytes; returns what resize_ returns."""
+        if getattr(core.agent_op, "active", False):  # the agent's own release or restore (a companion's region)
+            return orig(storage, n)
         if n == 0:
             ptr, nbytes = storage.data_ptr(), storage.nbytes()
             gl = self.saved_by.get(ptr) if ptr and nbytes else None
@@ -147,14 +154,20 @@ class Guard:
 
 
 class GuardLayer:
-    """One wrapped layer: the companions' per-layer reporter (core.Layer) on hyper-parallel's saves."""
+    """One guarded layer: the companions' per-layer reporter (core.Layer) on hyper-parallel's saves, or, for
+    a layer named by SWAPAGENT_GUARD_LAYERS (path: its module path), on the tensors crossing its boundary:
+    swap code the guard does not know saves nothing it can see, so the storages that must never be
+    released (inputs, outputs) are what it reports, each kept until the layer's next forward."""
 
-    def __init__(self, guard, fw, module, index):
-        self.guard, self.fw, self.module, self.index = guard, fw, module, index
+    def __init__(self, guard, fw, module, index, path=None):
+        self.guard, self.fw, self.module, self.index, self.path = guard, fw, module, index, path
         self.layer = None  # core.Layer, made at the first forward (the group name is wired by then)
         self.inputs = None
+        self.boundary = []  # path layers: the Packed of the boundary tensors reported as saves
 
     def group(self):
+        if self.path is not None:
+            return self.path
         name = getattr(self.module, "_swap_group_name", None)
         if not isinstance(name, str) or not name:
             name = "swap_group_%d" % self.index  # not wired by hyper-parallel: its scheme, our count
@@ -171,9 +184,11 @@ class GuardLayer:
                     g.failed = True
                     return
                 self.layer = core.Layer(g.agent, self.fw, self.module, name, True)
+                self.layer.guarded = True
             g.forget_storages(self)
+            self.boundary = []  # the previous forward's: its backward is over
             self.layer.forward_pre(args, kwargs)
-            self.inputs = (args, kwargs) if g.policy == core.POLICY_SAFE else None
+            self.inputs = (args, kwargs) if g.policy == core.POLICY_SAFE or self.path is not None else None
             st = getattr(g.tls, "open", None)
             if st is None:
                 st = g.tls.open = []
@@ -189,6 +204,10 @@ class GuardLayer:
         if g.failed or self.layer is None:
             return
         try:
+            if self.path is not None:
+                for _, t in core.walk_named((self.inputs, output), self.fw.is_tensor, "", []):
+                    self.saved(None, t)
+                self.inputs = None
             self.layer.forward_post(output)
             if self.inputs is not None:
                 protect = getattr(_manager(), "protect_alias_tensors", None)
@@ -199,16 +218,35 @@ class GuardLayer:
             g.fail("the forward hook of %s" % self.layer.group, ex)
 
     def saved(self, swap_tensor, tensor):
-        """hyper-parallel made a SwapTensor of tensor inside this layer's forward."""
+        """hyper-parallel made a SwapTensor of tensor inside this layer's forward (None: a boundary tensor of
+        a path layer)."""
         pk = self.layer._pack(tensor)  # pylint: disable=protected-access
         if isinstance(pk, core.Packed):
-            swap_tensor._swapagent_packed = pk  # pylint: disable=protected-access
+            if swap_tensor is None:
+                self.boundary.append(pk)
+            else:
+                swap_tensor._swapagent_packed = pk  # pylint: disable=protected-access
             ptr = self.fw.ptr(tensor)
             if ptr:
                 self.guard.saved_by[ptr] = self
 
 
 _guard = Guard()
+
+
+def _companion_saves(layer, ptrs):
+    """A companion's region saved these storages: a release other code attempts of one of them is asked of
+    the agent too (the engine keeps what it moves or what is owned outside)."""
+    g = _guard
+    if g.failed or g.start() is None:
+        return
+    part = _parts.get(layer.fw.name)
+    if part is None:
+        part = _torch_part() if layer.fw.name == "torch" else _ms_part() if layer.fw.name == "mindspore" else None
+    if part is None:
+        return
+    for p in ptrs:
+        g.saved_by[p] = layer
 
 
 # ---- framework parts ---------------------------------------------------------------------------------
@@ -394,6 +432,35 @@ def patch_module(mod):
         mod.swap_wrapper = _wrap_swap_wrapper(fn)
 
 
+# ---- layers named by SWAPAGENT_GUARD_LAYERS (torch) --------------------------------------------------
+
+def layer_patterns(value=None):
+    """The module-path patterns of SWAPAGENT_GUARD_LAYERS ("model.layers.*", fnmatch's syntax), split on
+    commas and white space."""
+    v = os.environ.get(EnvGuardLayers, "") if value is None else value
+    return [p for p in re.split(r"[,\s]+", v.strip()) if p]
+
+
+def _watch_torch_layers(torch, patterns):
+    """A global forward pre-hook names every module the first time a module tree is called (its paths
+    from the module called first, the model) and attaches the guard to the ones the patterns match."""
+    seen = weakref.WeakSet()
+
+    def name_tree(module, _args):
+        if module in seen or _guard.failed:
+            return
+        try:
+            for path, m in module.named_modules():
+                if m in seen:
+                    continue
+                seen.add(m)
+                if path and any(fnmatch.fnmatchcase(path, p) for p in patterns):
+                    _guard.attach(m, path)
+        except Exception as ex:  # noqa: BLE001
+            _guard.fail("SWAPAGENT_GUARD_LAYERS", ex)
+    torch.nn.modules.module.register_module_forward_pre_hook(name_tree)
+
+
 # ---- the import hook --------------------------------------------------------------------------------
 
 class _Finder(importlib.abc.MetaPathFinder):
@@ -401,7 +468,7 @@ class _Finder(importlib.abc.MetaPathFinder):
     it and runs patch_module right after the module's own code, before any importer binds its names."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in WATCHED:
+        if fullname not in WATCHED and fullname not in _after_import:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -430,12 +497,17 @@ class _Loader(importlib.abc.Loader):
         module.__loader__ = self.inner
         self.inner.exec_module(module)
         try:
-            patch_module(module)
+            if module.__name__ in _after_import:
+                _after_import.pop(module.__name__)(module)
+            else:
+                patch_module(module)
         except Exception as ex:  # noqa: BLE001
             _guard.fail("patching %s" % module.__name__, ex)
 
 
 _installed = False
+_after_import = {}  # module name -> what to do once it is imported (SWAPAGENT_GUARD_LAYERS: torch)
+EnvGuardLayers = "SWAPAGENT_GUARD_LAYERS"
 
 
 def install():
@@ -444,6 +516,15 @@ def install():
     if _installed:
         return
     _installed = True
+    patterns = layer_patterns()
+    if patterns:
+        def torch_imported(torch):
+            _watch_torch_layers(torch, patterns)
+        if sys.modules.get("torch") is not None:
+            torch_imported(sys.modules["torch"])
+        else:
+            _after_import["torch"] = torch_imported
+    core.saves_hook, core.forward_hook = _companion_saves, _guard.forget_storages
     sys.meta_path.insert(0, _Finder())
     for name in WATCHED:
         mod = sys.modules.get(name)

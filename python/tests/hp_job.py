@@ -1,10 +1,11 @@
 """hp_job.py: an unmodified training job that swaps with hyper-parallel (the stand-in under standin/), the
 way the issue-294 report's job does: 6 decoder layers, RoPE cos/sin computed once per step and passed to
 every layer as the keyword tuple rotary_cos_sin=(cos, sin), layers 0-4 wrapped by swap_wrapper and wired
-with SwapManager().set_forward_prefetch_layer(layer i, layer i+1) (prefetch 1). It knows nothing of
-swapagent: the tests run it as it is, with and without `swapagent run`.
+with SwapManager().set_forward_prefetch_layer(layer i, layer i+1) (prefetch 1); --mode ownswap (torch)
+swaps the same layers with a hand-written swap instead (OwnSwap). It knows nothing of swapagent: the
+tests run it as it is, with and without `swapagent run`.
 
-    python hp_job.py --framework torch|mindspore --mode noswap|swap [--layout checkpoint|memory]
+    python hp_job.py --framework torch|mindspore --mode noswap|swap|ownswap [--layout checkpoint|memory]
                      [--steps N] --out DIR
 
 Under msrun each worker writes into DIR/rank<R>. It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
@@ -50,6 +51,65 @@ class Probe:
         self.f.flush()
 
 
+class OwnSwap:
+    """A layer swap written by hand, as some jobs have one (torch): each of layers 0-4 saves its tensors for
+    backward through saved_tensors_hooks; after the next layer's forward they are copied to host and
+    released with resize_(0); an unpack brings a released one back. Like hyper-parallel's, it protects
+    nothing: the RoPE keyword input is released too. SWAPAGENT_GUARD_LAYERS names its layers to the guard."""
+
+    def __init__(self, torch, layers):
+        self.torch, self.saved, self.ctx = torch, {}, {}
+        for i in SWAP:
+            layers[i].register_forward_pre_hook(self.pre(i))
+            layers[i].register_forward_hook(self.post(i))
+        layers[SWAP[-1] + 1].register_forward_hook(self.post(SWAP[-1] + 1))
+
+    def pre(self, i):
+        def hook(_m, _args):
+            self.saved[i] = []
+            self.ctx[i] = self.torch.autograd.graph.saved_tensors_hooks(self.pack(i), self.unpack)
+            self.ctx[i].__enter__()
+        return hook
+
+    def post(self, i):
+        def hook(_m, _args, _out):
+            if i in self.ctx:
+                self.ctx.pop(i).__exit__(None, None, None)
+            if i - 1 in self.saved:
+                self.release(i - 1)
+        return hook
+
+    def pack(self, i):
+        def pack(t):
+            if isinstance(t, self.torch.nn.Parameter):
+                return t
+            e = [t, None]
+            self.saved[i].append(e)
+            return e
+        return pack
+
+    def release(self, i):
+        hosts = {}  # storage -> its host copy: a storage saved twice is copied and released once
+        for e in self.saved.pop(i):
+            s = e[0].untyped_storage()
+            key = s._cdata  # pylint: disable=protected-access
+            if key not in hosts and s.nbytes():
+                hosts[key] = self.torch.empty(s.nbytes(), dtype=self.torch.uint8)
+                hosts[key].untyped_storage().copy_(s)
+                s.resize_(0)
+            e[1] = hosts.get(key)
+
+    def unpack(self, e):
+        if not isinstance(e, list):  # a parameter, saved as it is
+            return e
+        t, host = e
+        s = t.untyped_storage()
+        if host is not None and s.nbytes() == 0:
+            s.resize_(host.numel())
+            s.copy_(host.untyped_storage())
+        return t
+
+
 def torch_parts(probe):
     import torch
     from torch import nn
@@ -70,17 +130,26 @@ def torch_parts(probe):
             h = h + torch.tanh(q) @ self.wo
             return h + torch.sigmoid(h @ self.wu) * h
 
+    class Stack(nn.Module):  # the model: its layers' module paths are layers.0 .. layers.5
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([Layer(i, w) for i, w in enumerate(ws)])
+
+        def forward(self, h, cos, sin):
+            for layer in self.layers:
+                h = layer(h, rotary_cos_sin=(cos, sin))
+            return h
+
     ws, emb, target = weights()
-    layers = nn.ModuleList([Layer(i, w) for i, w in enumerate(ws)])
+    model = Stack()
+    layers = model.layers
     emb_p = nn.Parameter(torch.tensor(emb))
     target_t = torch.tensor(target)
     params = [emb_p] + [p for l in layers for p in (l.wq, l.wo, l.wu)]
 
     def step():
         cos, sin = (torch.tensor(a) * 1.0 for a in rope())
-        h = emb_p * 1.0
-        for layer in layers:
-            h = layer(h, rotary_cos_sin=(cos, sin))
+        h = model(emb_p * 1.0, cos, sin)
         loss = ((h - target_t) ** 2).mean()
         for p in params:
             p.grad = None
@@ -136,7 +205,7 @@ def ms_parts(probe):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--framework", choices=["torch", "mindspore"], required=True)
-    ap.add_argument("--mode", choices=["noswap", "swap"], required=True)
+    ap.add_argument("--mode", choices=["noswap", "swap", "ownswap"], required=True)
     ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", required=True)
@@ -150,6 +219,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     probe = Probe(a.out)
     layers, step = (torch_parts if a.framework == "torch" else ms_parts)(probe)
+    if a.mode == "ownswap":
+        import torch
+        OwnSwap(torch, layers)
     if a.mode == "swap":
         if a.layout == "memory":
             from hyper_parallel.core.activation_memory.swap import SwapManager, swap_wrapper

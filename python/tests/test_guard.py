@@ -285,3 +285,77 @@ def test_msrun_two_workers_both_guarded(tmp_path):
         with open(os.path.join(out, "rank%d" % q["rank"], "result.json")) as f:
             res = json.load(f)
         assert res["grads"] == base.result["grads"] and res["losses"] == base.result["losses"]
+
+
+FOREIGN_JOB = r'''
+"""A torch job under the companion (layers 0-2 of 4) with other swap code beside it that releases every
+storage a layer received as a keyword input once the layer ran (its forward hook, registered after the
+companion's): a companion's region saved those."""
+import json, sys
+import torch
+import swapagent.torch as sa
+
+torch.manual_seed(0)
+layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(4))
+foreign = sys.argv[1] == "foreign"
+
+
+def release_kwargs(_m, _args, kwargs, _out):
+    if foreign:
+        for t in kwargs.values():
+            t.untyped_storage().resize_(0)
+
+
+for l in layers:
+    l.forward = (lambda l: lambda x, *, scale: torch.tanh(torch.nn.functional.linear(x, l.weight, l.bias)) * scale)(l)
+h = sa.layer_swap(layers, swap=range(3), include_cpu=True)
+for l in layers:
+    l.register_forward_hook(release_kwargs, with_kwargs=True)
+x = torch.randn(8, 32, requires_grad=True)
+out = {}
+for step in range(2):
+    scale = torch.full((8, 32), 0.5) * 1.0
+    y = x
+    for l in layers:
+        y = l(y, scale=scale)
+    y.sum().backward()
+    out["grad%d" % step] = x.grad.numpy().tobytes().hex()
+    x.grad = None
+print(json.dumps(out))
+'''
+
+
+def test_other_swap_code_in_a_companion_region_is_vetoed(tmp_path):
+    """A release other code attempts (resize_(0)) of a storage a companion's region saved is asked of the
+    agent too: the keyword input every layer reads stays, and the run equals one without that code."""
+    need(CLI)
+    job = tmp_path / "foreign.py"
+    job.write_text(FOREIGN_JOB)
+    res = {}
+    for name, mode, python in (("plain", "plain", "auto"), ("guarded", "foreign", "auto"), ("unguarded", "foreign", "off")):
+        p = subprocess.run([CLI, "run", "--policy", "safe", "--python", python, "--out", str(tmp_path / name), "--",
+                            sys.executable, str(job), mode], env=job_env(PYTHONPATH=PKG), capture_output=True,
+                           text=True, timeout=120)
+        res[name] = p
+    assert res["plain"].returncode == 0, res["plain"].stderr[-3000:]
+    g = res["guarded"]
+    assert g.returncode == 0, g.stderr[-3000:]
+    assert json.loads(g.stdout.splitlines()[-1]) == json.loads(res["plain"].stdout.splitlines()[-1])
+    assert re.search(r"it asked \d+ releases: 0 allowed \(0 B\), [1-9]\d* refused", g.stderr), g.stderr[-3000:]
+    assert res["unguarded"].returncode != 0, "the foreign release must break the job without the guard"
+
+
+def test_guard_layers_names_layers_of_a_hand_written_swap(tmp_path):
+    """SWAPAGENT_GUARD_LAYERS: a job whose hand-written swap (hp_job.py --mode ownswap) releases the RoPE
+    keyword input too; the guard knows its layers by module path only, and keeps what crosses them."""
+    need(CLI)
+    base = start(tmp_path, "noswap", "torch", "noswap")
+    bug = start(tmp_path, "bug", "torch", "ownswap")
+    assert released_cos_read(bug) == (0, 2) and bug.rc != 0, bug.why()
+    r = start(tmp_path, "guarded", "torch", "ownswap", policy="safe", env={"SWAPAGENT_GUARD_LAYERS": "layers.*"})
+    assert r.rc == 0 and r.result, r.why()
+    assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
+    g = r.report()[0]["guard"]
+    assert g["groups"] == ["layers.%d" % i for i in range(6)] and g["releases_kept"] > 0, g
+    kept = {(k["arg"], k["reason"]) for k in g["kept"]}
+    assert ("rotary_cos_sin[0]", "input") in kept, g
