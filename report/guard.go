@@ -3,6 +3,7 @@
 package report
 
 import (
+	"slices"
 	"sort"
 
 	"swapagent/timeline"
@@ -55,7 +56,7 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 		}
 		e.Saves++
 		e.Bytes += h.Nbytes
-		if name := t.GroupName(h.Group); !contains(groups[k], name) {
+		if name := t.GroupName(h.Group); !slices.Contains(groups[k], name) {
 			groups[k] = append(groups[k], name)
 		}
 	}
@@ -76,11 +77,3 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 	return r
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}

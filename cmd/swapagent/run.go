@@ -246,15 +246,6 @@ func setenv(env []string, key, val string) []string {
 	return append(out, key+"="+val)
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 // forwardSignals sends each caught signal on to the child until done. A SIGINT or SIGQUIT typed at
 // the terminal already reached the child (same process group); forwarding it would deliver it twice,
 // so those two are forwarded only when we are not in the terminal's foreground process group.
