@@ -76,4 +76,3 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 	})
 	return r
 }
-
