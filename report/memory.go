@@ -17,7 +17,7 @@ type MemFigures struct {
 	// PeakInUse is the peak device memory the job held with swap: at that moment every held byte was in use.
 	PeakInUse     uint64 `json:"peak_in_use_bytes"`
 	PeakInUseAtNS int64  `json:"peak_in_use_at_ns"`
-	// PeakNoSwap is the peak the trace implies without swap: held plus swapped-out bytes, at allocations.
+	// PeakNoSwap is the peak the trace implies without swap: in use plus swapped-out bytes, at any change.
 	PeakNoSwap     uint64 `json:"peak_no_swap_bytes"`
 	PeakNoSwapAtNS int64  `json:"peak_no_swap_at_ns"`
 	// SavedBytes is PeakNoSwap - PeakInUse; SavedPercent the same as a percentage of PeakNoSwap.

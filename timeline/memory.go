@@ -70,8 +70,10 @@ func (m *Memory) Size(ptr uint64) (uint64, bool) {
 // or mapped bytes under VMM (aclrtMapMem minus aclrtUnmapMem; trace.ClassOf reads both alike).
 // Released is what the agent swapped out and has not yet restored (its state events). A framework's
 // caching pool takes released memory back and reuses it, and grows (a runtime allocation) only when it
-// is full, so at an allocation every held byte is in use and the job without swap would have needed
-// Held + Released: the no-swap figure is evaluated there, as replay does (docs/replay.md).
+// is full, so at an allocation every held byte is in use. Between allocations it serves new tensors from
+// released memory (Touch): in use grows without the pool growing. The job without swap would have needed
+// in use + Released at every moment, so the no-swap peak is taken at every change, not only at
+// allocations (those miss most of a step's second half; docs/cli.md, "Reading the memory figures").
 type Footprint struct {
 	Held     Memory // runtime allocations or mappings, with their series
 	Released uint64 // bytes swapped out and not yet restored
@@ -82,7 +84,7 @@ type Footprint struct {
 	poolFree uint64
 	free     []span
 
-	PeakNoSwap     uint64 // the most Held + Released at an allocation
+	PeakNoSwap     uint64 // the most in use + Released at any change
 	PeakNoSwapAtNS int64
 	PeakReleased   uint64 // the most bytes swapped out at once
 
@@ -123,7 +125,7 @@ func (f *Footprint) State(tr Transition, base uint64) {
 	case tr.Release(): // copied out and released
 		f.Released += tr.Nbytes
 		f.PeakReleased = max(f.PeakReleased, f.Released)
-		if base != 0 && !f.NoSeries {
+		if base != 0 {
 			f.poolFree = min(f.poolFree+tr.Nbytes, f.Held.LiveBytes)
 			f.free = append(f.free, span{base, tr.Nbytes})
 		}
@@ -153,6 +155,9 @@ func (f *Footprint) Touch(ts int64, addr uint64) {
 func (f *Footprint) InUseBytes() uint64 { return f.Held.LiveBytes - min(f.poolFree, f.Held.LiveBytes) }
 
 func (f *Footprint) point(ts int64) {
+	if n := f.InUseBytes() + f.Released; n > f.PeakNoSwap {
+		f.PeakNoSwap, f.PeakNoSwapAtNS = n, ts
+	}
 	if f.NoSeries {
 		return
 	}
