@@ -174,3 +174,63 @@ func TestMemoryFiguresAgree(t *testing.T) {
 		t.Errorf("saved %d of a no-swap peak of %d: want more than half", m.SavedBytes, m.PeakNoSwap)
 	}
 }
+
+// report --baseline: the same decoder-sim command under off and under safe, matched by command and rank;
+// the measured saving is the difference of the two measured peaks, whatever the safe trace alone implies.
+func TestReportBaselineMeasuresTheSaving(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	lib := agentLib(t)
+	dir := t.TempDir()
+	args := []string{sim, "--layers", "12", "--hidden", "32", "--seq", "1024", "--steps", "2"}
+	peaks := map[string]uint64{}
+	for _, policy := range []string{"off", "safe"} {
+		out := filepath.Join(dir, policy)
+		if r := swapagent(t, nil, append([]string{"run", "--lib", lib, "--policy", policy, "--out", out, "--"}, args...)...); r.Code != 0 {
+			t.Fatalf("run --policy %s: exit %d: %s", policy, r.Code, r.Stderr)
+		}
+		r := swapagent(t, nil, "report", "--format", "json", out)
+		var doc struct {
+			Processes []struct {
+				Memory struct {
+					PeakInUse uint64 `json:"peak_in_use_bytes"`
+				} `json:"memory"`
+			} `json:"processes"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
+			t.Fatalf("report %s: %v %s", policy, err, r.Stdout)
+		}
+		peaks[policy] = doc.Processes[0].Memory.PeakInUse
+	}
+	if peaks["safe"] >= peaks["off"] {
+		t.Fatalf("peaks %v: safe must hold less than off", peaks)
+	}
+	r := swapagent(t, nil, "report", "--format", "json", "--baseline", filepath.Join(dir, "off"), filepath.Join(dir, "safe"))
+	if r.Code != 0 {
+		t.Fatalf("report --baseline: exit %d: %s", r.Code, r.Stderr)
+	}
+	var cmp struct {
+		Comparisons []struct {
+			BaselinePeak   uint64 `json:"baseline_peak_bytes"`
+			Peak           uint64 `json:"peak_bytes"`
+			SavedBytes     int64  `json:"saved_bytes"`
+			BaselinePolicy string `json:"baseline_policy"`
+			Policy         string `json:"policy"`
+		} `json:"comparisons"`
+		Unmatched []string `json:"unmatched"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &cmp); err != nil || len(cmp.Comparisons) != 1 || len(cmp.Unmatched) != 0 {
+		t.Fatalf("report --baseline JSON (%v): %s", err, r.Stdout)
+	}
+	c := cmp.Comparisons[0]
+	if c.BaselinePeak != peaks["off"] || c.Peak != peaks["safe"] || c.SavedBytes != int64(peaks["off"]-peaks["safe"]) ||
+		c.BaselinePolicy != "off" || c.Policy != "safe" {
+		t.Errorf("comparison %+v, want the measured peaks %v", c, peaks)
+	}
+	text := swapagent(t, nil, "report", "--baseline", filepath.Join(dir, "off"), filepath.Join(dir, "safe"))
+	if text.Code != 0 || !strings.Contains(text.Stdout, "saved, measured: ") {
+		t.Errorf("text: exit %d:\n%s", text.Code, text.Stdout)
+	}
+	if r := swapagent(t, nil, "report", "--format", "svg", "--baseline", dir, dir); r.Code != 2 {
+		t.Errorf("--baseline with svg: exit %d, want 2", r.Code)
+	}
+}

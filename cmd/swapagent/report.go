@@ -2,6 +2,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -13,10 +14,14 @@ import (
 
 var reportCmd = cli.Command{
 	Name:     "report",
-	Synopsis: "TRACE|DIR|- [TRACE|DIR|-...] [--format text|json|perfetto|svg] [-o FILE]",
+	Synopsis: "TRACE|DIR|- [TRACE|DIR|-...] [--format text|json|perfetto|svg] [--baseline TRACE|DIR] [-o FILE]",
 	About: `Summarises traces, or renders them as JSON, a Perfetto timeline or an SVG chart. A directory gives
 its *.swtrace files (an msrun log directory: those in its swapagent-out); - reads one trace from
 standard input. Damaged batches are skipped and named; a bad file in a directory is named and skipped.
+
+--baseline compares measured peaks instead: each process of the traces given is matched with the process
+of the baseline (the same job under --policy off, say) that ran the same command with the same rank, and
+the report gives both peaks and the saving measured between them (text or json).
 
 Exit: 0 written; 1 the output could not be written; 2 bad usage, or nothing readable;
 3 written, but some input was left out (a bad file in a directory, or events lost in damaged batches).`,
@@ -35,6 +40,7 @@ func cmdReport(args []string) int {
 	fs := c.Flags()
 	format := fs.String("format", "text", "output `FORMAT`: text, json, perfetto (Chrome trace JSON) or svg")
 	out := fs.StringP("output", "o", "", "write to `FILE` instead of standard output")
+	baseline := fs.String("baseline", "", "compare with the baseline run's traces in `PATH` (a trace or a directory): measured peaks and saving")
 	if code, stop := c.Parse(fs, args, os.Stdout, os.Stderr); stop {
 		return code
 	}
@@ -45,9 +51,49 @@ func cmdReport(args []string) int {
 	if fs.NArg() == 0 {
 		return c.UsageError(os.Stderr, "missing TRACE, DIR or - (standard input)")
 	}
+	sums, code := loadSummaries(c, fs.Args())
+	if code == exitUsage {
+		return code
+	}
+	if fs.Changed("baseline") {
+		if *format != "text" && *format != "json" {
+			return c.UsageError(os.Stderr, "--baseline gives text or json, not %s", *format)
+		}
+		base, bcode := loadSummaries(c, []string{*baseline})
+		if bcode == exitUsage {
+			return bcode
+		}
+		cmp := report.Compare(base, sums)
+		render = func(w io.Writer, _ []*report.Summary) error {
+			if *format == "json" {
+				enc := json.NewEncoder(w)
+				enc.SetIndent("", "  ")
+				return enc.Encode(cmp)
+			}
+			return report.WriteBaselineText(w, cmp)
+		}
+		code = max(code, bcode)
+	}
+	if *out == "" {
+		if err := render(os.Stdout, sums); err != nil {
+			c.Errorf(os.Stderr, "writing output: %v", err)
+			return exitFail
+		}
+		return code
+	}
+	if err := writeFileAtomic(*out, func(w io.Writer) error { return render(w, sums) }); err != nil {
+		c.Errorf(os.Stderr, "%v", err)
+		return exitFail
+	}
+	return code
+}
+
+// loadSummaries loads every path's traces, naming what was skipped; the code is exitUsage when a path
+// could not be read at all, exitPartial when some input was left out.
+func loadSummaries(c cli.Command, paths []string) ([]*report.Summary, int) {
 	var sums []*report.Summary
 	code := exitOK
-	for _, p := range fs.Args() {
+	for _, p := range paths {
 		s, skipped, found, err := report.Load(p)
 		for _, e := range skipped {
 			c.Errorf(os.Stderr, "skipped %v", e)
@@ -55,7 +101,7 @@ func cmdReport(args []string) int {
 		}
 		if err != nil {
 			c.Errorf(os.Stderr, "%v", err)
-			return exitUsage
+			return nil, exitUsage
 		}
 		if found != "" {
 			c.Errorf(os.Stderr, "note: %s has no traces; reading those in %s", p, found)
@@ -70,18 +116,7 @@ func cmdReport(args []string) int {
 			code = exitPartial
 		}
 	}
-	if *out == "" {
-		if err := render(os.Stdout, sums); err != nil {
-			c.Errorf(os.Stderr, "writing output: %v", err)
-			return exitFail
-		}
-		return code
-	}
-	if err := writeFileAtomic(*out, func(w io.Writer) error { return render(w, sums) }); err != nil {
-		c.Errorf(os.Stderr, "%v", err)
-		return exitFail
-	}
-	return code
+	return sums, code
 }
 
 // writeFileAtomic writes through a temporary file beside path and renames it, so a failed render never
