@@ -236,6 +236,9 @@ func (a *Agent) Drain() {
 
 // Shutdown drains, writes the stats and closes the trace. Later calls do nothing.
 func (a *Agent) Shutdown() {
+	if line := a.faultSummary(); line != "" {
+		fmt.Fprint(a.stderr, line)
+	}
 	es := a.engineStats()
 	a.mu.Lock()
 	defer a.mu.Unlock()

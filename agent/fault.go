@@ -100,7 +100,9 @@ func (a *Agent) LaunchFault(kernel string, index int, addr, size uint64) {
 	a.Drain()
 	f := trace.Fault{Kernel: kernel, TensorIndex: index, Addr: trace.Uint(addr), Size: trace.Uint(size),
 		Detected: "launch"}
-	if id, r, ok := a.racingStorage(addr); ok {
+	// A released external storage explains the access first, even when its memory now holds another
+	// storage an agent copy is moving: that one is the victim, the release is the cause.
+	if id, r, ok := a.racingStorage(addr); ok && !a.watched(addr) {
 		a.report(a.raceFault(f, id, r))
 		return
 	}
@@ -373,13 +375,22 @@ func faultBlock(f trace.Fault, cands []tracker.StorageInfo, policy string) strin
 			f.Kernel, f.TensorIndex, f.Addr, f.Size)
 		p("=========   found at launch, before the kernel runs (it still runs: the agent does not change the job)")
 	case "race":
-		p("========= FAULT (race): %s", f.Detail)
-		p("=========   found at launch, before the kernel runs: the job's streams or events put this kernel " +
-			"outside the order the agent's copies follow (docs/design.md, \"Stream ordering\")")
 		name, size := string(f.Storage), uint64(f.Nbytes)
 		if len(cands) > 0 {
 			name, size = cands[0].Name(), cands[0].Size
 		}
+		if f.Owner != "" && policy != trace.PolicySafe {
+			// The policy moves a storage owned outside the wrapper: that, not the job's streams, is the cause.
+			p("========= FAULT (policy): %s", f.Detail)
+			p("=========   found at launch, before the kernel runs: the storage is the %s, owned outside the "+
+				"swap wrapper, and policy %s moves it for %s's offload; policy safe keeps module inputs on device",
+				f.Owner, policy, f.ReleasedBy)
+			p("=========   storage %s (%d bytes)", name, size)
+			return b.String()
+		}
+		p("========= FAULT (race): %s", f.Detail)
+		p("=========   found at launch, before the kernel runs: the job's streams or events put this kernel " +
+			"outside the order the agent's copies follow (docs/design.md, \"Stream ordering\")")
 		p("=========   storage %s (%d bytes) of %s; owner: %s", name, size, f.ReleasedBy, orNone(f.Owner))
 		return b.String()
 	case "sync":
@@ -466,6 +477,50 @@ func (a *Agent) racingStorage(p uint64) (uint64, inflight, bool) {
 		}
 	}
 	return 0, inflight{}, false
+}
+
+// faultCause is the kind of cause a fault record says, for the summary line.
+func faultCause(f trace.Fault) string {
+	switch {
+	case f.Detected == "race" && f.Owner != "":
+		return "a storage owned outside the wrapper moved by the policy"
+	case f.Detected == "race":
+		return "a kernel racing the agent's copy"
+	case f.Detected == "region_enter":
+		return "an input with no device memory"
+	case f.Detected == "sync":
+		return "a failed stream sync"
+	case f.Owner != "":
+		return "a kernel reading a released external storage"
+	}
+	return "a kernel reading a storage not on device"
+}
+
+// faultSummary is the line the agent ends a process with when it diagnosed faults (compute-sanitizer's
+// ERROR SUMMARY): the faults, repeats included, by cause; "" when there were none.
+func (a *Agent) faultSummary() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.faults) == 0 {
+		return ""
+	}
+	counts := map[string]uint64{}
+	var order []string
+	var total uint64
+	for _, f := range a.faults {
+		c := faultCause(f)
+		if _, seen := counts[c]; !seen {
+			order = append(order, c)
+		}
+		counts[c] += 1 + f.Repeats
+		total += 1 + f.Repeats
+	}
+	parts := make([]string, len(order))
+	for i, c := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[c], c)
+	}
+	return fmt.Sprintf("swapagent: ========= ERROR SUMMARY: %d fault(s) in %d block(s) in pid %d (policy %s): %s\n",
+		total, len(a.faults), a.pid, a.cfg.Policy, strings.Join(parts, "; "))
 }
 
 func orNone(s string) string {

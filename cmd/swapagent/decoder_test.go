@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -232,5 +233,51 @@ func TestReportBaselineMeasuresTheSaving(t *testing.T) {
 	}
 	if r := swapagent(t, nil, "report", "--format", "svg", "--baseline", dir, dir); r.Code != 2 {
 		t.Errorf("--baseline with svg: exit %d, want 2", r.Code)
+	}
+}
+
+// The demo's outputs-only run, read as a sanitizer's output: the first block names the cause (the policy
+// moving a keyword input for layer.0), never the job's streams; no owner is "none recorded"; one block per
+// storage; a closing ERROR SUMMARY line counts the faults by cause.
+func TestOutputsOnlyFaultsReadLikeASanitizer(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	r := swapagent(t, nil, "run", "--lib", agentLib(t), "--policy", "outputs-only", "--out", t.TempDir(), "--", sim, "--steps", "3")
+	if r.Code == 0 {
+		t.Fatalf("outputs-only must fail like the reported job:\n%s", r.Stderr)
+	}
+	blocks := regexp.MustCompile(`(?m)^swapagent: ========= FAULT.*$`).FindAllString(r.Stderr, -1)
+	if len(blocks) == 0 {
+		t.Fatalf("no fault block:\n%s", r.Stderr)
+	}
+	_, first, _ := strings.Cut(r.Stderr, blocks[0])
+	first, _, _ = strings.Cut(first, "\nswapagent: ========= FAULT")
+	if strings.Contains(first, "job's streams") || !strings.Contains(first, "keyword input of layer.0") ||
+		!strings.Contains(first, "for layer.0's offload") {
+		t.Errorf("first block must name the keyword input and layer.0's move:\n%s", first)
+	}
+	if strings.Contains(r.Stderr, "owner: none recorded") {
+		t.Errorf("an owner is \"none recorded\":\n%s", r.Stderr)
+	}
+	if len(blocks) > 12 {
+		t.Errorf("%d fault blocks: repeats of one storage must fold", len(blocks))
+	}
+	m := regexp.MustCompile(`ERROR SUMMARY: (\d+) fault\(s\) in (\d+) block\(s\) in pid \d+ \(policy outputs-only\): (.*)`).FindStringSubmatch(r.Stderr)
+	if m == nil {
+		t.Fatalf("no ERROR SUMMARY line:\n%s", r.Stderr)
+	}
+	if n, _ := strconv.Atoi(m[2]); n != len(blocks) {
+		t.Errorf("summary counts %s blocks, stderr has %d", m[2], len(blocks))
+	}
+	sum := 0
+	total, _ := strconv.Atoi(m[1])
+	for _, part := range strings.Split(m[3], "; ") {
+		var k int
+		if _, err := fmt.Sscanf(part, "%d", &k); err != nil {
+			t.Fatalf("summary part %q", part)
+		}
+		sum += k
+	}
+	if sum != total || !strings.Contains(m[3], "moved by the policy") {
+		t.Errorf("summary by cause %q does not add up to %d or lacks the policy's move", m[3], total)
 	}
 }
