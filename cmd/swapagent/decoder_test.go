@@ -241,9 +241,15 @@ func TestReportBaselineMeasuresTheSaving(t *testing.T) {
 // storage; a closing ERROR SUMMARY line counts the faults by cause.
 func TestOutputsOnlyFaultsReadLikeASanitizer(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
-	r := swapagent(t, nil, "run", "--lib", agentLib(t), "--policy", "outputs-only", "--out", t.TempDir(), "--", sim, "--steps", "3")
+	out := t.TempDir()
+	r := swapagent(t, nil, "run", "--lib", agentLib(t), "--policy", "outputs-only", "--out", out, "--", sim, "--steps", "3")
 	if r.Code == 0 {
 		t.Fatalf("outputs-only must fail like the reported job:\n%s", r.Stderr)
+	}
+	// replay's what-if says that the trace ends at the fault, before any backward
+	if rp := swapagent(t, nil, "replay", "--policy", "safe", out); !strings.Contains(rp.Stdout,
+		"note: the recording faulted in step 1") || !strings.Contains(rp.Stdout, "before any backward") {
+		t.Errorf("replay on the crashed trace does not say what it covers:\n%s", rp.Stdout)
 	}
 	blocks := regexp.MustCompile(`(?m)^swapagent: ========= FAULT.*$`).FindAllString(r.Stderr, -1)
 	if len(blocks) == 0 {
