@@ -23,6 +23,12 @@ type MemFigures struct {
 	// SavedBytes is PeakNoSwap - PeakInUse; SavedPercent the same as a percentage of PeakNoSwap.
 	SavedBytes   uint64  `json:"saved_bytes"`
 	SavedPercent float64 `json:"saved_percent"`
+	// PoolStep is the smallest device allocation (or mapping) of the run: the pool grows by at least that.
+	// A saving below it is within what the pool's granularity alone can make or hide.
+	PoolStep uint64 `json:"pool_step_bytes"`
+	// SavingSupported says whether the estimate of SavedBytes is at least one PoolStep: below that, the
+	// trace cannot support the claim that anything was saved.
+	SavingSupported bool `json:"saving_supported"`
 	// SwappedOutPeak is the most bytes the agent held swapped out at once.
 	SwappedOutPeak uint64 `json:"swapped_out_peak_bytes"`
 	InUseAtEnd     uint64 `json:"in_use_at_end_bytes"`
@@ -46,19 +52,30 @@ func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
 	if m.PeakNoSwap > 0 {
 		m.SavedPercent = float64(m.SavedBytes) / float64(m.PeakNoSwap) * 100
 	}
+	m.PoolStep = f.MinAlloc
+	m.SavingSupported = m.SavedBytes > 0 && m.SavedBytes >= m.PoolStep
 	if reserved != nil {
 		m.ReservedPeak = reserved.PeakBytes
 	}
 	return m
 }
 
-// Text is the figures in one line, as run's summary and `report` print them.
+// Text is the figures in one line, as run's summary and `report` print them. The no-swap peak and the
+// saving are estimates: one trace cannot see how the pool would have grown and fragmented without swap
+// (`report --baseline` measures it), and a saving below one step of the pool's growth is not claimed.
 func (m MemFigures) Text() string {
 	if m.PeakNoSwap == 0 {
 		return "no device allocations recorded"
 	}
-	return fmt.Sprintf("peak in use %s with swap, %s without swap (implied by the trace); saved %d bytes (%s, %.1f%% of the no-swap peak)",
-		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap), m.SavedBytes, Bytes(m.SavedBytes), m.SavedPercent)
+	s := fmt.Sprintf("peak in use %s with swap, about %s without swap (estimate implied by the trace, blind to the "+
+		"pool's growth and fragmentation without swap: `report --baseline` measures them); ",
+		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap))
+	if m.SavedBytes > 0 && !m.SavingSupported {
+		return s + fmt.Sprintf("saved: none this trace supports (the estimate, %d bytes, is less than the pool's "+
+			"%s step of growth)", m.SavedBytes, Bytes(m.PoolStep))
+	}
+	return s + fmt.Sprintf("saved about %d bytes (%s, %.1f%% of the no-swap estimate)", m.SavedBytes,
+		Bytes(m.SavedBytes), m.SavedPercent)
 }
 
 // Short is Text for a picture's title line: the same figures, fewer words.
@@ -66,6 +83,10 @@ func (m MemFigures) Short() string {
 	if m.PeakNoSwap == 0 {
 		return "no device allocations recorded"
 	}
-	return fmt.Sprintf("peak in use %s with swap vs %s without; saved %s (%.1f%%)",
+	if m.SavedBytes > 0 && !m.SavingSupported {
+		return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); no saving supported",
+			Bytes(m.PeakInUse), Bytes(m.PeakNoSwap))
+	}
+	return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); saved about %s (%.1f%%)",
 		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap), Bytes(m.SavedBytes), m.SavedPercent)
 }

@@ -87,6 +87,7 @@ type Footprint struct {
 	PeakNoSwap     uint64 // the most in use + Released at any change
 	PeakNoSwapAtNS int64
 	PeakReleased   uint64 // the most bytes swapped out at once
+	MinAlloc       uint64 // the smallest runtime allocation or mapping: the pool's step of growth
 
 	NoSeries bool       // figures only, no curves (replay)
 	InUse    []MemPoint // Held minus poolFree, after each change
@@ -100,6 +101,9 @@ type span struct{ base, size uint64 }
 func (f *Footprint) Alloc(ts int64, ptr, size uint64) {
 	f.Held.noSeries = f.NoSeries
 	f.Held.Alloc(ts, ptr, size)
+	if size > 0 && (f.MinAlloc == 0 || size < f.MinAlloc) {
+		f.MinAlloc = size
+	}
 	f.poolFree, f.free = 0, f.free[:0]
 	if n := f.Held.LiveBytes + f.Released; n > f.PeakNoSwap {
 		f.PeakNoSwap, f.PeakNoSwapAtNS = n, ts
