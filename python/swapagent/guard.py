@@ -60,8 +60,9 @@ class Guard:
         self.layers = {}  # id(wrapper module) -> GuardLayer
         self.tls = threading.local()  # .open: the stack of guarded layers inside their forward
         self.saved_by = {}  # storage pointer -> GuardLayer that saved it (this step)
-        # storage key -> (GuardLayer, storage object): kept on device after a refused release; a later
-        # copy back into it (the framework's load of what it believes it released) is skipped once.
+        # storage key -> [GuardLayer, storage object, refused releases]: kept on device after a refused
+        # release; as many later copies into it (the framework's loads of what it believes it released: one
+        # per group that saved it) are skipped.
         self.kept = {}
         # storage key -> (GuardLayer, storage object, the agent's token): released with the agent's consent;
         # its resize back is reported (swapagent_guard_restore).
@@ -127,7 +128,11 @@ class Guard:
                 answer, token = self.agent.guard_release(None, ptr, nbytes)
                 if answer == core.RELEASE_KEEP:
                     with self.lock:
-                        self.kept[key] = (gl, storage)
+                        e = self.kept.get(key)
+                        if e is None:
+                            self.kept[key] = [gl, storage, 1]
+                        else:
+                            e[0], e[2] = gl, e[2] + 1
                     return storage
                 out = orig(storage, 0)
                 if answer == core.RELEASE_ALLOW and token:
@@ -148,9 +153,15 @@ class Guard:
 
     def on_copy(self, storage, key):
         """True when a copy into storage must be skipped: it is a kept storage, and the copy would bring back
-        the bytes copied out of it before the release the guard refused."""
+        the bytes copied out of it before a release the guard refused."""
         with self.lock:
-            return self.kept.pop(key, None) is not None
+            e = self.kept.get(key)
+            if e is None:
+                return False
+            e[2] -= 1
+            if e[2] <= 0:
+                del self.kept[key]
+            return True
 
 
 class GuardLayer:

@@ -110,7 +110,7 @@ class OwnSwap:
         return t
 
 
-def torch_parts(probe):
+def torch_parts(probe, bump=False):
     import torch
     from torch import nn
 
@@ -151,6 +151,8 @@ def torch_parts(probe):
         cos, sin = (torch.tensor(a) * 1.0 for a in rope())
         h = model(emb_p * 1.0, cos, sin)
         loss = ((h - target_t) ** 2).mean()
+        if bump:  # the job changes the RoPE table in place after the forward: backward reads the new bytes
+            cos.data.mul_(1.5)
         for p in params:
             p.grad = None
         loss.backward()
@@ -209,6 +211,8 @@ def main():
     ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--bump-rope", action="store_true",
+                    help="torch: scale cos in place between forward and backward (a copy back of stale bytes shows)")
     a = ap.parse_args()
     # Under msrun every process gets the same arguments. The scheduler trains nothing (a real job's waits in
     # mindspore.communication.init()); each worker writes into a directory of its own.
@@ -218,7 +222,7 @@ def main():
         a.out = os.path.join(a.out, "rank" + os.environ["RANK_ID"])
     os.makedirs(a.out, exist_ok=True)
     probe = Probe(a.out)
-    layers, step = (torch_parts if a.framework == "torch" else ms_parts)(probe)
+    layers, step = torch_parts(probe, a.bump_rope) if a.framework == "torch" else ms_parts(probe)
     if a.mode == "ownswap":
         import torch
         OwnSwap(torch, layers)

@@ -59,7 +59,7 @@ class Run:
         return "exit %s\n--- stdout\n%s\n--- stderr\n%s" % (self.rc, self.stdout[-3000:], self.stderr[-6000:])
 
 
-def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None, python=None):
+def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None, python=None, extra=()):
     """Runs hp_job.py (under `swapagent run --policy P` when policy is given) in tmp/name; framework
     "mindformers" runs mf_job.py (layout "no-workaround" switches MindFormers' own workaround off)."""
     out = os.path.join(str(tmp), name)
@@ -69,6 +69,7 @@ def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None
             ["--no-workaround"] if layout == "no-workaround" else [])
     else:
         cmd = [sys.executable, JOB, "--framework", framework, "--mode", mode, "--layout", layout, "--out", out]
+    cmd += list(extra)
     if policy is not None:
         pre = [CLI, "run", "--policy", policy, "--out", os.path.join(out, "trace")]
         if python is not None:
@@ -163,6 +164,22 @@ def test_safe_refuses_releases_where_protect_is_missing(runs, fw):
     check_safe(r, runs["%s-noswap" % fw])
     g = r.report()[0]["guard"]
     assert g["releases_kept"] > 0 and g["kept_bytes"] > 0, g
+
+
+def test_kept_storage_is_never_overwritten_with_stale_bytes(tmp_path):
+    """The job scales cos in place between forward and backward. hyper-parallel (without
+    protect_alias_tensors) copied cos out before, and each of the five groups that saved it loads those
+    stale bytes back in backward: the guard, which refused the releases, skips each of those copies, so the
+    backward reads what the job wrote, as without swap (a copy let through once changes the gradients)."""
+    need(CLI)
+    base = start(tmp_path, "noswap", "torch", "noswap", extra=["--bump-rope"])
+    plain = start(tmp_path, "plain", "torch", "noswap")
+    r = start(tmp_path, "safe", "torch", "swap", policy="safe", env={"HYPER_PARALLEL_STANDIN_NO_PROTECT": "1"},
+              extra=["--bump-rope"])
+    assert base.rc == 0 and plain.rc == 0 and r.rc == 0 and r.result, r.why()
+    assert base.result["grads"] != plain.result["grads"], "the bump must change the gradients, or the test shows nothing"
+    assert r.result["grads"] == base.result["grads"] and r.result["losses"] == base.result["losses"]
+    assert r.report()[0]["guard"]["releases_kept"] > 0
 
 
 def test_safe_newest_layout(runs):
