@@ -101,7 +101,7 @@ class Guard:
             return
         gl = GuardLayer(self, fw, module, len(self.layers), path)
         self.layers[id(module)] = gl
-        fw.install(module, gl)
+        _hook_layer(fw, module, gl)
 
     def open_layer(self):
         st = getattr(self.tls, "open", None)
@@ -251,11 +251,9 @@ def _companion_saves(layer, ptrs):
     g = _guard
     if g.failed or g.start() is None:
         return
-    part = _parts.get(layer.fw.name)
-    if part is None:
-        part = _torch_part() if layer.fw.name == "torch" else _ms_part() if layer.fw.name == "mindspore" else None
-    if part is None:
+    if layer.fw.name not in _POST_HOOK:
         return
+    _part(layer.fw.name)  # the framework's UntypedStorage, patched
     for p in ptrs:
         g.saved_by[p] = layer
 
@@ -266,55 +264,48 @@ def framework_of(module):
     """The companion's framework part for module (torch or MindSpore), or None."""
     torch, ms = sys.modules.get("torch"), sys.modules.get("mindspore")  # None: a job that blocked the import
     if torch is not None and isinstance(module, torch.nn.Module):
-        return _torch_part()
+        return _part("torch")
     if ms is not None and isinstance(module, ms.nn.Cell):
-        return _ms_part()
+        return _part("mindspore")
     return None
 
 
-_parts = {}  # framework name -> its guard part (core.Framework with install and manager)
+_parts = {}  # framework name -> its guard part (the companion's core.Framework)
 _manager_class = []  # hyper-parallel's SwapManager class, once patched
 
 
-def _torch_part():
-    p = _parts.get("torch")
+def _part(name):
+    """The guard's framework part (the companion's, CPU tensors counting: hyper-parallel decided what is a
+    device tensor), made once; making it patches that framework's UntypedStorage."""
+    p = _parts.get(name)
     if p is None:
-        from . import torch as sat  # pylint: disable=import-outside-toplevel
-
-        class TorchGuard(sat.Torch):
-            def install(self, module, gl):
-                def pre(_m, args, kwargs):
-                    gl.pre(args, kwargs)
-
-                def post(_m, _args, output):
-                    gl.post(output)
-                module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True)
-                module.register_forward_hook(post, prepend=True, always_call=True)
-
-        p = _parts["torch"] = TorchGuard(True)
-        _patch_storage(sys.modules["torch"].UntypedStorage, lambda s: s._cdata)  # pylint: disable=protected-access
+        if name == "torch":
+            from . import torch as sat  # pylint: disable=import-outside-toplevel
+            p, storage = sat.Torch(True), sys.modules["torch"].UntypedStorage
+            key = lambda s: s._cdata  # noqa: E731 pylint: disable=protected-access
+        else:
+            from . import mindspore as sam  # pylint: disable=import-outside-toplevel
+            from mindspore.common.storage import UntypedStorage as storage  # pylint: disable=import-outside-toplevel
+            p, key = sam.MindSpore(True), id  # MindSpore hands out one storage object per tensor
+        _parts[name] = p
+        _patch_storage(storage, key)
     return p
 
 
-def _ms_part():
-    p = _parts.get("mindspore")
-    if p is None:
-        from . import mindspore as sam  # pylint: disable=import-outside-toplevel
+# The forward hook's options per framework: torch runs it on an exception too (the region always exits).
+_POST_HOOK = {"torch": {"always_call": True}, "mindspore": {}}
 
-        class MindSporeGuard(sam.MindSpore):
-            def install(self, module, gl):
-                def pre(_c, args, kwargs):
-                    gl.pre(args, kwargs)
 
-                def post(_c, _args, output):
-                    gl.post(output)
-                module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True)
-                module.register_forward_hook(post, prepend=True)
+def _hook_layer(fw, module, gl):
+    """The guard's hooks on a layer, before the job's own (prepend): region enter with the inputs, kwargs
+    included; region exit with the outputs, before hyper-parallel's forward hook releases anything."""
+    def pre(_m, args, kwargs):
+        gl.pre(args, kwargs)
 
-        p = _parts["mindspore"] = MindSporeGuard(True)
-        from mindspore.common.storage import UntypedStorage  # pylint: disable=import-outside-toplevel
-        _patch_storage(UntypedStorage, id)
-    return p
+    def post(_m, _args, output):
+        gl.post(output)
+    module.register_forward_pre_hook(pre, with_kwargs=True, prepend=True)
+    module.register_forward_hook(post, prepend=True, **_POST_HOOK[fw.name])
 
 
 def _manager():

@@ -15,9 +15,15 @@ Names the stand-in does not model (DTensor and the like, which MindFormers impor
 placeholders: classes no object is an instance of."""
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    cls = type(name, (), {"__module__": __name__})
-    globals()[name] = cls
-    return cls
+def placeholders(module_name, namespace):
+    """A module __getattr__ that answers every other public name with a placeholder class, kept in
+    namespace (the module's globals) so that the same name gives the same class."""
+    def getattr_(name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        cls = namespace[name] = type(name, (), {"__module__": module_name})
+        return cls
+    return getattr_
+
+
+__getattr__ = placeholders(__name__, globals())

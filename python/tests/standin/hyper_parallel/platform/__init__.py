@@ -5,15 +5,12 @@ import importlib
 import os
 import sys
 
+from hyper_parallel import placeholders
+
 
 def get_platform():
     name = os.environ.get("HYPER_PARALLEL_PLATFORM") or ("mindspore" if "mindspore" in sys.modules else "torch")
     return importlib.import_module("hyper_parallel.platform.%s.activation_checkpoint.activation_swap" % name)
 
 
-def __getattr__(name):
-    if name.startswith("__"):
-        raise AttributeError(name)
-    cls = type(name, (), {"__module__": __name__})
-    globals()[name] = cls
-    return cls
+__getattr__ = placeholders(__name__, globals())

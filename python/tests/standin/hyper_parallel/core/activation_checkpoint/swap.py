@@ -143,7 +143,61 @@ class SwapManager:
     def set_forward_prefetch_layer(self, first, second):
         """Wires first's offload to be waited for in second's forward, and second's backward to load first's
         group ahead. Hooks without kwargs, as hyper-parallel registers them."""
-        get_platform().wire(self, first, second)
+        platform = get_platform()
+        name = getattr(first, "_swap_group_name", None)
+        if name is None:
+            name = "swap_group_%d" % len(self.order)
+            platform.set_attr(first, "_swap_group_name", name)
+            self.order.append(name)
+        self.ensure_group(name)
+        platform.set_attr(second, "_swap_prev_group", name)
+        _install(self, platform, first)
+        _install(self, platform, second)
+
+
+def _install(manager, platform, layer):
+    """One pre-hook and one forward hook per layer, whatever it was wired as: the forward hook launches the
+    layer's own offload, then waits for the offload of the group it prefetches with (hyper-parallel's
+    order), and hooks the output's gradient to load them back in backward."""
+    if getattr(layer, "_swap_hooked", False):
+        return
+    platform.set_attr(layer, "_swap_hooked", True)
+
+    def pre(_module, _args):
+        name = getattr(layer, "_swap_group_name", None)
+        if name is not None:
+            manager.start_forward(name)
+
+    def post(_module, _args, output):
+        name = getattr(layer, "_swap_group_name", None)
+        prev = getattr(layer, "_swap_prev_group", None)
+        if name is not None:
+            protect = getattr(manager, "protect_alias_tensors", None)  # absent in older versions
+            if protect is not None:
+                protect(name, output)
+            manager.launch_offload(name)
+            platform.on_grad(output, lambda: (manager.launch_load(name), manager.wait_load(name)))
+        if prev is not None:
+            manager.wait_offload(prev)
+            platform.on_grad(output, lambda: manager.launch_load(prev))
+
+    layer.register_forward_pre_hook(pre, prepend=True)
+    layer.register_forward_hook(post)
+
+
+def must_save(policy_fn, t):
+    """The policy (MindFormers passes one) keeps t on device."""
+    return policy_fn is not None and getattr(policy_fn(t), "name", "") == "MUST_SAVE"
+
+
+def tensors_in(obj, tensor_type):
+    if isinstance(obj, tensor_type):
+        return [obj]
+    if isinstance(obj, (tuple, list)):
+        return [t for x in obj for t in tensors_in(x, tensor_type)]
+    if isinstance(obj, dict):
+        return [t for x in obj.values() for t in tensors_in(x, tensor_type)]
+    return []
 
 
 # Older hyper-parallel versions have no protect_alias_tensors (nothing is protected, not even the output):

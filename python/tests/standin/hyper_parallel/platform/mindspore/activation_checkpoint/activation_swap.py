@@ -8,25 +8,16 @@ CPU backend a Cell backward hook copies every tensor crossing the Cell, which wo
 import mindspore as ms
 from mindspore import nn
 
-from hyper_parallel.core.activation_checkpoint.swap import SwapManager, SwapTensor, on_device
+from hyper_parallel.core.activation_checkpoint import swap
+from hyper_parallel.core.activation_checkpoint.swap import SwapManager, SwapTensor, must_save, on_device
 
 
 def tensors_in(obj):
-    if isinstance(obj, ms.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for x in obj for t in tensors_in(x)]
-    if isinstance(obj, dict):
-        return [t for x in obj.values() for t in tensors_in(x)]
-    return []
+    return swap.tensors_in(obj, ms.Tensor)
 
 
 def host_buffer(nbytes):
     return ms.mint.empty(nbytes, dtype=ms.uint8)
-
-
-def must_save(policy_fn, t):
-    return policy_fn is not None and getattr(policy_fn(t), "name", "") == "MUST_SAVE"
 
 
 class AsyncSaveOnCpu(ms.saved_tensors_hooks):
@@ -67,52 +58,13 @@ def swap_wrapper(module, policy_fn=None):
     return SwapWrapper(module, policy_fn)
 
 
-def _grad_hook(outputs, fn):
+set_attr = object.__setattr__
+
+
+def on_grad(outputs, fn):
     """fn() when the gradient of the first output tensor arrives (the layer's backward is next)."""
     def hook(_grad):
         fn()
     for t in tensors_in(outputs):
         t.register_hook(hook)
         return
-
-
-def wire(manager, first, second):
-    name = getattr(first, "_swap_group_name", None)
-    if name is None:
-        name = "swap_group_%d" % len(manager.order)
-        object.__setattr__(first, "_swap_group_name", name)
-        manager.order.append(name)
-    manager.ensure_group(name)
-    object.__setattr__(second, "_swap_prev_group", name)
-    _install(manager, first)
-    _install(manager, second)
-
-
-def _install(manager, layer):
-    """One pre-hook and one forward hook per layer, whatever it was wired as: the forward hook launches the
-    layer's own offload, then waits for the offload of the group it prefetches with (hyper-parallel's
-    order), and hooks the output's gradient to load them back in backward."""
-    if getattr(layer, "_swap_hooked", False):
-        return
-    object.__setattr__(layer, "_swap_hooked", True)
-
-    def pre(_module, _args):
-        name = getattr(layer, "_swap_group_name", None)
-        if name is not None:
-            manager.start_forward(name)
-
-    def post(_module, _args, output):
-        name = getattr(layer, "_swap_group_name", None)
-        prev = getattr(layer, "_swap_prev_group", None)
-        if name is not None:
-            protect = getattr(manager, "protect_alias_tensors", None)  # absent in older versions
-            if protect is not None:
-                protect(name, output)
-            manager.launch_offload(name)
-            _grad_hook(output, lambda: (manager.launch_load(name), manager.wait_load(name)))
-        if prev is not None:
-            manager.wait_offload(prev)
-            _grad_hook(output, lambda: manager.launch_load(prev))
-
-    layer.register_forward_pre_hook(pre, prepend=True)
-    layer.register_forward_hook(post)

@@ -7,25 +7,16 @@ from gradient hooks on the layers' outputs, the moments hyper-parallel's backwar
 
 import torch
 
-from hyper_parallel.core.activation_checkpoint.swap import SwapManager, SwapTensor, on_device
+from hyper_parallel.core.activation_checkpoint import swap
+from hyper_parallel.core.activation_checkpoint.swap import SwapManager, SwapTensor, must_save, on_device
 
 
 def tensors_in(obj):
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (tuple, list)):
-        return [t for x in obj for t in tensors_in(x)]
-    if isinstance(obj, dict):
-        return [t for x in obj.values() for t in tensors_in(x)]
-    return []
+    return swap.tensors_in(obj, torch.Tensor)
 
 
 def host_buffer(nbytes):
     return torch.empty(nbytes, dtype=torch.uint8)  # pinned on a device; plain on CPU
-
-
-def must_save(policy_fn, t):
-    return policy_fn is not None and getattr(policy_fn(t), "name", "") == "MUST_SAVE"
 
 
 class AsyncSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
@@ -66,53 +57,14 @@ def swap_wrapper(module, policy_fn=None):
     return SwapWrapper(module, policy_fn)
 
 
-def _grad_hook(outputs, fn):
+set_attr = setattr
+
+
+def on_grad(outputs, fn):
     """fn() when the gradient of the first output tensor arrives (the layer's backward is next)."""
     def hook(_grad):
         fn()
     for t in tensors_in(outputs):
         if t.requires_grad:
             t.register_hook(hook)
-            return
-
-
-def wire(manager, first, second):
-    name = getattr(first, "_swap_group_name", None)
-    if name is None:
-        name = "swap_group_%d" % len(manager.order)
-        setattr(first, "_swap_group_name", name)
-        manager.order.append(name)
-    manager.ensure_group(name)
-    setattr(second, "_swap_prev_group", name)
-    _install(manager, first)
-    _install(manager, second)
-
-
-def _install(manager, layer):
-    """One pre-hook and one forward hook per layer, whatever it was wired as: the forward hook launches the
-    layer's own offload, then waits for the offload of the group it prefetches with (hyper-parallel's
-    order), and hooks the output's gradient to load them back in backward."""
-    if getattr(layer, "_swap_hooked", False):
         return
-    setattr(layer, "_swap_hooked", True)
-
-    def pre(_module, _args):
-        name = getattr(layer, "_swap_group_name", None)
-        if name is not None:
-            manager.start_forward(name)
-
-    def post(_module, _args, output):
-        name = getattr(layer, "_swap_group_name", None)
-        prev = getattr(layer, "_swap_prev_group", None)
-        if name is not None:
-            protect = getattr(manager, "protect_alias_tensors", None)  # absent in older versions
-            if protect is not None:
-                protect(name, output)
-            manager.launch_offload(name)
-            _grad_hook(output, lambda: (manager.launch_load(name), manager.wait_load(name)))
-        if prev is not None:
-            manager.wait_offload(prev)
-            _grad_hook(output, lambda: manager.launch_load(prev))
-
-    layer.register_forward_pre_hook(pre, prepend=True)
-    layer.register_forward_hook(post)
