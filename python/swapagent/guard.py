@@ -349,76 +349,64 @@ def _patch_storage(cls, key_of):
 
 # ---- hyper-parallel's classes and functions ----------------------------------------------------------
 
+def _then(fn, what, action):
+    """fn, followed by action(fn's result, fn's arguments...), contained: an exception in action turns the
+    guard into pass-through, and fn's result is returned whatever happens."""
+    def wrapped(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        if not _guard.failed:
+            try:
+                action(out, *args, **kwargs)
+            except Exception as ex:  # noqa: BLE001 - never break the job
+                _guard.fail(what, ex)
+        return out
+    wrapped.__wrapped__, wrapped.__doc__, wrapped.__name__ = fn, fn.__doc__, getattr(fn, "__name__", what)
+    setattr(wrapped, _PATCHED, True)
+    return wrapped
+
+
+def _saved(_out, swap_tensor, *args, **kwargs):
+    """SwapTensor(tensor, ...) is made by hyper-parallel's pack hook for each tensor it will swap: the
+    tensor's storage is a save of the open layer."""
+    gl = _guard.open_layer()
+    if gl is not None and gl.layer is not None:
+        t = next((a for a in list(args) + list(kwargs.values()) if gl.fw.is_tensor(a)), None)
+        if t is not None:
+            gl.saved(swap_tensor, t)
+
+
+def _unpacked(_val, swap_tensor, *_args, **_kwargs):
+    """SwapTensor.get_val() is hyper-parallel's unpack: the layer's backward bookkeeping (core.Layer)."""
+    pk = swap_tensor.__dict__.get("_swapagent_packed")
+    if pk is not None:
+        pk.pass_.layer._unpack(pk)  # pylint: disable=protected-access
+
+
 def _patch_swap_tensor(cls):
-    """SwapTensor(tensor, ...) is made by hyper-parallel's pack hook for each tensor it will swap: the guard
-    reports the tensor's storage as a save of the open layer. get_val() is its unpack."""
     if getattr(cls, _PATCHED, False):
         return
-    init, get_val = cls.__init__, getattr(cls, "get_val", None)
-
-    def __init__(self, *args, **kwargs):
-        init(self, *args, **kwargs)
-        gl = _guard.open_layer()
-        if gl is None or _guard.failed or gl.layer is None:
-            return
-        try:
-            t = next((a for a in list(args) + list(kwargs.values()) if gl.fw.is_tensor(a)), None)
-            if t is not None:
-                gl.saved(self, t)
-        except Exception as ex:  # noqa: BLE001
-            _guard.fail("SwapTensor.__init__", ex)
-
-    cls.__init__ = __init__
-    if get_val is not None:
-        def get_val_(self, *args, **kwargs):
-            v = get_val(self, *args, **kwargs)
-            pk = self.__dict__.get("_swapagent_packed")
-            if pk is not None and not _guard.failed:
-                try:
-                    pk.pass_.layer._unpack(pk)  # pylint: disable=protected-access
-                except Exception as ex:  # noqa: BLE001
-                    _guard.fail("SwapTensor.get_val", ex)
-            return v
-        cls.get_val = get_val_
+    cls.__init__ = _then(cls.__init__, "SwapTensor.__init__", _saved)
+    if getattr(cls, "get_val", None) is not None:
+        cls.get_val = _then(cls.get_val, "SwapTensor.get_val", _unpacked)
     setattr(cls, _PATCHED, True)
 
 
 def _patch_manager(cls):
-    """set_forward_prefetch_layer(first, second) wires the layers hyper-parallel swaps: both are attached
+    """set_forward_prefetch_layer(first, second) wires the layers hyper-parallel swaps: first is attached
     (a wrapper made before the guard was installed is found here)."""
     if cls not in _manager_class:
         _manager_class.append(cls)
     if getattr(cls, _PATCHED, False):
         return
-    wire = cls.set_forward_prefetch_layer
-
-    def set_forward_prefetch_layer(self, first, *args, **kwargs):
-        out = wire(self, first, *args, **kwargs)
-        try:
-            _guard.attach(first)
-        except Exception as ex:  # noqa: BLE001
-            _guard.fail("SwapManager.set_forward_prefetch_layer", ex)
-        return out
-
-    cls.set_forward_prefetch_layer = set_forward_prefetch_layer
+    cls.set_forward_prefetch_layer = _then(cls.set_forward_prefetch_layer, "SwapManager.set_forward_prefetch_layer",
+                                           lambda _out, _self, first, *a, **k: _guard.attach(first))
     setattr(cls, _PATCHED, True)
 
 
 def _wrap_swap_wrapper(fn):
     if getattr(fn, _PATCHED, False):
         return fn
-
-    def swap_wrapper(module, *args, **kwargs):
-        w = fn(module, *args, **kwargs)
-        try:
-            _guard.attach(w)
-        except Exception as ex:  # noqa: BLE001
-            _guard.fail("swap_wrapper", ex)
-        return w
-    swap_wrapper.__wrapped__ = fn
-    swap_wrapper.__doc__ = fn.__doc__
-    setattr(swap_wrapper, _PATCHED, True)
-    return swap_wrapper
+    return _then(fn, "swap_wrapper", lambda w, *a, **k: _guard.attach(w))
 
 
 def patch_module(mod):

@@ -185,6 +185,32 @@ def _install(manager, platform, layer):
     layer.register_forward_hook(post)
 
 
+class SaveOnCpu:
+    """The pack and unpack of each platform's AsyncSaveOnCpu (a subclass of this and of its framework's
+    saved_tensors_hooks): pack makes a SwapTensor of an eligible saved tensor (on device, not a parameter,
+    not empty, not MUST_SAVE by the policy) and returns its index (the older versions' shape); unpack
+    returns SwapTensor.get_val()."""
+
+    parameter_type = None  # the framework's Parameter class
+
+    def __init__(self, wrapper):
+        self.wrapper = wrapper
+
+    def pack(self, t):
+        w = self.wrapper
+        group = getattr(w, "_swap_group_name", None)
+        s = t.untyped_storage()
+        if group is None or not on_device(t) or isinstance(t, self.parameter_type) or s.nbytes() == 0 or \
+                s.data_ptr() in w.param_ptrs() or must_save(w.policy_fn, t):
+            return t
+        return (group, SwapManager().add_storage(group, SwapTensor(t, group)))
+
+    def unpack(self, packed):
+        if isinstance(packed, tuple):
+            return SwapManager().get(*packed).get_val()
+        return packed
+
+
 def must_save(policy_fn, t):
     """The policy (MindFormers passes one) keeps t on device."""
     return policy_fn is not None and getattr(policy_fn(t), "name", "") == "MUST_SAVE"

@@ -8,7 +8,6 @@ from gradient hooks on the layers' outputs, the moments hyper-parallel's backwar
 import torch
 
 from hyper_parallel.core.activation_checkpoint import swap
-from hyper_parallel.core.activation_checkpoint.swap import SwapManager, SwapTensor, must_save, on_device
 
 
 def tensors_in(obj):
@@ -19,24 +18,12 @@ def host_buffer(nbytes):
     return torch.empty(nbytes, dtype=torch.uint8)  # pinned on a device; plain on CPU
 
 
-class AsyncSaveOnCpu(torch.autograd.graph.saved_tensors_hooks):
+class AsyncSaveOnCpu(swap.SaveOnCpu, torch.autograd.graph.saved_tensors_hooks):
+    parameter_type = torch.nn.Parameter
+
     def __init__(self, wrapper):
-        self.wrapper = wrapper
-        super().__init__(self.pack, self.unpack)
-
-    def pack(self, t):
-        w = self.wrapper
-        group = getattr(w, "_swap_group_name", None)
-        s = t.untyped_storage()
-        if group is None or not on_device(t) or isinstance(t, torch.nn.Parameter) or s.nbytes() == 0 or \
-                s.data_ptr() in w.param_ptrs() or must_save(w.policy_fn, t):
-            return t
-        return (group, SwapManager().add_storage(group, SwapTensor(t, group)))
-
-    def unpack(self, packed):
-        if isinstance(packed, tuple):
-            return SwapManager().get(*packed).get_val()
-        return packed
+        swap.SaveOnCpu.__init__(self, wrapper)
+        torch.autograd.graph.saved_tensors_hooks.__init__(self, self.pack, self.unpack)
 
 
 class SwapWrapper(torch.nn.Module):
