@@ -24,9 +24,11 @@ def _bootstrap():
         sys.stderr.write("swapagent: the Python guard could not be installed (%s); the job runs unguarded\n"
                          % state)
     try:
-        from swapagent import core  # pylint: disable=import-outside-toplevel
-        core.load().note("python_guard", state)
-    except Exception:  # noqa: BLE001 - no agent loaded: nothing to record it in
+        import ctypes  # pylint: disable=import-outside-toplevel
+        if hasattr(ctypes.CDLL(None), "swapagent_note"):  # only a preloaded agent: never load one for this
+            from swapagent import core  # pylint: disable=import-outside-toplevel
+            core.load().note("python_guard", state)
+    except Exception:  # noqa: BLE001 - no agent to record it in
         pass
     # The job's own sitecustomize: this module leaves sys.modules so that the import finds it, and comes
     # back when there is none (the import machinery that runs this module expects its entry there).
