@@ -16,7 +16,7 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(HERE))), "examples")
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples")
 sys.path.insert(0, HERE)
 sys.path.insert(0, EXAMPLES)
 import run_case  # noqa: E402
