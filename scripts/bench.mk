@@ -15,6 +15,5 @@ bench-replay:
 
 BENCHES += bench-probe
 .PHONY: bench-probe
-bench-probe: $(BUILD)/bin/swapagent $(BUILD)/bin/decoder-sim
-	@echo "== probe: eBPF uprobe latencies of decoder-sim's runtime calls (root only; figures include the probe's own cost)"
-	@$(BUILD)/bin/swapagent probe -- $(BUILD)/bin/decoder-sim --steps 1 2>&1 | grep -E '^[a-zA-Z]+: calls' || true
+bench-probe: $(BUILD)/bin/swapagent $(BUILD)/bin/decoder-sim $(BUILD)/test/acl-bench
+	@bash scripts/bench-probe.sh $(BUILD)

@@ -1,6 +1,7 @@
 /* acl_bench.c: the emulator's host-link copy bandwidth. Times D2H and H2D async copies of 64 MiB between
  * device memory and pinned host memory, unthrottled and throttled (ACLSIM_COPY_GBPS=25, and 2; read at aclInit),
- * and the cost of the hazard checker on 50k small kernel launches (ACLSIM_CHECK_HAZARDS=0 and 1).
+ * and the cost of the hazard checker on 50k small kernel launches (ACLSIM_CHECK_HAZARDS=0 and 1). `acl-bench
+ * pairs N` times N aclrtMalloc + aclrtFree pairs instead (make bench-probe).
  * Prints figures only; never asserts timing. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,7 +97,30 @@ static int launches(const char *check) {
   return aclFinalize() != 0; /* tears down buffers, tensors and streams with the runtime */
 }
 
-int main(void) {
+/* pairs: N aclrtMalloc + aclrtFree pairs of 4 KiB, the cheapest calls there are, timed as a whole: the loop
+ * `make bench-probe` runs with and without `swapagent probe` to price a probed call. */
+static int pairs(long n) {
+  if (aclInit(NULL)) return 1;
+  for (int round = 0; round < 2; round++) { /* the first round warms the runtime's tables */
+    double t0 = now_s();
+    for (long i = 0; i < n; i++) {
+      void *p = NULL;
+      if (aclrtMalloc(&p, 4096, ACL_MEM_MALLOC_HUGE_FIRST) || aclrtFree(p)) {
+        fprintf(stderr, "acl-bench: pair %ld failed: %s\n", i, aclGetRecentErrMsg());
+        return 1;
+      }
+    }
+    if (round == 1) printf("pairs %ld: %.1f ns per aclrtMalloc+aclrtFree pair\n", n, (now_s() - t0) * 1e9 / (double)n);
+  }
+  return aclFinalize() != 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && strcmp(argv[1], "pairs") == 0) return pairs(atol(argv[2]));
+  if (argc != 1) {
+    fprintf(stderr, "usage: acl-bench [pairs N]\n");
+    return 2;
+  }
   if (launches("0") || launches("1")) return 1;
   unsetenv("ACLSIM_CHECK_HAZARDS");
   unsetenv("ACLSIM_COPY_GBPS");
