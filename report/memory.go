@@ -74,7 +74,7 @@ func (m MemFigures) Text() string {
 		return s + fmt.Sprintf("saved: none this trace supports (the estimate, %d bytes, is less than the pool's "+
 			"%s step of growth)", m.SavedBytes, Bytes(m.PoolStep))
 	}
-	return s + fmt.Sprintf("saved about %d bytes (%s, %.1f%% of the no-swap estimate)", m.SavedBytes,
+	return s + fmt.Sprintf("saved %d bytes (%s, %.1f%% of the no-swap estimate; an estimate too)", m.SavedBytes,
 		Bytes(m.SavedBytes), m.SavedPercent)
 }
 

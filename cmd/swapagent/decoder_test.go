@@ -121,7 +121,7 @@ func TestReportAfterSIGKILL(t *testing.T) {
 func TestMemoryFiguresAgree(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	out := t.TempDir()
-	saved := regexp.MustCompile(`device memory: peak in use .* with swap, about .* without swap \(estimate implied by the trace.*\); saved about (\d+) bytes`)
+	saved := regexp.MustCompile(`device memory: peak in use .* with swap, about .* without swap \(estimate implied by the trace.*\); saved (\d+) bytes`)
 	figure := func(what, s string) uint64 {
 		t.Helper()
 		m := saved.FindStringSubmatch(s)
