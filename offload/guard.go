@@ -37,11 +37,12 @@ type Decision struct {
 }
 
 // GuardRelease decides whether the framework may release the storage based at ptr (nbytes long) that
-// group saved ("" : whichever live group saved it). safe allows a storage unless some live group that saved
-// it holds it owned (tracker.Reason.Owned: input, output, protected, param, shared) or the engine moves it
-// itself; outputs-only allows everything (it is the
-// job's own swap, unguarded); off allows nothing. An allowed release is recorded as an offload of its
-// bytes, so the job's own swap shows in the same figures as the engine's.
+// group saved ("": whichever live group saved it; every live group's verdict counts either way, the name
+// only says whose release it is). safe allows a storage unless some live group that saved it holds it
+// owned (tracker.Reason.Owned: input, output, protected, param, shared) or the engine moves it itself;
+// outputs-only allows everything the engine does not move (it is the job's own swap, unguarded); off
+// allows nothing. An allowed release is recorded as an offload of its bytes, so the job's own swap shows
+// in the same figures as the engine's.
 func (e *Engine) GuardRelease(name string, ptr, nbytes uint64) (Decision, error) {
 	if ptr == 0 {
 		return Decision{}, fmt.Errorf("%w: release of address 0", ErrInvalid)
@@ -52,19 +53,7 @@ func (e *Engine) GuardRelease(name string, ptr, nbytes uint64) (Decision, error)
 	if !ok || si.Base != ptr {
 		return Decision{Allow: true}, nil
 	}
-	var hs []*handle
-	for _, g := range e.groups {
-		if name != "" && g.name != name {
-			continue
-		}
-		if h := g.first[si.ID]; h != nil && e.handles[h.id] == h {
-			hs = append(hs, h)
-		}
-	}
-	if len(hs) == 0 && name != "" { // not saved by the group named: any group's verdict counts
-		return e.guardReleaseLocked("", si, nbytes, e.handlesOf(si.ID))
-	}
-	return e.guardReleaseLocked(name, si, nbytes, hs)
+	return e.guardReleaseLocked(name, si, nbytes, e.handlesOf(si.ID))
 }
 
 // handlesOf returns the first handle of storage sid in every live group.
@@ -105,23 +94,16 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 	if u := e.units[si.ID]; u != nil && !u.guard {
 		engineMoves = true
 	}
+	if keeper != nil {
+		pick = keeper
+	}
 	switch e.cfg.Policy {
 	case PolicyOff:
-		d.Allow = false
-		if keeper != nil {
-			pick = keeper
-		}
-		d.Why = "policy off releases nothing"
+		d.Allow, d.Why = false, "policy off releases nothing"
 	case PolicyOutputsOnly:
 		d.Allow = !engineMoves
-		if keeper != nil {
-			pick = keeper
-		}
 	default:
 		d.Allow = keeper == nil && !engineMoves
-		if keeper != nil {
-			pick = keeper
-		}
 	}
 	d.Group, d.Handle, d.Reason = pick.g.name, pick.id, pick.truth
 	if !pick.classified {

@@ -1,0 +1,101 @@
+package offload
+
+import (
+	"errors"
+	"testing"
+
+	"swapagent/tracker"
+)
+
+// guardedStep runs one guarded group's forward as the guard reports it: the RoPE table and the hidden
+// state as inputs, an activation saved inside, the output; then the job's own swap asks to release each.
+func guardedStep(t *testing.T, p Policy) (e *Engine, rope, act, out *tensor, got map[string]Decision) {
+	t.Helper()
+	f := newFW(t)
+	e = NewEngine(Config{Policy: p, Prefetch: 1, MinBytes: 1024}, NewMemcpyMover(), f, nil)
+	rope, act, out = f.tensor("rope", 4096), f.tensor("act", 8192), f.tensor("out", 4096)
+	if err := e.Guard("swap_group_0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.RegionEnter("swap_group_0", []uint64{rope.ptr()}, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*tensor{rope, act, out} {
+		if _, err := e.Save("swap_group_0", x.ptr(), uint64(len(x.buf)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.RegionExit("swap_group_0", []uint64{out.ptr()}); err != nil {
+		t.Fatal(err)
+	}
+	got = map[string]Decision{}
+	for _, x := range []*tensor{rope, act, out} {
+		d, err := e.GuardRelease("", x.ptr(), uint64(len(x.buf)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[x.name] = d
+	}
+	return e, rope, act, out, got
+}
+
+// The policy table of docs/guard.md, and the engine moving nothing of a guarded group itself.
+func TestGuardReleasePolicies(t *testing.T) {
+	for _, c := range []struct {
+		p     Policy
+		allow map[string]bool
+	}{
+		{PolicySafe, map[string]bool{"rope": false, "act": true, "out": false}},
+		{PolicyOutputsOnly, map[string]bool{"rope": true, "act": true, "out": true}},
+		{PolicyOff, map[string]bool{"rope": false, "act": false, "out": false}},
+	} {
+		e, _, _, _, got := guardedStep(t, c.p)
+		for name, want := range c.allow {
+			if d := got[name]; d.Allow != want || !d.Known {
+				t.Errorf("%v: release of %s: allow %v (known %v, reason %v, why %q), want %v", c.p, name, d.Allow,
+					d.Known, d.Reason, d.Why, want)
+			}
+		}
+		st := e.Stats()
+		allowed := uint64(0)
+		for _, a := range c.allow {
+			if a {
+				allowed++
+			}
+		}
+		if st.GuardReleased != allowed || st.OffloadedStorages != allowed || st.GuardKept != 3-allowed {
+			t.Errorf("%v: stats released %d offloaded %d kept %d, want %d allowed", c.p, st.GuardReleased,
+				st.OffloadedStorages, st.GuardKept, allowed)
+		}
+		if c.p == PolicySafe && (st.ReleasedExternal != 0 || got["rope"].Reason != tracker.Input ||
+			got["out"].Reason != tracker.Output) {
+			t.Errorf("safe: released external %d, rope %v, out %v", st.ReleasedExternal, got["rope"].Reason, got["out"].Reason)
+		}
+		if c.p == PolicyOutputsOnly && st.ReleasedExternal != 2 {
+			t.Errorf("outputs-only: released external %d, want 2 (the input and the output)", st.ReleasedExternal)
+		}
+	}
+}
+
+// An allowed release comes back by its token, not by its old address; an unknown storage is not the
+// agent's to decide; a token without a framework release is refused.
+func TestGuardRestoreByToken(t *testing.T) {
+	e, rope, act, _, got := guardedStep(t, PolicySafe)
+	d := got["act"]
+	if _, err := e.GuardRestore(d.Handle, act.ptr()+1<<20, uint64(len(act.buf))); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if st := e.Stats(); st.RestoredBytes != uint64(len(act.buf)) || st.SavedBytes != 0 {
+		t.Errorf("after the restore: restored %d bytes, %d still released", st.RestoredBytes, st.SavedBytes)
+	}
+	if _, err := e.GuardRestore(d.Handle, act.ptr(), uint64(len(act.buf))); !errors.Is(err, ErrState) {
+		t.Errorf("second restore: %v, want ErrState", err)
+	}
+	if _, err := e.GuardRestore(got["rope"].Handle, rope.ptr(), 4096); !errors.Is(err, ErrState) {
+		t.Errorf("restore of a kept storage: %v, want ErrState", err)
+	}
+	other := newFW(t).tensor("other", 4096)
+	if d, err := e.GuardRelease("", other.ptr(), 4096); err != nil || !d.Allow || d.Known {
+		t.Errorf("a storage no group saved: %+v, %v; want allowed, unknown", d, err)
+	}
+}
