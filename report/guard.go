@@ -33,7 +33,7 @@ type GuardKept struct {
 // guardOf folds the guard's work; nil when the trace shows none.
 func guardOf(t *timeline.Timeline) *GuardReport {
 	g := &t.Guard
-	if len(g.Groups) == 0 && len(g.Asks) == 0 {
+	if len(g.Groups) == 0 && g.Allowed+g.Kept == 0 {
 		return nil
 	}
 	r := &GuardReport{Groups: g.Groups, ReleasesAllowed: g.Allowed, AllowedBytes: g.AllowedBytes,

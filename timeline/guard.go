@@ -11,20 +11,7 @@ type Guard struct {
 	Kept         uint64 // releases it refused: the storage stayed on device
 	KeptBytes    uint64
 	Restores     uint64 // allowed releases the framework gave memory back to
-	Asks         []GuardAsk
 	groups       map[uint32]bool
-}
-
-// GuardAsk is one KindGuard: a release the framework asked for.
-type GuardAsk struct {
-	TS      int64
-	Group   uint32 // the deciding group (0: no live group saved the storage)
-	Handle  int64
-	Ptr     uint64
-	Nbytes  uint64
-	Allowed bool
-	Reason  int    // keep reason (trace.Keep*), -1 when no live group saved it
-	What    string // "keyword input rotary_cos_sin[0] of swap_group_0..swap_group_4"
 }
 
 // Guarded says whether group g was declared moved by its framework.
@@ -46,16 +33,13 @@ func (t *Timeline) guard(ev *trace.Event) {
 		if ev.Ret < 0 {
 			return
 		}
-		a := GuardAsk{TS: ev.TS, Group: ev.Group, Handle: ev.Handle, Ptr: ev.Args[0], Nbytes: ev.Args[1],
-			Allowed: ev.Args[2] == trace.ReleaseAllow, Reason: int(ev.Args[3]) - 1, What: ev.Text}
-		if a.Allowed {
+		if ev.Args[2] == trace.ReleaseAllow {
 			g.Allowed++
-			g.AllowedBytes += a.Nbytes
+			g.AllowedBytes += ev.Args[1]
 		} else {
 			g.Kept++
-			g.KeptBytes += a.Nbytes
+			g.KeptBytes += ev.Args[1]
 		}
-		g.Asks = append(g.Asks, a)
 	case trace.KindGuardRestore:
 		if ev.Ret == 0 {
 			g.Restores++
