@@ -63,26 +63,29 @@ type Violation struct {
 
 // Result is what a simulation found.
 type Result struct {
-	File           string       `json:"file"`
-	Argv           []string     `json:"argv,omitempty"`
-	PID            int          `json:"pid"`
-	Policy         string       `json:"policy"`
-	Prefetch       int          `json:"prefetch"`
-	MinBytes       uint64       `json:"min_bytes"`
-	RecordedPolicy string       `json:"recorded_policy,omitempty"`
-	Events         int          `json:"events"`
-	RuntimeCalls   int          `json:"runtime_calls"`
-	ABICalls       int          `json:"abi_calls"`
-	NoSwapActivity bool         `json:"no_swap_activity"`
-	Released       uint64       `json:"storages_released"`
-	Restored       uint64       `json:"storages_restored"`
-	BytesOut       uint64       `json:"bytes_moved_out"`
-	BytesIn        uint64       `json:"bytes_moved_in"`
-	PeakRecorded   uint64       `json:"peak_device_bytes_recorded"`
-	PeakNoSwap     uint64       `json:"peak_device_bytes_no_swap"`
-	PeakSimulated  uint64       `json:"peak_device_bytes_simulated"`
-	SavedVsRecord  int64        `json:"saved_bytes_vs_recorded"`
-	SavedVsNoSwap  int64        `json:"saved_bytes_vs_no_swap"`
+	File           string   `json:"file"`
+	Argv           []string `json:"argv,omitempty"`
+	PID            int      `json:"pid"`
+	Policy         string   `json:"policy"`
+	Prefetch       int      `json:"prefetch"`
+	MinBytes       uint64   `json:"min_bytes"`
+	RecordedPolicy string   `json:"recorded_policy,omitempty"`
+	Events         int      `json:"events"`
+	RuntimeCalls   int      `json:"runtime_calls"`
+	ABICalls       int      `json:"abi_calls"`
+	NoSwapActivity bool     `json:"no_swap_activity"`
+	Released       uint64   `json:"storages_released"`
+	Restored       uint64   `json:"storages_restored"`
+	BytesOut       uint64   `json:"bytes_moved_out"`
+	BytesIn        uint64   `json:"bytes_moved_in"`
+	PeakRecorded   uint64   `json:"peak_device_bytes_recorded"`
+	PeakNoSwap     uint64   `json:"peak_device_bytes_no_swap"`
+	PeakSimulated  uint64   `json:"peak_device_bytes_simulated"`
+	SavedVsRecord  int64    `json:"saved_bytes_vs_recorded"`
+	SavedVsNoSwap  int64    `json:"saved_bytes_vs_no_swap"` // an estimate, as report's saved_bytes
+	// SavedAtLeast is its lower bound, as report's saved_at_least_bytes (timeline.SavedAtLeast).
+	SavedAtLeast   int64        `json:"saved_at_least_bytes_vs_no_swap"`
+	PoolStep       uint64       `json:"pool_step_bytes"`
 	ReleasedPeak   uint64       `json:"released_bytes_peak"`          // most device bytes the simulation held released at once
 	RecordedFreed  uint64       `json:"recorded_released_bytes_peak"` // the same for the recording
 	Violations     []*Violation `json:"violations"`
@@ -151,6 +154,8 @@ type sim struct {
 	// guardTok maps a recorded guard release's token to the simulated one, for its restore.
 	guardTok map[int64]int64
 	guarded  map[string]bool // groups the recording declared moved by their framework
+	// releasedAtPeak: the simulation's bytes released when its peak was reached (the saving's bound).
+	releasedAtPeak uint64
 
 	// Tensors created per thread since that thread's previous launch.
 	tensors  map[uint32][]tensorRec
@@ -452,7 +457,9 @@ func (s *sim) peak() {
 	s.res.PeakRecorded = foot.Held.PeakBytes
 	s.res.PeakNoSwap = foot.PeakNoSwap
 	noSwap := foot.Held.LiveBytes + foot.Released
-	s.res.PeakSimulated = max(s.res.PeakSimulated, noSwap-min(s.ops.released, noSwap))
+	if sim := noSwap - min(s.ops.released, noSwap); sim > s.res.PeakSimulated {
+		s.res.PeakSimulated, s.releasedAtPeak = sim, s.ops.released
+	}
 }
 
 // coverage says what a trace's figures cover when it is not a whole training run: one that ends at a
@@ -493,7 +500,11 @@ func (s *sim) finish() {
 	r.RecordedFreed = s.rec.Foot.PeakReleased
 	r.NoSwapActivity = r.ABICalls == 0
 	r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
+	// The no-swap peak can come after the last allocation (docs/cli.md): read it from the whole recording.
+	r.PeakNoSwap = max(s.rec.Foot.PeakNoSwap, s.rec.Foot.Held.PeakBytes)
 	r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
+	r.PoolStep = s.rec.Foot.MinAlloc
+	r.SavedAtLeast = min(int64(timeline.SavedAtLeast(s.releasedAtPeak, r.PoolStep)), max(r.SavedVsNoSwap, 0))
 	s.eng.SetPeakDeviceBytes(r.PeakSimulated)
 	st := s.eng.Stats()
 	r.Stats = &st

@@ -29,6 +29,9 @@ type MemFigures struct {
 	// SavingSupported says whether the estimate of SavedBytes is at least one PoolStep: below that, the
 	// trace cannot support the claim that anything was saved.
 	SavingSupported bool `json:"saving_supported"`
+	// SavedAtLeast is the lower bound of the saving (timeline.SavedAtLeast): what was swapped out when the
+	// run peaked, less one PoolStep; 0 when the trace proves no saving.
+	SavedAtLeast uint64 `json:"saved_at_least_bytes"`
 	// SwappedOutPeak is the most bytes the agent held swapped out at once.
 	SwappedOutPeak uint64 `json:"swapped_out_peak_bytes"`
 	InUseAtEnd     uint64 `json:"in_use_at_end_bytes"`
@@ -54,6 +57,7 @@ func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
 	}
 	m.PoolStep = f.MinAlloc
 	m.SavingSupported = m.SavedBytes > 0 && m.SavedBytes >= m.PoolStep
+	m.SavedAtLeast = min(timeline.SavedAtLeast(f.ReleasedAtPeak, m.PoolStep), m.SavedBytes)
 	if reserved != nil {
 		m.ReservedPeak = reserved.PeakBytes
 	}
@@ -62,7 +66,8 @@ func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
 
 // Text is the figures in one line, as run's summary and `report` print them. The no-swap peak and the
 // saving are estimates: one trace cannot see how the pool would have grown and fragmented without swap
-// (`report --baseline` measures it), and a saving below one step of the pool's growth is not claimed.
+// (`report --baseline` measures it), so the saving comes with its lower bound, and a saving below one step
+// of the pool's growth is not claimed.
 func (m MemFigures) Text() string {
 	if m.PeakNoSwap == 0 {
 		return "no device allocations recorded"
@@ -74,8 +79,21 @@ func (m MemFigures) Text() string {
 		return s + fmt.Sprintf("saved: none this trace supports (the estimate, %d bytes, is less than the pool's "+
 			"%s step of growth)", m.SavedBytes, Bytes(m.PoolStep))
 	}
-	return s + fmt.Sprintf("saved %d bytes (%s, %.1f%% of the no-swap estimate; an estimate too)", m.SavedBytes,
-		Bytes(m.SavedBytes), m.SavedPercent)
+	s += fmt.Sprintf("saved about %d bytes (%s, %.1f%% of the no-swap estimate)", m.SavedBytes, Bytes(m.SavedBytes),
+		m.SavedPercent)
+	if m.SavedBytes == 0 {
+		return s
+	}
+	return s + ", " + m.bound()
+}
+
+// bound says the saving's lower bound in words.
+func (m MemFigures) bound() string {
+	if m.SavedAtLeast == 0 {
+		return "with no lower bound this trace proves (little was swapped out when the run peaked)"
+	}
+	return fmt.Sprintf("at least %d bytes (%s: swapped out when the run peaked, less one %s step of the pool's growth)",
+		m.SavedAtLeast, Bytes(m.SavedAtLeast), Bytes(m.PoolStep))
 }
 
 // Short is Text for a picture's title line: the same figures, fewer words.
@@ -87,6 +105,6 @@ func (m MemFigures) Short() string {
 		return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); no saving supported",
 			Bytes(m.PeakInUse), Bytes(m.PeakNoSwap))
 	}
-	return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); saved about %s (%.1f%%)",
-		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap), Bytes(m.SavedBytes), m.SavedPercent)
+	return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); saved about %s (%.1f%%), at least %s",
+		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap), Bytes(m.SavedBytes), m.SavedPercent, Bytes(m.SavedAtLeast))
 }

@@ -88,6 +88,7 @@ type Footprint struct {
 	PeakNoSwapAtNS int64
 	PeakReleased   uint64 // the most bytes swapped out at once
 	MinAlloc       uint64 // the smallest runtime allocation or mapping: the pool's step of growth
+	ReleasedAtPeak uint64 // Released when Held reached its peak (SavedAtLeast)
 
 	NoSeries bool       // figures only, no curves (replay)
 	InUse    []MemPoint // Held minus poolFree, after each change
@@ -101,6 +102,9 @@ type span struct{ base, size uint64 }
 func (f *Footprint) Alloc(ts int64, ptr, size uint64) {
 	f.Held.noSeries = f.NoSeries
 	f.Held.Alloc(ts, ptr, size)
+	if f.Held.PeakAtNS == ts && f.Held.PeakBytes == f.Held.LiveBytes {
+		f.ReleasedAtPeak = f.Released
+	}
 	if size > 0 && (f.MinAlloc == 0 || size < f.MinAlloc) {
 		f.MinAlloc = size
 	}
@@ -167,4 +171,14 @@ func (f *Footprint) point(ts int64) {
 	}
 	f.InUse = append(f.InUse, MemPoint{ts, f.InUseBytes()})
 	f.NoSwap = append(f.NoSwap, MemPoint{ts, f.InUseBytes() + f.Released})
+}
+
+// SavedAtLeast is the least a run with swap saved, from the bytes it held swapped out when its device
+// memory peaked: the pool grew then because it was full, so without swap it would have needed those bytes
+// as well, less the free room a full pool can still hold, taken as one step of its growth. The estimate
+// (no-swap peak minus peak) is closer on average but can be high: it cannot see how the pool would have
+// grown and fragmented without swap. Checked against measured runs under --policy off: docs/cli.md,
+// "Reading the memory figures".
+func SavedAtLeast(releasedAtPeak, poolStep uint64) uint64 {
+	return releasedAtPeak - min(poolStep, releasedAtPeak)
 }

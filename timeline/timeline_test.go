@@ -295,3 +295,24 @@ func TestUnknownValuesAreKept(t *testing.T) {
 		t.Errorf("handle 7 %+v", h)
 	}
 }
+
+// The saving's lower bound is what was swapped out when the pool peaked, less one step of its growth: a
+// release after the peak raises the estimate but not the bound.
+func TestSavedAtLeastIsReadAtThePeak(t *testing.T) {
+	var f Footprint
+	f.NoSeries = true
+	const mib = 1 << 20
+	f.Alloc(1, 0x1000000, 2*mib)
+	f.State(Transition{TS: 2, From: trace.StateDevice, To: trace.StateHost, Nbytes: 3 * mib}, 0x1000000)
+	f.Alloc(3, 0x2000000, 2*mib) // the peak: 4 MiB held, 3 swapped out
+	f.State(Transition{TS: 4, From: trace.StateDevice, To: trace.StateHost, Nbytes: 5 * mib}, 0)
+	if f.Held.PeakBytes != 4*mib || f.ReleasedAtPeak != 3*mib {
+		t.Fatalf("peak %d, released at the peak %d: want 4 MiB and 3 MiB", f.Held.PeakBytes, f.ReleasedAtPeak)
+	}
+	if got := SavedAtLeast(f.ReleasedAtPeak, f.MinAlloc); got != 1*mib {
+		t.Errorf("SavedAtLeast %d, want 1 MiB (3 MiB less a 2 MiB step)", got)
+	}
+	if got := SavedAtLeast(mib, 2*mib); got != 0 {
+		t.Errorf("SavedAtLeast below one step: %d, want 0", got)
+	}
+}
