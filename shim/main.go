@@ -29,6 +29,8 @@ import (
 	"os"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"swapagent/agent"
 )
 
@@ -50,7 +52,10 @@ func init() {
 		C.sa_set_inert()
 		return
 	}
-	a := agent.New(cfg, native{}, os.Stderr, problems)
+	if p := C.sa_signal_problem(); p != nil {
+		problems = append(problems, "the agent's threads may take the host's SIGCHLD and SIGPROF: "+C.GoString(p))
+	}
+	a := agent.New(cfg, native{}, stderrFD{}, problems)
 	theAgent = a
 	wireEngine(a)
 	a.Start()
@@ -58,6 +63,25 @@ func init() {
 }
 
 func main() {}
+
+// stderrFD writes the agent's lines with write(2) on fd 2. os.Stderr would turn EPIPE (stderr a closed
+// pipe) into a SIGPIPE the Go runtime raises on the whole process: the agent must never end its host.
+type stderrFD struct{}
+
+func (stderrFD) Write(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		k, err := unix.Write(2, p[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += k
+	}
+	return n, nil
+}
 
 // native implements agent.Native over the C shim.
 type native struct{}

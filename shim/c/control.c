@@ -50,26 +50,9 @@ static void sa_atfork_child(void) {
   sa_tramp_after_fork();
 }
 
-/* The Go runtime's threads take their signal mask from the loading thread's when the runtime starts.
- * With nothing blocked, a process-directed signal (SIGCHLD, SIGTERM, SIGINT) may be delivered to one of
- * them, and a host waiting for it on its own thread (a shell's SIGTERM trap) never sees it. So the
- * asynchronous signals are blocked around the runtime's start: this constructor runs before every
- * default-priority one (the Go runtime's entry among them) and sa_init, which runs after it, restores
- * the loading thread's own mask. Faults and profiling signals stay unblocked; Go unblocks SIGCHLD itself,
- * which is harmless: the kernel offers a process-directed signal to the main thread first. */
-static sigset_t loader_mask;
-static int loader_mask_saved;
-
-__attribute__((constructor(101))) static void sa_block_async_signals(void) {
-  sigset_t async;
-  sigfillset(&async);
-  static const int keep[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS, SIGABRT, SIGPROF, SIGPIPE, SIGURG};
-  for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) sigdelset(&async, keep[i]);
-  loader_mask_saved = pthread_sigmask(SIG_BLOCK, &async, &loader_mask) == 0;
-}
-
+/* Runs after the Go runtime's entry (signals.c blocked the asynchronous signals around it). */
 __attribute__((constructor)) static void sa_init(void) {
-  if (loader_mask_saved) pthread_sigmask(SIG_SETMASK, &loader_mask, NULL);
+  sa_restore_loader_mask();
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   start_wall = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;

@@ -109,5 +109,7 @@ SA_HIDDEN void sa_real_calls_end(void);
 SA_HIDDEN void *sa_tramp_for(const char *name, void *real);
 SA_HIDDEN int sa_tramp_real(const void *addr, void **real);
 SA_HIDDEN void sa_tramp_after_fork(void);
+/* Restores the loading thread's signal mask, blocked around the Go runtime's start (signals.c). */
+SA_HIDDEN void sa_restore_loader_mask(void);
 
 #endif

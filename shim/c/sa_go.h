@@ -31,6 +31,8 @@ int64_t sa_start_wall(void);
 void sa_set_active(void);
 void sa_set_inert(void);
 int sa_is_forked(void);
+/* Why the Go runtime's threads may still take SIGCHLD or SIGPROF (signals.c); NULL when they cannot. */
+const char *sa_signal_problem(void);
 void sa_drainer_thread(void);
 int sa_crash_pending(void);
 void sa_crash_ack(void);

@@ -1,17 +1,21 @@
 // signals_test.go proves that the Go runtime inside libswapagent.so cannot steal the host's
-// process-directed signals: its threads block them, while the host's own thread keeps its mask. A shell
-// whose SIGTERM trap landed on a Go thread never ran it (swapagent run's SIGTERM test hung under load).
-// SIGCHLD is the exception Go insists on unblocking; the kernel offers a process-directed signal to the
-// main thread first whenever that thread wants it, as a shell in sigsuspend does.
+// process-directed signals: its threads block every asynchronous one, SIGCHLD and SIGPROF included (Go's
+// table marks them "always unblock"; shim/c/signals.c clears that), while the host's own thread keeps its
+// mask. A shell whose SIGTERM trap landed on a Go thread never ran it, and coreutils timeout, whose SIGCHLD
+// a Go thread took, waited out its whole deadline (26 of 60 runs beside a CPU hog before the fix). Each
+// host below waits the way supervisors do, beside a CPU hog that makes the lost signal likely.
 package shimtest
 
 import (
+	"bufio"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -64,7 +68,12 @@ func TestGoThreadsLeaveProcessSignalsToTheHost(t *testing.T) {
 		t.Fatalf("the Go runtime started no thread in the preloaded process: %v", masks)
 	}
 	bit := func(sig int) uint64 { return 1 << (sig - 1) }
-	const sigint, sighup, sigterm = 2, 1, 15
+	// SIGHUP SIGINT SIGQUIT SIGUSR1 SIGUSR2 SIGPIPE SIGALRM SIGTERM SIGCHLD SIGPROF SIGWINCH SIGIO, and the
+	// real-time signals from glibc's SIGRTMIN (34: glibc keeps 32 and 33 for itself, unblocked).
+	async := []int{1, 2, 3, 10, 12, 13, 14, 15, 17, 27, 28, 29}
+	for s := 34; s <= 64; s++ {
+		async = append(async, s)
+	}
 	for tid, m := range masks {
 		if tid == strconv.Itoa(cmd.Process.Pid) {
 			if m != 0 {
@@ -72,7 +81,7 @@ func TestGoThreadsLeaveProcessSignalsToTheHost(t *testing.T) {
 			}
 			continue
 		}
-		for _, s := range []int{sigint, sighup, sigterm} {
+		for _, s := range async {
 			if m&bit(s) == 0 {
 				t.Errorf("Go thread %s does not block signal %d (mask %#x)", tid, s, m)
 			}
@@ -80,5 +89,105 @@ func TestGoThreadsLeaveProcessSignalsToTheHost(t *testing.T) {
 		if m&bit(11) != 0 {
 			t.Errorf("Go thread %s blocks SIGSEGV (mask %#x)", tid, m)
 		}
+	}
+}
+
+// cpuHog keeps every CPU busy until the test ends: a host thread that is not running when its signal
+// arrives is when an agent thread would take it.
+func cpuHog(t *testing.T) {
+	t.Helper()
+	for i := 0; i < runtime.NumCPU(); i++ {
+		hog := exec.Command("sh", "-c", "while :; do :; done")
+		if err := hog.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hog.Process.Kill(); _ = hog.Wait() })
+	}
+}
+
+// coreutils timeout blocks SIGCHLD, starts its command and waits in sigsuspend: a child that cannot start
+// ends at once, and timeout must return then, not at its deadline.
+func TestTimeoutSeesItsChildExit(t *testing.T) {
+	if _, err := exec.LookPath("timeout"); err != nil {
+		t.Fatal("coreutils timeout is not installed")
+	}
+	cpuHog(t)
+	env := testenv.AgentEnv(t, t.TempDir())
+	late := 0
+	for i := 0; i < 60; i++ {
+		start := time.Now()
+		r := testenv.Run(t, 30*time.Second, env, "timeout", "4", "/nonexistent")
+		if r.Code != 127 {
+			t.Fatalf("timeout 4 /nonexistent: exit %d, want 127 (command not found)\n%s", r.Code, r.Stderr)
+		}
+		// Its own deadline, 4 s, is the symptom: a missed SIGCHLD; a run never takes that long otherwise.
+		if time.Since(start) >= 4*time.Second {
+			late++
+		}
+	}
+	if late > 0 {
+		t.Errorf("%d of 60 runs waited out timeout's deadline: their SIGCHLD went to an agent thread", late)
+	}
+}
+
+// A host that blocks SIGCHLD and SIGTERM and takes them with sigtimedwait sees all of 1000 of each.
+func TestSigtimedwaitSeesEverySignal(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-sigwait")
+	cpuHog(t)
+	r := testenv.Run(t, 5*time.Minute, testenv.AgentEnv(t, t.TempDir()), prog, "1000")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "signals 2000 of 2000 seen") {
+		t.Errorf("sa-sigwait: exit %d\n%s%s", r.Code, r.Stdout, testenv.Tail(r.Stderr, 10))
+	}
+}
+
+// A small init under the agent forwards SIGTERM to its child and reaps it, and exits with its status.
+func TestInitForwardsSIGTERMAndReaps(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-minit")
+	cpuHog(t)
+	for round := 0; round < 5; round++ {
+		cmd := exec.Command(prog, "sleep", "30")
+		cmd.Env = testenv.AgentEnv(t, t.TempDir())
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(out).ReadString('\n') // "child PID": the child runs, the init waits
+		if !strings.HasPrefix(line, "child ") {
+			_ = cmd.Process.Kill()
+			t.Fatalf("sa-minit said %q", line)
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Logf("killed: %v", <-done)
+			t.Fatalf("round %d: the init did not end 20 s after SIGTERM: it never saw SIGTERM or its child's SIGCHLD", round)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 128+int(syscall.SIGTERM) {
+			t.Errorf("round %d: exit %d (%v), want 143: the child ended by the forwarded SIGTERM", round, code, err)
+		}
+	}
+}
+
+// The agent's stderr line to a closed pipe fails quietly: Go's os.Stderr would have raised SIGPIPE on the
+// host (sleep was killed by it before the agent wrote with write(2)).
+func TestClosedStderrNeverEndsTheHost(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = r.Close()
+	defer w.Close()
+	cmd := exec.Command("/bin/sleep", "0.1")
+	cmd.Env = testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=bogus") // the agent prints one line
+	cmd.Stderr = w
+	if err := cmd.Run(); err != nil {
+		t.Errorf("sleep under the agent, stderr a closed pipe: %v; want exit 0", err)
 	}
 }
