@@ -247,6 +247,10 @@ func (a *Agent) Shutdown() {
 	}
 	a.drainLocked()
 	a.notePythonAbsent()
+	a.sink.flush()
+	if a.cfg.InjectHang == "shutdown" {
+		time.Sleep(10 * time.Minute)
+	}
 	if a.sink.tracing() {
 		a.addStatsLocked(es)
 	}

@@ -53,6 +53,9 @@ type Config struct {
 	// InjectPanic names a control call that panics (SWAPAGENT_TEST_PANIC=region_enter): a test hook that
 	// proves a panic inside the agent leaves the job running unchanged.
 	InjectPanic string
+	// InjectHang (SWAPAGENT_TEST_HANG=shutdown) makes Shutdown hold the agent's lock for ten minutes after
+	// its first flush: the test hook that proves the exit hook's bound. Tests only.
+	InjectHang string
 	// TestUnordered (SWAPAGENT_TEST_UNORDERED=1) drops the event ordering of the agent's copies against
 	// the job's streams: the control that proves the emulator's hazard checker sees the bug. Tests only.
 	TestUnordered bool
@@ -67,6 +70,7 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
 		Level: zapcore.WarnLevel, Rank: -1}
 	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
+	c.InjectHang, _ = lookup("SWAPAGENT_TEST_HANG")
 	if v, _ := lookup("SWAPAGENT_TEST_UNORDERED"); v == "1" {
 		c.TestUnordered = true
 	}

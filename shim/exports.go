@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"time"
 	"unsafe"
 
 	"swapagent/agent"
@@ -640,11 +641,29 @@ func sa_go_stats_json(buf *C.char, capacity C.size_t) (ret C.int) {
 	return C.int(len(js))
 }
 
+// shutdownBound is how long the exit hook waits for the trace to be finished: a process's exit must not
+// hang on the agent (a thread that holds the agent's lock forever, a full disk that blocks writes).
+const shutdownBound = 2 * time.Second
+
 //export sa_go_shutdown
 func sa_go_shutdown() {
-	defer guardVoid("swapagent_shutdown")
-	if a := theAgent; a != nil {
+	a := theAgent
+	if a == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer guardVoid("swapagent_shutdown")
 		a.Shutdown()
+	}()
+	t := time.NewTimer(shutdownBound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		_, _ = stderrFD{}.Write([]byte(fmt.Sprintf("swapagent: the trace was not finished within %v of exit; "+
+			"what was flushed before stays readable\n", shutdownBound)))
 	}
 }
 
