@@ -17,3 +17,13 @@ bench-companions: $(BUILD)/lib/libswapagent.so
 	@echo "== the agent's part of a saved tensor, alone (ns per save: a region of 38 saves, exit, unpacks, backward exit)"
 	@$(GO) test -run - -bench 'BenchmarkRegion|BenchmarkParts' -benchtime 2000x ./agent/ | \
 		sed -n 's/^Benchmark\([^ \t]*\)-[0-9]*[ \t]*[0-9]*[ \t]*\([0-9.]*\) ns\/op[ \t]*\([0-9.]* ns\/save\)\{0,1\}.*/  \1: \2 ns\/op \3/p'
+
+# bench-anchors (python/bench/anchors.py): swapagent against what a user would pick instead, on the test
+# suite's transformers Llama: save_on_cpu, torchtune's OffloadActivations (its rule counted: it needs CUDA),
+# swapagent safe and outputs-only, the hyper-parallel stand-in under the guard; bytes moved, bytes freed at
+# the peak, step time, bit-identity, in one run.
+BENCHES += bench-anchors
+
+.PHONY: bench-anchors
+bench-anchors: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/swapagent
+	@.venv/bin/python python/bench/anchors.py

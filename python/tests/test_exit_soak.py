@@ -1,0 +1,48 @@
+"""The exit soak: the fan-out companion child (test_companions.py's) under the preloaded agent, run again
+and again beside a CPU hog, two at a time. Every run must exit 0 with its result written and no Go fatal
+error or goroutine dump on stderr: a job that finished its steps and then died at exit is a failed job.
+This child once printed every step and then died with SIGABRT and a goroutine dump, 2 times in about 38
+pytest runs (docs/design.md, "Failure containment").
+
+SWAPAGENT_SOAK_RUNS sets the runs per framework: 8 in `make test` (16 in all), 250 in `make soak`."""
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_companions as tc  # noqa: E402
+
+RUNS = int(os.environ.get("SWAPAGENT_SOAK_RUNS", "8"))
+GO_CRASH = ("fatal error:", "goroutine ", "SIGABRT", "panic:")
+
+
+@pytest.fixture
+def cpu_hog():
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    yield
+    hog.kill()
+    hog.wait()
+
+
+@pytest.mark.parametrize("fw", tc.FRAMEWORKS)
+def test_exit_soak(fw, cpu_hog, tmp_path):
+    def one(i):
+        out = str(tmp_path / ("run%d" % i))
+        os.makedirs(out)
+        p, res = tc.run(fw, "swap", "safe", out, model=tc.FAN)
+        return i, p, res
+
+    failed = []
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for i, p, res in pool.map(one, range(RUNS)):
+            crash = [m for m in GO_CRASH if m in p.stderr]
+            if p.returncode != 0 or res is None or crash:
+                failed.append("run %d: rc %d, result %s, %s\n%s" % (
+                    i, p.returncode, "written" if res else "missing", crash or "no Go dump",
+                    tc.head_tail(p.stderr, 2000)))
+    assert not failed, "%d of %d runs did not end cleanly:\n%s" % (len(failed), RUNS, "\n".join(failed))
