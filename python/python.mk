@@ -3,4 +3,3 @@
 # test_real_models.py also trains MindFormers' DeepSeek-V3 and transformers' Llama (requirements-models.txt)
 # and runs examples/ once each (about 100 s, printed at its end).
 PYTESTS += python/tests
-
