@@ -22,6 +22,10 @@ type ProcessJSON struct {
 	Events      int      `json:"events"`
 	DurationNS  int64    `json:"duration_ns"`
 	Truncated   bool     `json:"truncated"`
+	// TraceBytes is the trace file's size; per event and per second of the run it covers beside it.
+	TraceBytes          uint64  `json:"trace_bytes"`
+	TraceBytesPerEvent  float64 `json:"trace_bytes_per_event"`
+	TraceBytesPerSecond float64 `json:"trace_bytes_per_second"`
 
 	Stats
 	StatsSource string          `json:"stats_source"` // "trace" or "derived"
@@ -63,10 +67,11 @@ type Report struct {
 func JSON(sums []*Summary) Report {
 	r := Report{Processes: make([]ProcessJSON, 0, len(sums))}
 	for _, s := range sums {
+		perEvent, perSecond := s.TraceCost()
 		p := ProcessJSON{
 			Path: s.Path, PID: s.Header.PID, Rank: s.Header.Rank, Host: s.Header.Host, Argv: s.Header.Argv,
 			StartUnixNS: s.Header.StartUnix, Events: len(s.Events), DurationNS: s.EndNS, Truncated: s.Truncated,
-			Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
+			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
 			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, Guard: s.Guard,
 		}

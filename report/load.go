@@ -82,6 +82,9 @@ func LoadFile(file string) (*Summary, error) {
 	}
 	s := Summarize(file, t.Header, t.Events, t.Truncated)
 	s.Gaps, s.Warnings = t.Gaps, t.Warnings()
+	if fi, err := os.Stat(file); err == nil && file != Stdin {
+		s.TraceBytes = uint64(fi.Size())
+	}
 	return s, nil
 }
 

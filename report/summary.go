@@ -69,8 +69,9 @@ type Span struct {
 type Summary struct {
 	*timeline.Timeline
 
-	Path   string
-	Events []trace.Event // the decoded events, for timeline renderers
+	Path       string
+	Events     []trace.Event // the decoded events, for timeline renderers
+	TraceBytes uint64        // the trace file's size (0: unknown, standard input)
 
 	Calls  map[string]uint64
 	Device Memory     // runtime allocations or VMM mappings: Foot.Held
@@ -257,3 +258,18 @@ func nameOf(names []string, v uint64) string {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TraceCost is the trace's size per event and per second of the run it covers (0 where unknown): what
+// leaving the agent on costs in disk.
+func (s *Summary) TraceCost() (perEvent, perSecond float64) {
+	if s.TraceBytes == 0 {
+		return 0, 0
+	}
+	if len(s.Events) > 0 {
+		perEvent = float64(s.TraceBytes) / float64(len(s.Events))
+	}
+	if s.EndNS > 0 {
+		perSecond = float64(s.TraceBytes) / (float64(s.EndNS) / 1e9)
+	}
+	return perEvent, perSecond
+}

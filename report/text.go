@@ -54,6 +54,10 @@ func writeTextOne(w io.Writer, s *Summary) {
 		}
 		note += fmt.Sprintf(", %d damaged batches skipped (%d events lost)", len(s.Gaps), lost)
 	}
+	if s.TraceBytes > 0 {
+		perEvent, perSecond := s.TraceCost()
+		note += fmt.Sprintf("; %s, %.1f B/event, %s/s", Bytes(s.TraceBytes), perEvent, Bytes(uint64(perSecond)))
+	}
 	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", cli.Escape(displayPath(s.Path)), len(s.Events), durString(s.EndNS), note)
 	if p := s.Meta[trace.MetaPolicy]; p != "" {
 		fmt.Fprintf(w, "  policy: %s\n", cli.Escape(p))

@@ -31,7 +31,8 @@ func TestRunDecoderSimSummary(t *testing.T) {
 	if r.Code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", r.Code, r.Stderr)
 	}
-	for _, w := range []string{"1 traced process(es)", "decoder-sim", "aclrtMalloc", "device memory:", "kept:", "faults: 0"} {
+	for _, w := range []string{"1 traced process(es)", "decoder-sim", "aclrtMalloc", "device memory:", "kept:", "faults: 0",
+		" B/event, "} {
 		if !strings.Contains(r.Stderr, w) {
 			t.Errorf("run summary lacks %q:\n%s", w, r.Stderr)
 		}
@@ -49,13 +50,22 @@ func TestRunDecoderSimSummary(t *testing.T) {
 			Device          struct {
 				AllocatedBytes uint64 `json:"allocated_bytes"`
 			} `json:"device"`
-			ReleasedExternal uint64 `json:"released_external"`
+			ReleasedExternal uint64  `json:"released_external"`
+			Path             string  `json:"path"`
+			Events           int     `json:"events"`
+			TraceBytes       int64   `json:"trace_bytes"`
+			PerEvent         float64 `json:"trace_bytes_per_event"`
 		} `json:"processes"`
 	}
 	if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
 		t.Fatalf("report JSON (%v): %s", err, r.Stdout)
 	}
 	p := doc.Processes[0]
+	// The trace's cost is the file's own size, per event as the events read.
+	if fi, err := os.Stat(p.Path); err != nil || fi.Size() != p.TraceBytes || p.Events == 0 ||
+		math.Abs(p.PerEvent-float64(p.TraceBytes)/float64(p.Events)) > 1e-9 {
+		t.Errorf("trace %s: %d bytes, %.3f per event of %d (stat: %v)", p.Path, p.TraceBytes, p.PerEvent, p.Events, err)
+	}
 	if p.Calls["aclrtMalloc"] == 0 || p.Device.AllocatedBytes == 0 || p.PeakDeviceBytes == 0 || p.ReleasedExternal != 0 {
 		t.Errorf("process figures: %+v", p)
 	}
