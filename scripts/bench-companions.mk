@@ -19,9 +19,10 @@ bench-companions: $(BUILD)/lib/libswapagent.so
 		sed -n 's/^Benchmark\([^ \t]*\)-[0-9]*[ \t]*[0-9]*[ \t]*\([0-9.]*\) ns\/op[ \t]*\([0-9.]* ns\/save\)\{0,1\}.*/  \1: \2 ns\/op \3/p'
 
 # bench-anchors (python/bench/anchors.py): swapagent against what a user would pick instead, on the test
-# suite's transformers Llama: save_on_cpu, torchtune's OffloadActivations (its rule counted: it needs CUDA),
-# swapagent safe and outputs-only, the hyper-parallel stand-in under the guard; bytes moved, bytes freed at
-# the peak, step time, bit-identity, in one run.
+# suite's real models. transformers Llama (torch): save_on_cpu, torchtune's OffloadActivations (its rule
+# counted: it needs CUDA), swapagent safe and outputs-only, the hyper-parallel stand-in under the guard.
+# MindFormers DeepSeek-V3 (MindSpore): an offload of every saved tensor, safe, outputs-only. Bytes moved,
+# bytes freed at the peak, step time, bit-identity, in one run.
 BENCHES += bench-anchors
 
 .PHONY: bench-anchors

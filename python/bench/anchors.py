@@ -32,7 +32,11 @@ How each is measured:
   guard's: the stand-in's own count of the storages it released (resize_(0)) and copied back, all of them
   released by the forward's end.
 
-    python python/bench/anchors.py [--steps N] [--rounds N]
+The same for MindFormers' DeepSeek-V3 on MindSpore (examples/deepseek_v3_mindspore.py's): none; all-offload,
+a saved-tensor hook on each layer that copies every saved tensor to the host (MindSpore has no save_on_cpu);
+safe; outputs-only.
+
+    python python/bench/anchors.py [--steps N] [--rounds N] [--model llama|deepseek|both]
 """
 
 import argparse
@@ -201,8 +205,109 @@ def worker(setting, steps):
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def run_setting(setting, steps, tmp):
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", setting, "--steps", str(steps)]
+def ms_worker(setting, steps):
+    """The MindSpore table's worker: MindFormers' DeepSeek-V3 (examples/deepseek_v3_mindspore.py's)."""
+    sys.modules["torch"] = None  # mindformers imports tensorboardX, which imports torch when it can
+    sys.path.insert(0, os.path.join(REPO, "examples"))
+    os.environ.setdefault("GLOG_v", "3")
+    import mindformers_cpu as mfc
+    import mindspore as ms
+    model = mfc.tiny_deepseek_v3()
+    ids, labels = mfc.batch()
+    layers = mfc.decoder_layers(model)
+    res = {"setting": setting}
+    counted = res["offload"] = [0, 0]  # all-offload: saves, bytes copied (per step, the last step's)
+
+    def pack(t):
+        counted[0] += 1
+        counted[1] += t.nbytes
+        return t.copy()  # the tensor's copy on the host: every saved tensor, as save_on_cpu does
+    if setting == "all-offload":
+        for i in mfc.SWAP:
+            # A Cell applies its saved-tensor hooks on the path it takes when it has forward hooks.
+            layers[i].register_forward_pre_hook(lambda _cell, _args: None)
+            layers[i].register_saved_tensors_hooks(pack, lambda t: t)
+    elif setting in ("safe", "outputs-only"):
+        sys.path.insert(0, PKG)
+        import swapagent.mindspore as sa
+        sa.layer_swap(layers, swap=mfc.SWAP, include_cpu=True)
+    params = model.trainable_params()
+    step_fn = ms.value_and_grad(lambda: mfc.loss(model, ids, labels), None, params)
+    res["steps"], res["times"] = [], []
+    for step in range(steps + 1):
+        counted[0] = counted[1] = 0
+        t0 = time.perf_counter()
+        loss, grads = step_fn()
+        dt = time.perf_counter() - t0
+        h = hashlib.sha256()
+        for g in grads:
+            h.update(g.asnumpy().tobytes())
+        res["steps"].append({"loss": float(loss.asnumpy()).hex(), "grads": h.hexdigest()[:16]})
+        for p_, g in zip(params, grads):
+            p_.set_data(p_ - 0.05 * g)
+        if step > 0:
+            res["times"].append(dt)
+        print("step %d: loss %.6f" % (step, float(loss.asnumpy())), flush=True)
+    res["ran"] = steps + 1
+    if setting in ("safe", "outputs-only"):
+        import swapagent.core as core
+        res["stats"] = core.stats()
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+MS_SETTINGS = ["none", "all-offload", "safe", "outputs-only"]
+
+
+def ms_report(rs, steps, rounds):
+    base = rs["none"]
+    t0 = min(base["times"])
+    print("anchors: MindFormers DeepSeek-V3 (12 layers, hidden 64, MLA, MoE) on MindSpore, layers 0-10, CPU; "
+          "step time: the best of %d steps x %d rounds, relative to none" % (steps, rounds))
+    print("  %-13s %11s %11s %13s %8s  %s" % ("setting", "to host", "back", "freed at peak", "step", "bit-identical"))
+    rows = {}
+    for s in MS_SETTINGS:
+        r = rs[s]
+        if "failed" in r:
+            print("  %-13s %s" % (s, "did not finish: " + r["failed"]))
+            continue
+        same = r["steps"] == base["steps"] and r.get("steps_all_same", True) and base.get("steps_all_same", True)
+        freed = "-"
+        if s == "none":
+            rows[s] = (0, 0)
+        elif s == "all-offload":
+            rows[s] = (r["offload"][1], r["offload"][1])
+        else:
+            st = r["stats"]
+            rows[s] = (st["offloaded_bytes"] / r["ran"], st["restored_bytes"] / r["ran"])
+            freed = mb(st["saved_bytes_peak"])
+        print("  %-13s %11s %11s %13s %7.2fx  %s" % (s, mb(rows[s][0]), mb(rows[s][1]), freed, min(r["times"]) / t0,
+                                                    "yes" if same else "NO"))
+    print("  all-offload: a saved-tensor hook on each of layers 0-10 that copies every saved tensor (MindSpore has "
+          "no save_on_cpu); %d saves per step. Its freed bytes are not measured: MindSpore has no storage weak "
+          "reference to tell which originals are gone" % rs["all-offload"].get("offload", [0])[0])
+    if "safe" in rows and rows.get("all-offload", (0,))[0]:
+        print("  safe moves %.2fx the bytes of the all-offload (target <= 0.5)" % (rows["safe"][0] / rows["all-offload"][0]))
+
+
+def run_rounds(settings, steps, rounds, model):
+    """Rounds of every setting in turn, each its own process: a setting's time is its best step of all
+    rounds, so one disturbed by the machine counts less."""
+    rs = {}
+    with tempfile.TemporaryDirectory(prefix="swapagent-anchors-") as tmp:
+        for rnd in range(rounds):
+            for s in settings:
+                if s == "torchtune":
+                    continue
+                r = run_setting(s, steps, os.path.join(tmp, "%s-%d" % (model, rnd)), model)
+                if s in rs and "failed" not in r and "failed" not in rs[s]:
+                    r["times"] += rs[s]["times"]
+                    r["steps_all_same"] = rs[s].get("steps_all_same", True) and rs[s]["steps"] == r["steps"]
+                rs[s] = r
+    return rs
+
+
+def run_setting(setting, steps, tmp, model="llama"):
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", setting, "--steps", str(steps), "--model", model]
     env = dict(os.environ, PYTHONPATH=PKG)
     env.pop("LD_PRELOAD", None)
     if setting in ("safe", "outputs-only", "guard"):
@@ -273,27 +378,22 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--model", choices=["llama", "deepseek", "both"], default="both")
     ap.add_argument("--worker")
     opt = ap.parse_args()
     if opt.worker:
-        return worker(opt.worker, opt.steps)
-    # Rounds of every setting in turn, each its own process: a setting's time is its best step of all
-    # rounds, so one disturbed by the machine counts less.
-    rs = {}
-    with tempfile.TemporaryDirectory(prefix="swapagent-anchors-") as tmp:
-        for rnd in range(opt.rounds):
-            for s in SETTINGS:
-                if s == "torchtune":
-                    continue
-                r = run_setting(s, opt.steps, os.path.join(tmp, str(rnd)))
-                if s in rs and "failed" not in r and "failed" not in rs[s]:
-                    r["times"] += rs[s]["times"]
-                    r["steps_all_same"] = rs[s].get("steps_all_same", True) and rs[s]["steps"] == r["steps"]
-                rs[s] = r
-    rs["torchtune"] = {}
-    if "failed" in rs["none"]:
-        sys.exit("anchors: the run without offload failed: " + rs["none"]["failed"])
-    report(rs, opt.steps, opt.rounds)
+        return (ms_worker if opt.model == "deepseek" else worker)(opt.worker, opt.steps)
+    if opt.model in ("llama", "both"):
+        rs = run_rounds(SETTINGS, opt.steps, opt.rounds, "llama")
+        rs["torchtune"] = {}
+        if "failed" in rs["none"]:
+            sys.exit("anchors: the Llama run without offload failed: " + rs["none"]["failed"])
+        report(rs, opt.steps, opt.rounds)
+    if opt.model in ("deepseek", "both"):
+        rs = run_rounds(MS_SETTINGS, opt.steps, opt.rounds, "deepseek")
+        if "failed" in rs["none"]:
+            sys.exit("anchors: the DeepSeek-V3 run without offload failed: " + rs["none"]["failed"])
+        ms_report(rs, opt.steps, opt.rounds)
 
 
 if __name__ == "__main__":
