@@ -662,8 +662,8 @@ func sa_go_shutdown() {
 	select {
 	case <-done:
 	case <-t.C:
-		_, _ = stderrFD{}.Write([]byte(fmt.Sprintf("swapagent: the trace was not finished within %v of exit; "+
-			"what was flushed before stays readable\n", shutdownBound)))
+		fmt.Fprintf(stderrFD{}, "swapagent: the trace was not finished within %v of exit; what was flushed "+
+			"before stays readable\n", shutdownBound)
 	}
 }
 
