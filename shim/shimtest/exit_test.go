@@ -39,13 +39,14 @@ func TestEveryWayOfEndingIsClean(t *testing.T) {
 		{"sigterm", syscall.SIGTERM, 128 + 15, ""},
 		{"sigint", syscall.SIGINT, 128 + 2, ""},
 		{"companion", 0, 0, "companion installed"},
+		{"companion-mindspore", 0, 0, "companion installed"},
 	}
 	for _, c := range cases {
 		t.Run(c.mode, func(t *testing.T) {
 			t.Parallel()
 			out := t.TempDir()
 			py := "/usr/bin/python3"
-			if c.mode == "companion" {
+			if strings.HasPrefix(c.mode, "companion") {
 				py = venvPy
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -92,6 +93,9 @@ func TestEveryWayOfEndingIsClean(t *testing.T) {
 			var doc struct {
 				Processes []struct {
 					Events uint64 `json:"events"`
+					ABI    struct {
+						RegionEnters int `json:"region_enters"`
+					} `json:"abi"`
 				} `json:"processes"`
 			}
 			if (r.Code != 0 && r.Code != 3) || json.Unmarshal([]byte(r.Stdout), &doc) != nil || len(doc.Processes) == 0 ||
@@ -99,6 +103,8 @@ func TestEveryWayOfEndingIsClean(t *testing.T) {
 				files, _ := filepath.Glob(filepath.Join(out, "*"))
 				t.Errorf("the trace does not read: report exit %d, %d processes; files %v\n%s", r.Code, len(doc.Processes),
 					files, testenv.Tail(r.Stderr, 5))
+			} else if strings.HasPrefix(c.mode, "companion") && doc.Processes[0].ABI.RegionEnters == 0 {
+				t.Errorf("the companion reported no region: it did not run")
 			}
 		})
 	}

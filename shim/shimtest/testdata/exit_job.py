@@ -57,5 +57,23 @@ elif mode == "companion":
         x = torch.relu(layer(x))
     x.sum().backward()
     print("companion installed", flush=True)
+elif mode == "companion-mindspore":
+    # The same with the MindSpore companion (the exit abort once seen was a MindSpore run's).
+    import mindspore as ms
+    import numpy as np
+    import swapagent.mindspore as sam
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    layers = [ms.nn.Dense(64, 64) for _ in range(3)]
+    handle = sam.layer_swap(layers, include_cpu=True)
+    x = ms.Tensor(np.ones((32, 64), np.float32))
+    params = [p for layer in layers for p in layer.trainable_params()]
+
+    def loss():
+        y = x
+        for layer in layers:
+            y = ms.ops.relu(layer(y))
+        return y.sum()
+    ms.value_and_grad(loss, None, params)()
+    print("companion installed", flush=True)
 else:
     sys.exit("exit_job.py: unknown mode %r" % mode)
