@@ -23,7 +23,7 @@ func TestMsrunWorkersTracedAndDiagnosedPerRank(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	cli := testenv.Path(t, testenv.CLI)
 	// msrun stops every worker once one fails: on a loaded machine a worker can be stopped before it
-	// reaches the fault. Such a run cannot show a per-rank diagnosis, so it is retried (at most 3 runs).
+	// reaches the fault. Such a run cannot show a per-rank diagnosis, so it is retried (at most 5 runs).
 	var dir, logs, out string
 	for attempt := 1; ; attempt++ {
 		dir = t.TempDir()
@@ -35,7 +35,7 @@ func TestMsrunWorkersTracedAndDiagnosedPerRank(t *testing.T) {
 				faulted++
 			}
 		}
-		if faulted == 2 || attempt == 3 {
+		if faulted == 2 || attempt == 5 {
 			break
 		}
 		t.Logf("run %d: msrun stopped a worker before its fault; running again", attempt)
