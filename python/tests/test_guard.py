@@ -196,7 +196,9 @@ def test_outputs_only_names_the_cause_before_the_crash(runs, fw):
     assert first >= 0, r.why()
     block = r.stderr[first:first + 2000]
     assert "keyword input rotary_cos_sin[0]" in block and "of swap_group_2 has no device memory" in block, block
-    assert "released by swap_group_0" in block, block
+    # The stand-in's offloads complete asynchronously: under load group 1's release of the shared storage
+    # can come before group 0's. Either way the block names the group that really released it.
+    assert re.search(r"released by swap_group_[01]\b", block), block
     crash = max(r.stderr.find("Segmentation fault"), r.stderr.find("storage of size 0"))
     assert crash < 0 or first < crash, "the diagnosis must come before the crash:\n" + r.why()
     assert r.report()[0]["guard"]["releases_kept"] == 0
