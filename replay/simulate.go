@@ -455,7 +455,6 @@ func (s *sim) checkLaunch(i int, ev *trace.Event) {
 func (s *sim) peak() {
 	foot := &s.rec.Foot
 	s.res.PeakRecorded = foot.Held.PeakBytes
-	s.res.PeakNoSwap = foot.PeakNoSwap
 	noSwap := foot.Held.LiveBytes + foot.Released
 	if sim := noSwap - min(s.ops.released, noSwap); sim > s.res.PeakSimulated {
 		s.res.PeakSimulated, s.releasedAtPeak = sim, s.ops.released
