@@ -263,7 +263,8 @@ func (a *Agent) Shutdown() {
 
 func (a *Agent) ts() int64 { return int64(time.Since(a.t0)) + a.off }
 
-// drainLocked copies the ring into the trace; it returns the number of runtime events.
+// drainLocked feeds the ring to the tracker and counts it, then copies it into the trace (what the trace
+// level keeps of it); it returns the number of runtime events.
 func (a *Agent) drainLocked() int {
 	total := 0
 	for total < maxDrainLoop {
@@ -293,8 +294,7 @@ func (a *Agent) drainLocked() int {
 			if !a.sink.tracing() {
 				continue
 			}
-			a.sink.addFunc(r.Fn)
-			ev := &a.ev
+			ev := &a.ev // the trace level may drop it (sink.add): feedLocked and the counts above saw it
 			*ev = trace.Event{Kind: trace.KindCall, TS: r.TS - start, TID: r.TID, Fn: r.Fn, Ret: r.Ret,
 				Args: r.Args}
 			a.sink.add(ev)

@@ -25,6 +25,7 @@ const (
 	EnvMinBytes = "SWAPAGENT_MIN_BYTES"
 	EnvLog      = "SWAPAGENT_LOG"
 	EnvPython   = "SWAPAGENT_PYTHON" // auto or off: the Python bootstrap of `swapagent run`
+	EnvTrace    = "SWAPAGENT_TRACE"  // all, memory or off: what the trace records (tracelevel.go)
 )
 
 // Defaults.
@@ -33,6 +34,7 @@ const (
 	DefaultPrefetch = offload.DefaultPrefetch
 	DefaultMinBytes = offload.DefaultMinBytes
 	DefaultPolicy   = trace.PolicySafe
+	DefaultTrace    = TraceAll
 )
 
 // Policies the agent accepts, in the order error messages list them (swapagent.h's).
@@ -50,6 +52,9 @@ type Config struct {
 	RankSet  bool
 	// Python is SWAPAGENT_PYTHON: "" when unset (the bootstrap was not offered), auto or off.
 	Python string
+	// Trace is SWAPAGENT_TRACE, one of TraceLevels: what the trace records (tracelevel.go's rule; "" is
+	// TraceAll). It never changes what the agent tracks, diagnoses or counts.
+	Trace string
 	// InjectPanic names a control call that panics (SWAPAGENT_TEST_PANIC=region_enter): a test hook that
 	// proves a panic inside the agent leaves the job running unchanged.
 	InjectPanic string
@@ -68,7 +73,7 @@ func (c Config) Inert() bool { return c.Role == "MS_SCHED" }
 // one problem line and its default; LoadConfig never fails.
 func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
-		Level: zapcore.WarnLevel, Rank: -1}
+		Trace: DefaultTrace, Level: zapcore.WarnLevel, Rank: -1}
 	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
 	c.InjectHang, _ = lookup("SWAPAGENT_TEST_HANG")
 	if v, _ := lookup("SWAPAGENT_TEST_UNORDERED"); v == "1" {
@@ -100,6 +105,13 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 			c.MinBytes = n
 		} else {
 			bad(EnvMinBytes, v, "a byte count", strconv.Itoa(DefaultMinBytes))
+		}
+	}
+	if v, ok := lookup(EnvTrace); ok && v != "" {
+		if l := strings.ToLower(strings.TrimSpace(v)); contains(TraceLevels, l) {
+			c.Trace = l
+		} else {
+			bad(EnvTrace, v, "one of "+strings.Join(TraceLevels, ", "), DefaultTrace)
 		}
 	}
 	if v, ok := lookup(EnvLog); ok && v != "" {

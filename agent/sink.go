@@ -1,6 +1,7 @@
-// sink.go owns the agent's trace sink: the trace and log files opened on first use, the names of functions
-// and groups written before the events that use them, buffered events flushed on a timer and at once for
-// a fault, the metadata record, and the log lines kept for the trace.
+// sink.go owns the agent's trace sink: the trace and log files opened on first use, the trace level's
+// filter (tracelevel.go's rule, applied in add), the names of functions and groups written before the first
+// kept event that uses them, buffered events flushed on a timer and at once for a fault, the metadata
+// record, and the log lines kept for the trace.
 package agent
 
 import (
@@ -27,8 +28,13 @@ type sink struct {
 	opened    bool          // the trace was opened, or could not be
 	dirty     bool          // events added since the last flush
 	lastFlush time.Time
+	level     string            // the trace level (Config.Trace; "" read as TraceAll)
+	all       bool              // level is TraceAll: add keeps everything
 	fnSeen    []bool            // function IDs whose name record is written
+	fnKeep    []uint8           // function IDs' calls at level: 0 not asked yet, 1 kept, 2 dropped
 	groups    map[string]uint32 // group name -> ID, numbered from 1
+	groupName []string          // ID -> name (index 0 unused)
+	groupSeen []bool            // IDs whose name record is written
 	pending   []string          // log lines waiting for the trace to open
 	notes     trace.Meta        // swapagent_note's records waiting for the trace to open
 }
@@ -48,7 +54,12 @@ type sinkEnv struct {
 
 // newSink returns a sink that opens nothing yet; pending are log lines for the trace once it opens.
 func newSink(env sinkEnv, pending []string) sink {
-	return sink{env: env, fnSeen: make([]bool, 1024), groups: map[string]uint32{}, pending: pending}
+	level := env.cfg.Trace
+	if level == "" {
+		level = TraceAll
+	}
+	return sink{env: env, level: level, all: level == TraceAll, fnSeen: make([]bool, 1024),
+		groups: map[string]uint32{}, groupName: []string{""}, pending: pending}
 }
 
 // tracing reports whether events are written: the trace is open and no write has failed.
@@ -62,7 +73,7 @@ func (s *sink) counts() (events, bytes uint64) {
 	return s.w.Events(), s.w.Bytes()
 }
 
-// addFunc writes fn's name record before its first call.
+// addFunc writes fn's name record before its first kept call.
 func (s *sink) addFunc(fn uint16) {
 	if int(fn) >= len(s.fnSeen) {
 		grown := make([]bool, int(fn)+1)
@@ -77,23 +88,75 @@ func (s *sink) addFunc(fn uint16) {
 	if name == "" {
 		name = "fn" + strconv.Itoa(int(fn))
 	}
-	s.add(&trace.Event{Kind: trace.KindFunc, TS: s.env.ts(), Fn: fn, Text: name})
+	s.write(&trace.Event{Kind: trace.KindFunc, TS: s.env.ts(), Fn: fn, Text: name})
 }
 
-// group returns name's ID, writing its name record on first use. IDs are given even when not tracing.
+// group returns name's ID; its name record is written before the first kept event that uses it (add).
+// IDs are given even when not tracing, or when the level keeps no event of the group.
 func (s *sink) group(name string) uint32 {
 	if id, ok := s.groups[name]; ok {
 		return id
 	}
 	id := uint32(len(s.groups) + 1)
 	s.groups[name] = id
-	if s.w != nil {
-		s.add(&trace.Event{Kind: trace.KindGroup, TS: s.env.ts(), Group: id, Text: name})
-	}
+	s.groupName = append(s.groupName, name)
 	return id
 }
 
+// addGroup writes group id's name record before its first kept event.
+func (s *sink) addGroup(id uint32) {
+	if int(id) >= len(s.groupName) { // not an ID of group: nothing to name
+		return
+	}
+	for int(id) >= len(s.groupSeen) {
+		s.groupSeen = append(s.groupSeen, false)
+	}
+	if s.groupSeen[id] {
+		return
+	}
+	s.groupSeen[id] = true
+	s.write(&trace.Event{Kind: trace.KindGroup, TS: s.env.ts(), Group: id, Text: s.groupName[id]})
+}
+
+// keeps applies the trace level's rule (traceKeeps) to ev, asking it once per function for calls.
+func (s *sink) keeps(ev *trace.Event) bool {
+	if s.all {
+		return true
+	}
+	if ev.Kind != trace.KindCall {
+		return traceKeeps(s.level, ev.Kind, "")
+	}
+	for int(ev.Fn) >= len(s.fnKeep) {
+		s.fnKeep = append(s.fnKeep, make([]uint8, len(s.fnKeep)+64)...)
+	}
+	k := s.fnKeep[ev.Fn]
+	if k == 0 {
+		k = 2
+		if traceKeeps(s.level, trace.KindCall, s.env.fnName(ev.Fn)) {
+			k = 1
+		}
+		s.fnKeep[ev.Fn] = k
+	}
+	return k == 1
+}
+
+// add writes ev when the trace level keeps it, after the name records it needs (its function's, its
+// group's). The level filters only here: what the agent tracks, checks and counts never passes through.
 func (s *sink) add(ev *trace.Event) {
+	if s.w == nil || !s.keeps(ev) {
+		return
+	}
+	if ev.Kind == trace.KindCall {
+		s.addFunc(ev.Fn)
+	}
+	if ev.Group != 0 && ev.Kind != trace.KindGroup {
+		s.addGroup(ev.Group)
+	}
+	s.write(ev)
+}
+
+// write writes ev, unfiltered.
+func (s *sink) write(ev *trace.Event) {
 	if s.w == nil {
 		return
 	}
@@ -204,15 +267,16 @@ func (s *sink) metaText() string {
 		rank = strconv.Itoa(cfg.Rank)
 	}
 	m := trace.Meta{
-		trace.MetaPolicy:   cfg.Policy,
-		trace.MetaPrefetch: strconv.Itoa(cfg.Prefetch),
-		trace.MetaMinBytes: strconv.FormatUint(cfg.MinBytes, 10),
-		trace.MetaRank:     rank,
-		trace.MetaPID:      strconv.Itoa(s.env.pid),
-		trace.MetaVersion:  buildinfo.Version,
-		trace.MetaABI:      strconv.Itoa(buildinfo.ABIVersion),
-		trace.MetaOut:      cfg.Out,
-		trace.MetaArgv:     trace.QuoteArgv(s.env.argv),
+		trace.MetaPolicy:     cfg.Policy,
+		trace.MetaPrefetch:   strconv.Itoa(cfg.Prefetch),
+		trace.MetaMinBytes:   strconv.FormatUint(cfg.MinBytes, 10),
+		trace.MetaRank:       rank,
+		trace.MetaPID:        strconv.Itoa(s.env.pid),
+		trace.MetaVersion:    buildinfo.Version,
+		trace.MetaABI:        strconv.Itoa(buildinfo.ABIVersion),
+		trace.MetaOut:        cfg.Out,
+		trace.MetaArgv:       trace.QuoteArgv(s.env.argv),
+		trace.MetaTraceLevel: s.level,
 	}
 	maps.Copy(m, s.notes)
 	return m.String()

@@ -270,6 +270,9 @@ const (
 	// absent, which the agent writes at exit for a Python process `swapagent run` offered the bootstrap to
 	// and that never ran it (python -I or -S, a replaced PYTHONPATH).
 	MetaPythonGuard = "python_guard"
+	// MetaTraceLevel is the trace level the agent recorded at (SWAPAGENT_TRACE): all, memory or off; a trace
+	// without it was recorded at all.
+	MetaTraceLevel = "trace_level"
 )
 
 // IsPython says whether argv runs a Python interpreter (python, python3, python3.11, ...: a script with a

@@ -210,6 +210,8 @@ func TestBadConfigChangesNothingButOneLine(t *testing.T) {
 		{"policy", testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_POLICY=bogus"),
 			`swapagent: SWAPAGENT_POLICY="bogus" is not one of safe, outputs-only, off; using safe`},
 		{"out", testenv.AgentEnv(t, filepath.Join(notDir, "out")), "swapagent: cannot write to SWAPAGENT_OUT="},
+		{"trace", testenv.AgentEnv(t, t.TempDir(), "SWAPAGENT_TRACE=bogus"),
+			`swapagent: SWAPAGENT_TRACE="bogus" is not one of all, memory, off; using all`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
