@@ -211,7 +211,7 @@ func (a *Agent) tick() {
 	if a.closed {
 		return
 	}
-	n := a.drainLocked()
+	a.drainLocked()
 	if sig := a.native.CrashPending(); sig != 0 && !a.crashDone {
 		a.crashDone = true
 		a.drainLocked()
@@ -222,7 +222,9 @@ func (a *Agent) tick() {
 		a.native.CrashAck()
 		return
 	}
-	if n > 0 || a.sink.flushDue() {
+	// Batches end on the flush interval, not on every drain: bigger batches compress far better, a
+	// fault or a fatal signal flushes at once, and a SIGKILL costs at most FlushInterval of events.
+	if a.sink.flushDue() {
 		a.sink.flush()
 	}
 }

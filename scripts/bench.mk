@@ -2,10 +2,17 @@
 BENCHES += bench-trace
 
 .PHONY: bench-trace
-bench-trace:
-	@echo "== trace: write/read speed and bytes per event"
-	@$(GO) test -run XXX -bench . -benchtime 1s ./trace/ | grep -E 'Benchmark|ok'
+bench-trace: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
+	@echo "== trace: write/read speed and bytes per event (synthetic trace)"
+	@$(GO) test -run XXX -bench 'Benchmark(Write|Read)$$' -benchtime 1s -cpu 1 ./trace/ | grep -E 'Benchmark|ok'
 	@$(GO) test -count=1 -run TestCompactness -v ./trace/ | grep -E 'bytes/event'
+	@echo "== trace: decoder-sim --steps 20 recorded at each SWAPAGENT_TRACE level (targets: all <= 3 B/event,"
+	@echo "   memory <= 1 B per runtime call, writer >= 10 M events/s on one core)"
+	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; for l in all memory off; do \
+		LD_PRELOAD=$(CURDIR)/$(BUILD)/lib/libswapagent.so SWAPAGENT_OUT=$$d/$$l SWAPAGENT_TRACE=$$l \
+			$(BUILD)/bin/decoder-sim --steps 20 >/dev/null 2>&1; done; \
+		SWAPAGENT_BENCH_TRACES=$$d $(GO) test -count=1 -run TestRecordedSizes -bench WriteRecorded \
+			-benchtime 2s -cpu 1 -v ./trace/ | grep -E '^trace level|Benchmark'
 
 BENCHES += bench-replay
 .PHONY: bench-replay

@@ -11,8 +11,12 @@ import (
 	"math"
 )
 
-// Version is the format version this package writes and the only one it reads.
-const Version = 1
+// Version is the format version this package writes. It reads every version from MinVersion on: version 1
+// is the uncompressed row format; version 2 compresses the batches (zstd) and lays each batch out in columns.
+const Version = 2
+
+// MinVersion is the oldest format version this package reads.
+const MinVersion = 1
 
 // FileSuffix ends the name of every trace file (<host>.<pid>.swtrace).
 const FileSuffix = ".swtrace"
@@ -30,6 +34,7 @@ const (
 	frameSize  = 16       // magic[4], payload length u32, event count u32, CRC32C u32
 	maxBatch   = 16 << 20 // batch payload limit; a bigger length is corruption, not a reason to allocate
 	flushBytes = 64 << 10 // the writer ends a batch once its payload reaches this size
+	zstdWindow = 4 << 20  // the compressor's history (version 2): a training step's repeats fit in it
 	numCtx     = 128      // delta contexts: one per KindCall Fn (mod 64), one per other Kind (mod 64)
 )
 
@@ -112,84 +117,134 @@ func ctxIndex(k Kind, fn uint16) int {
 	return 64 + int(k%64)
 }
 
-// appendEvent encodes ev onto b and advances the state. The caller has checked the limits.
-func (c *codec) appendEvent(b []byte, ev *Event) []byte {
+// Columns of a version-2 batch payload. Each field of every record goes to its own column, so values of one
+// kind sit together and the compressor sees their repeats; the record layout of version 1 is the same
+// sequence with every column being the one row stream.
+const (
+	colKind = iota
+	colBits
+	colTS
+	colTID
+	colFn
+	colGroup
+	colHandle
+	colRet
+	colArg0 // colArg0+i holds Args[i]
+	colPtrs = colArg0 + 6
+	colText = colPtrs + 1
+	numCols = colText + 1
+)
+
+// columns are the encoder's output for one batch: one byte stream per column.
+type columns [numCols][]byte
+
+// size is the payload length the columns make (their lengths' varints included).
+func (cs *columns) size() int {
+	n := 0
+	for _, c := range cs {
+		n += len(c) + uvarintLen(uint64(len(c)))
+	}
+	return n
+}
+
+// appendPayload writes the version-2 payload: each column's length, then the columns in order.
+func (cs *columns) appendPayload(b []byte) []byte {
+	for _, c := range cs {
+		b = binary.AppendUvarint(b, uint64(len(c)))
+	}
+	for _, c := range cs {
+		b = append(b, c...)
+	}
+	return b
+}
+
+func (cs *columns) reset() {
+	for i := range cs {
+		cs[i] = cs[i][:0]
+	}
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}
+
+// appendEvent encodes ev into the columns and advances the state. The caller has checked the limits. Each
+// field goes to its own column as it is compared with its prediction, so one pass does both; the bitmap
+// that says which fields were written comes last, in its column.
+func (c *codec) appendEvent(cs *columns, ev *Event) {
 	s := &c.ctx[ctxIndex(ev.Kind, ev.Fn)]
 	var bits uint64
 	if ev.TS != c.ts {
 		bits |= bitTS
+		cs[colTS] = appendVarint(cs[colTS], ev.TS-c.ts)
+		c.ts = ev.TS
 	}
 	if ev.TID != c.tid {
 		bits |= bitTID
+		cs[colTID] = appendUvarint(cs[colTID], uint64(ev.TID))
+		c.tid = ev.TID
 	}
 	if ev.Fn != c.fn {
 		bits |= bitFn
+		cs[colFn] = appendUvarint(cs[colFn], uint64(ev.Fn))
+		c.fn = ev.Fn
 	}
 	if ev.Group != c.group {
 		bits |= bitGroup
+		cs[colGroup] = appendUvarint(cs[colGroup], uint64(ev.Group))
+		c.group = ev.Group
 	}
 	if ev.Handle != c.handle {
 		bits |= bitHandle
+		cs[colHandle] = appendVarint(cs[colHandle], ev.Handle-c.handle)
+		c.handle = ev.Handle
 	}
 	if ev.Ret != s.ret {
 		bits |= bitRet
+		cs[colRet] = appendVarint(cs[colRet], ev.Ret-s.ret)
+		s.ret = ev.Ret
 	}
 	for i, a := range ev.Args {
 		if a != s.args[i] {
 			bits |= argBits[i]
+			cs[colArg0+i] = appendVarint(cs[colArg0+i], int64(a-s.args[i]))
+			s.args[i] = a
 		}
 	}
 	if len(ev.Ptrs) > 0 {
 		bits |= bitPtrs
+		p := appendUvarint(cs[colPtrs], uint64(len(ev.Ptrs)))
+		for _, v := range ev.Ptrs {
+			p = appendVarint(p, int64(v-c.ptr))
+			c.ptr = v
+		}
+		cs[colPtrs] = p
 	}
 	if ev.Text != "" {
 		bits |= bitText
+		cs[colText] = appendUvarint(cs[colText], uint64(len(ev.Text)))
+		cs[colText] = append(cs[colText], ev.Text...)
 	}
+	cs[colKind] = append(cs[colKind], byte(ev.Kind))
+	cs[colBits] = appendUvarint(cs[colBits], bits)
+}
 
-	b = append(b, byte(ev.Kind))
-	b = binary.AppendUvarint(b, bits)
-	if bits&bitTS != 0 {
-		b = binary.AppendVarint(b, ev.TS-c.ts)
-		c.ts = ev.TS
+// appendUvarint is binary.AppendUvarint with the one-byte case, most of a trace's values, inlined.
+func appendUvarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
 	}
-	if bits&bitTID != 0 {
-		b = binary.AppendUvarint(b, uint64(ev.TID))
-		c.tid = ev.TID
-	}
-	if bits&bitFn != 0 {
-		b = binary.AppendUvarint(b, uint64(ev.Fn))
-		c.fn = ev.Fn
-	}
-	if bits&bitGroup != 0 {
-		b = binary.AppendUvarint(b, uint64(ev.Group))
-		c.group = ev.Group
-	}
-	if bits&bitHandle != 0 {
-		b = binary.AppendVarint(b, ev.Handle-c.handle)
-		c.handle = ev.Handle
-	}
-	if bits&bitRet != 0 {
-		b = binary.AppendVarint(b, ev.Ret-s.ret)
-		s.ret = ev.Ret
-	}
-	for i, a := range ev.Args {
-		if bits&argBits[i] != 0 {
-			b = binary.AppendVarint(b, int64(a-s.args[i]))
-			s.args[i] = a
-		}
-	}
-	if bits&bitPtrs != 0 {
-		b = binary.AppendUvarint(b, uint64(len(ev.Ptrs)))
-		for _, p := range ev.Ptrs {
-			b = binary.AppendVarint(b, int64(p-c.ptr))
-			c.ptr = p
-		}
-	}
-	if bits&bitText != 0 {
-		b = binary.AppendUvarint(b, uint64(len(ev.Text)))
-		b = append(b, ev.Text...)
-	}
-	return b
+	return binary.AppendUvarint(b, v)
+}
+
+// appendVarint is binary.AppendVarint (zig-zag) by way of appendUvarint.
+func appendVarint(b []byte, v int64) []byte {
+	return appendUvarint(b, uint64(v<<1)^uint64(v>>63))
 }
 
 // decoder reads varints from a batch payload; the first error sticks and ends decoding.
@@ -236,52 +291,68 @@ func (d *decoder) varint(what string) int64 {
 	return int64(u>>1) ^ -int64(u&1)
 }
 
+// source is where a batch's fields are read from: for version 2 one decoder per column, for version 1 the
+// one row stream in every slot.
+type source [numCols]*decoder
+
+// err returns the first error of any column.
+func (src *source) err() string {
+	for _, d := range src {
+		if d.err != "" {
+			return d.err
+		}
+	}
+	return ""
+}
+
 // decodeEvent decodes one record into ev (overwriting all of it) and advances the state. It
 // allocates only for Ptrs and Text, after checking their length against the limits and against
-// the bytes left in the batch. On bad input it returns a reason.
-func (c *codec) decodeEvent(d *decoder, ev *Event) string {
-	if d.i >= len(d.b) {
+// the bytes left in their column. On bad input it returns a reason.
+func (c *codec) decodeEvent(src *source, ev *Event) string {
+	dk := src[colKind]
+	if dk.i >= len(dk.b) {
 		return "batch ends before its last event"
 	}
-	k := Kind(d.b[d.i])
-	d.i++
+	k := Kind(dk.b[dk.i])
+	dk.i++
 	if k == 0 {
 		return "event kind 0"
 	}
-	bits := d.uvarint(bitsKnown, "presence bitmap")
-	if d.err != "" {
-		return d.err
+	bits := src[colBits].uvarint(bitsKnown, "presence bitmap")
+	if e := src[colBits].err; e != "" {
+		return e
 	}
 	*ev = Event{Kind: k}
 	if bits&bitTS != 0 {
-		c.ts += d.varint("timestamp")
+		c.ts += src[colTS].varint("timestamp")
 	}
 	if bits&bitTID != 0 {
-		c.tid = uint32(d.uvarint(math.MaxUint32, "thread id"))
+		c.tid = uint32(src[colTID].uvarint(math.MaxUint32, "thread id"))
 	}
 	if bits&bitFn != 0 {
-		c.fn = uint16(d.uvarint(math.MaxUint16, "function id"))
+		c.fn = uint16(src[colFn].uvarint(math.MaxUint16, "function id"))
 	}
 	if bits&bitGroup != 0 {
-		c.group = uint32(d.uvarint(math.MaxUint32, "group id"))
+		c.group = uint32(src[colGroup].uvarint(math.MaxUint32, "group id"))
 	}
 	if bits&bitHandle != 0 {
-		c.handle += d.varint("handle")
+		c.handle += src[colHandle].varint("handle")
 	}
 	ev.TS, ev.TID, ev.Fn, ev.Group, ev.Handle = c.ts, c.tid, c.fn, c.group, c.handle
 	s := &c.ctx[ctxIndex(k, c.fn)]
 	if bits&bitRet != 0 {
-		s.ret += d.varint("ret")
+		s.ret += src[colRet].varint("ret")
 	}
 	ev.Ret = s.ret
 	for i := range ev.Args {
 		if bits&argBits[i] != 0 {
-			s.args[i] += uint64(d.varint("argument"))
+			s.args[i] += uint64(src[colArg0+i].varint("argument"))
 		}
 	}
 	ev.Args = s.args
 	if bits&bitPtrs != 0 {
 		// Each pointer takes at least one byte: a count beyond the bytes left is corrupt.
+		d := src[colPtrs]
 		n := d.uvarint(MaxPtrs, "pointer count")
 		if n == 0 || n > uint64(len(d.b)-d.i) {
 			d.fail(fmt.Sprintf("pointer count %d does not fit in the batch", n))
@@ -294,6 +365,7 @@ func (c *codec) decodeEvent(d *decoder, ev *Event) string {
 		}
 	}
 	if bits&bitText != 0 {
+		d := src[colText]
 		n := d.uvarint(MaxText, "text length")
 		if n == 0 || n > uint64(len(d.b)-d.i) {
 			d.fail(fmt.Sprintf("text length %d does not fit in the batch", n))
@@ -302,7 +374,45 @@ func (c *codec) decodeEvent(d *decoder, ev *Event) string {
 		ev.Text = string(d.b[d.i : d.i+int(n)])
 		d.i += int(n)
 	}
-	return d.err
+	return src.err()
+}
+
+// splitColumns points src at the columns of a version-2 payload (kept in cols); a reason when the lengths
+// do not add up to the payload.
+func splitColumns(p []byte, cols *[numCols]decoder, src *source) string {
+	d := decoder{b: p}
+	var lens [numCols]uint64
+	for i := range lens {
+		lens[i] = d.uvarint(uint64(len(p)), "column length")
+	}
+	if d.err != "" {
+		return d.err
+	}
+	off := uint64(d.i)
+	for i := range cols {
+		if lens[i] > uint64(len(p))-off {
+			return fmt.Sprintf("column %d length %d runs past the batch", i, lens[i])
+		}
+		cols[i] = decoder{b: p[off : off+lens[i]]}
+		src[i] = &cols[i]
+		off += lens[i]
+	}
+	if off != uint64(len(p)) {
+		return fmt.Sprintf("%d bytes after the last column", uint64(len(p))-off)
+	}
+	return ""
+}
+
+// leftover returns the bytes no event consumed, over every column.
+func (src *source) leftover() int {
+	n := 0
+	for i, d := range src {
+		if i > 0 && d == src[0] {
+			continue // version 1: one stream in every slot
+		}
+		n += len(d.b) - d.i
+	}
+	return n
 }
 
 // checkEvent reports why the writer cannot encode ev, or nil.
@@ -318,8 +428,8 @@ func checkEvent(ev *Event) error {
 	return nil
 }
 
-// appendHeader encodes the header payload (everything after the fixed 20 bytes).
-func appendHeader(b []byte, h *Header) []byte {
+// appendHeader encodes the header payload (everything after the fixed 20 bytes) of the given version.
+func appendHeader(b []byte, h *Header, version uint32) []byte {
 	b = binary.AppendVarint(b, int64(h.PID))
 	b = appendString(b, h.Host)
 	b = binary.AppendVarint(b, int64(h.Rank))
@@ -327,6 +437,9 @@ func appendHeader(b []byte, h *Header) []byte {
 	b = binary.AppendUvarint(b, uint64(len(h.Argv)))
 	for _, a := range h.Argv {
 		b = appendString(b, a)
+	}
+	if version >= 2 {
+		b = binary.AppendUvarint(b, uint64(h.Segment))
 	}
 	return b
 }
@@ -354,6 +467,9 @@ func decodeHeader(p []byte, version uint32) (Header, string) {
 		for range n {
 			h.Argv = append(h.Argv, d.str("argument"))
 		}
+	}
+	if version >= 2 && d.err == "" {
+		h.Segment = int(d.uvarint(math.MaxInt32, "segment"))
 	}
 	if d.err == "" && d.i != len(p) {
 		d.fail(fmt.Sprintf("%d unexpected bytes after the header fields", len(p)-d.i))

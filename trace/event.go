@@ -86,6 +86,9 @@ type Header struct {
 	Rank      int   // -1 when unknown
 	StartUnix int64 // wall clock at start, nanoseconds since the epoch
 	Argv      []string
+	// Segment is the file's index among its process's segments, 0 for the first (version 2 on; see
+	// segment.go). A reader of a trace whose older segments were dropped starts at a later one.
+	Segment int
 }
 
 var kindNames = [...]string{

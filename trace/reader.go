@@ -17,16 +17,18 @@ import (
 // Reader decodes a trace batch by batch. It never panics on bad input, and it never allocates
 // more than the limits allow (a batch payload of 16 MiB, MaxPtrs, MaxText) whatever the file claims.
 type Reader struct {
-	r     *bufio.Reader
-	h     Header
-	off   int64 // file offset of the next unread byte
-	batch int   // index of the next batch to read
-	start int64 // file offset of the current batch
-	buf   []byte
-	d     decoder // the current batch's payload
-	left  uint32  // events not yet decoded in the current batch
-	c     codec
-	err   error // sticky
+	r      *bufio.Reader
+	h      Header
+	off    int64 // file offset of the next unread byte
+	batch  int   // index of the next batch to read
+	start  int64 // file offset of the current batch
+	buf    []byte
+	cols   [numCols]decoder // the current batch's payload: its columns (version 2) or the one row stream
+	src    source           // where decodeEvent reads each field: into cols
+	left   uint32           // events not yet decoded in the current batch
+	c      codec
+	err    error        // sticky
+	stream *blockStream // version 2: the decompressed layer under r (nil for version 1)
 
 	// What Resync needs to skip a damaged batch (salvage.go).
 	fr        [frameSize]byte // the last frame read
@@ -55,8 +57,9 @@ func NewReader(r io.Reader) (*Reader, error) {
 		return nil, errorf(ErrFormat, "not a swapagent trace (bad magic)")
 	}
 	version := binary.LittleEndian.Uint32(fixed[8:])
-	if version != Version {
-		return nil, errorf(ErrFormat, "unsupported trace version %d (this build reads version %d)", version, Version)
+	if version < MinVersion || version > Version {
+		return nil, errorf(ErrFormat, "unsupported trace version %d (this build reads versions %d to %d)",
+			version, MinVersion, Version)
 	}
 	size := binary.LittleEndian.Uint32(fixed[12:])
 	if size > maxHeader {
@@ -76,7 +79,15 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if bad != "" {
 		return nil, errorf(ErrFormat, "bad header: %s", bad)
 	}
-	return &Reader{r: br, h: h, off: headerSize + int64(size)}, nil
+	if version == 1 {
+		return &Reader{r: br, h: h, off: headerSize + int64(size)}, nil
+	}
+	// Version 2: offsets from here on count the decompressed stream of batches.
+	bs, err := newBlockStream(br, headerSize+int64(size))
+	if err != nil {
+		return nil, fmt.Errorf("trace: decompressor: %w", err)
+	}
+	return &Reader{r: bufio.NewReaderSize(bs, 64<<10), h: h, stream: bs}, nil
 }
 
 // Header returns the file's header.
@@ -96,14 +107,14 @@ func (r *Reader) Next(ev *Event) error {
 			return err
 		}
 	}
-	if bad := r.c.decodeEvent(&r.d, ev); bad != "" {
+	if bad := r.c.decodeEvent(&r.src, ev); bad != "" {
 		r.err = r.corrupt(bad)
 		r.bad = &damage{start: r.start, batch: r.batch - 1, events: int(r.left), decoded: true}
 		return r.err
 	}
 	r.left--
-	if r.left == 0 && r.d.i != len(r.d.b) {
-		r.err = r.corrupt(fmt.Sprintf("%d bytes after the last event", len(r.d.b)-r.d.i))
+	if n := r.src.leftover(); r.left == 0 && n != 0 {
+		r.err = r.corrupt(fmt.Sprintf("%d bytes after the last event", n))
 		r.bad = &damage{start: r.start, batch: r.batch - 1, events: 1, decoded: true}
 		return r.err
 	}
@@ -181,10 +192,24 @@ func (r *Reader) readFrame() error {
 	}
 	r.batch++
 	r.start = start
-	r.d = decoder{b: r.buf}
+	if bad := r.load(count); bad != "" {
+		return errorf(ErrCorrupt, "batch %d at offset %d: %s", r.batch-1, start, bad)
+	}
+	return nil
+}
+
+// load makes r.buf, a verified payload of count events, the current batch and resets the delta state.
+func (r *Reader) load(count uint32) string {
 	r.left = count
 	r.c = codec{}
-	return nil
+	if r.h.Version == 1 {
+		r.cols[0] = decoder{b: r.buf}
+		for i := range r.src {
+			r.src[i] = &r.cols[0]
+		}
+		return ""
+	}
+	return splitColumns(r.buf, &r.cols, &r.src)
 }
 
 // ReadFile reads a whole trace file. It returns every event up to the last good batch and the

@@ -38,6 +38,9 @@ type Gap struct {
 	FromTS int64 // TS of the last event before the gap (0 when none)
 	ToTS   int64 // TS of the first event after it, -1 when none followed (Salvage fills it)
 	Err    error // why the batch was bad (matches ErrCorrupt, or ErrTruncated for a damaged length)
+	// Decompressed: Offset and Bytes count the decompressed batches of a version-2 file, not the file (a
+	// bad batch inside good compressed blocks). A damaged compressed block gives file offsets.
+	Decompressed bool
 }
 
 // String says what was lost and where, in one line.
@@ -57,7 +60,11 @@ func (g Gap) String() string {
 	default:
 		when = fmt.Sprintf("between +%s and +%s (after event %d)", tsString(g.FromTS), tsString(g.ToTS), g.After)
 	}
-	return fmt.Sprintf("batch %d at offset %d (%d bytes) skipped: %s lost %s; %s", g.Batch, g.Offset, g.Bytes,
+	where := ""
+	if g.Decompressed {
+		where = " of the decompressed stream"
+	}
+	return fmt.Sprintf("batch %d at offset %d%s (%d bytes) skipped: %s lost %s; %s", g.Batch, g.Offset, where, g.Bytes,
 		lost, when, cause(g.Err))
 }
 
@@ -96,7 +103,7 @@ func (r *Reader) Resync() (Gap, error) {
 	base, pos := r.off, 0
 	if !bad.decoded {
 		data = append(append(data, r.fr[:r.frN]...), r.buf...)
-		base, pos = bad.start, 1
+		base, pos = bad.start, min(1, len(data)) // not the damaged batch's own magic again
 	}
 	more := func(need int) bool { // read until data holds need bytes; false at the end of the input
 		for len(data) < need {
@@ -155,6 +162,7 @@ func (r *Reader) Resync() (Gap, error) {
 		} else if bad.sane && at == bad.start+frameSize+int64(bad.size) {
 			g.Events = bad.events
 		}
+		r.streamGap(&g)
 		r.buf = append(r.buf[:0], data[c+frameSize:end]...)
 		if rest := data[end:]; len(rest) > 0 {
 			r.r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(rest)), r.r), 64<<10)
@@ -162,9 +170,12 @@ func (r *Reader) Resync() (Gap, error) {
 		r.off = at + frameSize + int64(size)
 		r.start = at
 		r.batch = bad.batch + 1
-		r.d = decoder{b: r.buf}
-		r.left = count
-		r.c = codec{}
+		if why := r.load(count); why != "" {
+			// Its checksum was good but its columns do not add up: it is as damaged as the first.
+			r.err = errorf(ErrCorrupt, "batch %d at offset %d: %s", r.batch-1, at, why)
+			r.bad = &damage{start: at, batch: r.batch - 1, events: int(count), decoded: true}
+			return g, nil
+		}
 		r.err, r.bad = nil, nil
 		return g, nil
 	}
@@ -177,9 +188,45 @@ func (r *Reader) Resync() (Gap, error) {
 	if bad.decoded || (bad.sane && end == bad.start+frameSize+int64(bad.size)) {
 		g.Events = bad.events
 	}
+	r.streamGap(&g)
 	r.off = end
 	r.err, r.bad = io.EOF, nil
 	return g, nil
+}
+
+// streamGap restates g for a version-2 file: where its compressed layer skipped damaged blocks, the gap is
+// those blocks in the file, with an unknown number of events; else it counts the decompressed stream.
+func (r *Reader) streamGap(g *Gap) {
+	if r.stream == nil {
+		return
+	}
+	sg, ok := r.stream.takeGap()
+	if !ok {
+		g.Decompressed = true
+		return
+	}
+	for more, ok := r.stream.takeGap(); ok; more, ok = r.stream.takeGap() {
+		sg.bytes = more.offset + more.bytes - sg.offset
+		if sg.events >= 0 {
+			sg.events = max(more.events+sg.events, -1)
+		}
+		if more.events < 0 {
+			sg.events = -1
+		}
+	}
+	g.Offset, g.Bytes, g.Events = sg.offset, max(sg.bytes, 1), sg.events
+	g.Err = errorf(ErrCorrupt, "%s", sg.why)
+}
+
+// cutAt is the file offset of the incomplete batch (or, in version 2, block) that ends a truncated file.
+func (r *Reader) cutAt() int64 {
+	if r.stream != nil {
+		return r.stream.goodEnd
+	}
+	if r.bad != nil {
+		return r.bad.start
+	}
+	return -1
 }
 
 // Salvage reads a whole trace from rd, skipping damaged batches (Resync). It returns every event it
@@ -213,8 +260,8 @@ func salvage(rd io.Reader) (h Header, events []Event, gaps []Gap, cutAt int64, e
 		g, rerr := r.Resync()
 		if rerr != nil {
 			cutAt = -1
-			if errors.Is(rerr, ErrTruncated) && r.bad != nil {
-				cutAt = r.bad.start
+			if errors.Is(rerr, ErrTruncated) {
+				cutAt = r.cutAt()
 			}
 			return r.h, events, gaps, cutAt, rerr
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"flag"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"math"
@@ -208,7 +209,7 @@ func TestTruncatedEveryOffset(t *testing.T) {
 func TestBadHeader(t *testing.T) {
 	good := encode(t, testHeader, kindEvents(), 0)
 	future := bytes.Clone(good)
-	binary.LittleEndian.PutUint32(future[8:], 2)
+	binary.LittleEndian.PutUint32(future[8:], Version+1)
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -218,7 +219,7 @@ func TestBadHeader(t *testing.T) {
 		{"short", good[:3], "ends inside the header"},
 		{"wrong magic", append([]byte("#!/bin/sh\necho not a trace\n"), good[20:]...), "bad magic"},
 		{"short wrong magic", []byte("PK"), "bad magic"},
-		{"future version", future, "unsupported trace version 2"},
+		{"future version", future, fmt.Sprintf("unsupported trace version %d", Version+1)},
 		{"huge header", setU32(good, 12, math.MaxUint32), "header length 4294967295 exceeds"},
 		{"header checksum", flip(good, 21), "header checksum mismatch"},
 	} {
@@ -256,8 +257,8 @@ func flip(b []byte, off int) []byte {
 // exactly the events of the batches before it, never a wrong one.
 func TestFlippedByte(t *testing.T) {
 	want := kindEvents()
-	data := encode(t, testHeader, want, 4)
-	headerEnd := len(encode(t, testHeader, nil, 0))
+	data := encodeV1(t, testHeader, want, 4)
+	headerEnd := len(encodeV1(t, testHeader, nil, 0))
 	firstFrame := headerEnd
 	payloadByte := firstFrame + frameSize + 3
 	_, err := readPrefix(flip(data, payloadByte))
@@ -300,7 +301,7 @@ func batchBytes(payload []byte, count uint32) []byte {
 // TestAbsurdLengths feeds lengths and counts that would need huge allocations: each is refused
 // as corrupt before anything that size is allocated.
 func TestAbsurdLengths(t *testing.T) {
-	head := encode(t, testHeader, nil, 0)
+	head := encodeV1(t, testHeader, nil, 0)
 	uv := func(v uint64) []byte { return binary.AppendUvarint(nil, v) }
 	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 	hugeFrame := batchBytes([]byte{1, 0}, 1)
@@ -445,7 +446,7 @@ func TestAutoFlush(t *testing.T) {
 func TestReadFile(t *testing.T) {
 	dir := t.TempDir()
 	want := kindEvents()
-	data := encode(t, testHeader, want, 5)
+	data := encodeV1(t, testHeader, want, 5)
 	path := filepath.Join(dir, "h.1.swtrace")
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
@@ -496,30 +497,54 @@ func TestKindString(t *testing.T) {
 	}
 }
 
-// TestGolden pins format version 1: the checked-in file must decode to kindEvents, and encoding
-// kindEvents must give the same bytes. A change that breaks it needs a new Version.
+// TestGolden pins the formats: each checked-in file must decode to kindEvents, and encoding kindEvents must
+// give the same bytes (for version 2, the same batches once decompressed: the compressor's own bytes may
+// change with its library). A change that breaks it needs a new Version.
 func TestGolden(t *testing.T) {
-	path := filepath.Join("testdata", "v1.swtrace")
-	data := encode(t, testHeader, kindEvents(), 8)
-	if *update {
-		if err := os.WriteFile(path, data, 0o644); err != nil {
+	for _, tc := range []struct {
+		file  string
+		data  []byte
+		bytes func([]byte) []byte
+	}{
+		{"v1.swtrace", encodeV1(t, testHeader, kindEvents(), 8), func(b []byte) []byte { return b }},
+		{"v2.swtrace", encode(t, testHeader, kindEvents(), 8), func(b []byte) []byte { return decompressed(t, b) }},
+	} {
+		path := filepath.Join("testdata", tc.file)
+		if *update {
+			if err := os.WriteFile(path, tc.data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		h, got, err := ReadFile(path)
+		if err != nil {
 			t.Fatal(err)
 		}
+		want := kindEvents()
+		if h.Host != testHeader.Host || len(got) != len(want) {
+			t.Fatalf("golden %s: header %+v, %d events", tc.file, h, len(got))
+		}
+		for i := range want {
+			if !sameEvent(&got[i], &want[i]) {
+				t.Errorf("golden %s event %d: got %+v, want %+v", tc.file, i, got[i], want[i])
+			}
+		}
+		if old, _ := os.ReadFile(path); !bytes.Equal(tc.bytes(old), tc.bytes(tc.data)) {
+			t.Errorf("encoding kindEvents no longer matches testdata/%s: the format changed (bump Version, or run with -update if that is intended)", tc.file)
+		}
 	}
-	h, got, err := ReadFile(path)
+}
+
+// decompressed returns the header and the decompressed batches of a version-2 file.
+func decompressed(t *testing.T, data []byte) []byte {
+	t.Helper()
+	r, err := NewReader(bytes.NewReader(data))
+	if err != nil || r.stream == nil {
+		t.Fatalf("not a version-2 trace: %v", err)
+	}
+	rest, err := io.ReadAll(r.r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := kindEvents()
-	if h.Host != testHeader.Host || len(got) != len(want) {
-		t.Fatalf("golden: header %+v, %d events", h, len(got))
-	}
-	for i := range want {
-		if !sameEvent(&got[i], &want[i]) {
-			t.Errorf("golden event %d: got %+v, want %+v", i, got[i], want[i])
-		}
-	}
-	if old, _ := os.ReadFile(path); !bytes.Equal(old, data) {
-		t.Error("encoding kindEvents no longer matches testdata/v1.swtrace: the format changed (bump Version, or run with -update if that is intended)")
-	}
+	hlen := int(binary.LittleEndian.Uint32(data[12:])) + headerSize
+	return append(bytes.Clone(data[:hlen]), rest...)
 }

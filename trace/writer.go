@@ -1,33 +1,72 @@
-// writer.go owns writing a trace: the header at once, then events collected into batches, each
-// batch framed, checksummed and handed to the underlying writer in one Write call.
+// writer.go owns writing a trace: the header at once, then events collected into batches, each batch
+// laid out in columns, framed, checksummed and written through the file's zstd stream, which is flushed
+// at the end of every batch so the file holds every whole batch.
 package trace
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // Writer encodes events into a trace. Everything up to the last Flush survives a crash of the
 // process (SIGKILL, a fatal signal): a reader stops cleanly before a batch that was cut short.
 // A Writer is not safe for concurrent use; the agent writes from one goroutine.
 type Writer struct {
-	w      io.Writer
-	buf    []byte // frame header space followed by the payload of the current batch
-	n      uint32 // events in the current batch
-	c      codec
-	events uint64
-	bytes  uint64
-	err    error // sticky: after a failed write the file may end in a partial batch
+	out      *countWriter  // the file, counting what reaches it
+	z        *zstd.Encoder // the compressor, writing into zbuf
+	zbuf     bytes.Buffer  // compressed bytes of the batch being written
+	block    []byte        // its block
+	chunk    int           // batch bytes in the current zstd frame
+	chunkMax int           // Options.ChunkBytes
+	fresh    bool          // the next block starts a zstd frame
+	cols     columns       // the current batch, one stream per column
+	buf      []byte        // frame and payload of the batch being written
+	n        uint32        // events in the current batch
+	c        codec
+	events   uint64
+	err      error // sticky: after a failed write the file may end in a partial batch
+}
+
+// countWriter counts the bytes written through it.
+type countWriter struct {
+	w io.Writer
+	n uint64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += uint64(n)
+	return n, err
+}
+
+// newEncoder is the compressor of a trace: goroutine-free, with a window large enough to see a training
+// step's repeats. The blocks' and batches' own checksums cover the data, so zstd's is off.
+func newEncoder(w io.Writer) (*zstd.Encoder, error) {
+	return zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest),
+		zstd.WithWindowSize(zstdWindow), zstd.WithEncoderCRC(false), zstd.WithLowerEncoderMem(true))
+}
+
+// Options tune a Writer; the zero value gives the defaults.
+type Options struct {
+	// ChunkBytes is the batch bytes one zstd frame holds (DefaultChunkBytes when 0). A damaged block costs
+	// the rest of its frame; a smaller chunk costs less and compresses worse. 1 makes every batch its own.
+	ChunkBytes int
 }
 
 // NewWriter writes the header to w at once and returns a Writer for the events. The header is
 // written as Version whatever h.Version says.
-func NewWriter(w io.Writer, h Header) (*Writer, error) {
+func NewWriter(w io.Writer, h Header) (*Writer, error) { return NewWriterOptions(w, h, Options{}) }
+
+// NewWriterOptions is NewWriter with options.
+func NewWriterOptions(w io.Writer, h Header, o Options) (*Writer, error) {
 	b := make([]byte, headerSize, 256)
-	b = appendHeader(b, &h)
+	b = appendHeader(b, &h, Version)
 	payload := b[headerSize:]
 	if len(payload) > maxHeader {
 		return nil, fmt.Errorf("trace: header is %d bytes, limit %d", len(payload), maxHeader)
@@ -36,11 +75,19 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 	binary.LittleEndian.PutUint32(b[8:], Version)
 	binary.LittleEndian.PutUint32(b[12:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(b[16:], crc32.Checksum(payload, castagnoli))
-	n, err := w.Write(b)
-	if err != nil {
+	out := &countWriter{w: w}
+	if _, err := out.Write(b); err != nil {
 		return nil, fmt.Errorf("trace: write header: %w", err)
 	}
-	tw := &Writer{w: w, buf: make([]byte, frameSize, flushBytes+1024), bytes: uint64(n)}
+	tw := &Writer{out: out, buf: make([]byte, 0, flushBytes+1024), fresh: true, chunkMax: o.ChunkBytes}
+	if tw.chunkMax <= 0 {
+		tw.chunkMax = DefaultChunkBytes
+	}
+	z, err := newEncoder(&tw.zbuf)
+	if err != nil {
+		return nil, fmt.Errorf("trace: compressor: %w", err)
+	}
+	tw.z = z
 	return tw, nil
 }
 
@@ -53,17 +100,18 @@ func (w *Writer) Add(ev *Event) error {
 	if err := checkEvent(ev); err != nil {
 		return err
 	}
-	w.buf = w.c.appendEvent(w.buf, ev)
+	w.c.appendEvent(&w.cols, ev)
 	w.n++
 	w.events++
-	if len(w.buf)-frameSize >= flushBytes {
+	if w.n%32 == 0 && w.cols.size() >= flushBytes {
 		return w.Flush()
 	}
 	return nil
 }
 
-// Flush writes the current batch, if it holds any event, as one Write of its frame and payload.
-// Once it returns nil the batch is in the file; the next batch starts a fresh delta state.
+// Flush writes the current batch, if it holds any event, through the compressor and flushes it, so the
+// file holds it whole. Once it returns nil the batch is in the file; the next batch starts a fresh delta
+// state (the compressor's history goes on).
 func (w *Writer) Flush() error {
 	if w.err != nil {
 		return w.err
@@ -71,25 +119,53 @@ func (w *Writer) Flush() error {
 	if w.n == 0 {
 		return nil
 	}
-	b := w.buf
-	copy(b, batchMagic[:])
+	b := append(w.buf[:0], batchMagic[:]...)
+	b = append(b, make([]byte, frameSize-len(batchMagic))...)
+	b = w.cols.appendPayload(b)
 	binary.LittleEndian.PutUint32(b[4:], uint32(len(b)-frameSize))
 	binary.LittleEndian.PutUint32(b[8:], w.n)
 	crc := crc32.Update(0, castagnoli, b[4:12])
 	binary.LittleEndian.PutUint32(b[12:], crc32.Update(crc, castagnoli, b[frameSize:]))
-	n, err := w.w.Write(b)
-	w.bytes += uint64(n)
-	if err == nil && n != len(b) {
-		err = io.ErrShortWrite
+	w.buf = b
+	flags := uint32(0)
+	if w.fresh {
+		flags = flagNewStream
+		w.fresh = false
+	}
+	w.chunk += len(b)
+	_, err := w.z.Write(b)
+	if err == nil {
+		err = w.z.Flush()
+	}
+	if err == nil && w.chunk >= w.chunkMax {
+		// End the zstd frame with this batch: damage from here on costs only the next chunk.
+		err = w.z.Close()
+		w.z.Reset(&w.zbuf)
+		w.chunk, w.fresh = 0, true
+	}
+	if err == nil {
+		err = w.writeBlock(w.n, flags)
 	}
 	if err != nil {
 		w.err = fmt.Errorf("trace: write batch: %w", err)
 		return w.err
 	}
-	w.buf = b[:frameSize]
+	w.cols.reset()
 	w.n = 0
 	w.c = codec{}
 	return nil
+}
+
+// writeBlock writes the compressed bytes waiting in zbuf (a batch of that many events) as one block, in one
+// Write.
+func (w *Writer) writeBlock(events, flags uint32) error {
+	w.block = appendBlock(w.block[:0], w.zbuf.Bytes(), events, flags)
+	w.zbuf.Reset()
+	n, err := w.out.Write(w.block)
+	if err == nil && n != len(w.block) {
+		err = io.ErrShortWrite
+	}
+	return err
 }
 
 var errClosed = errors.New("trace: writer is closed")
@@ -101,6 +177,12 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	err := w.Flush()
+	if err == nil && !w.fresh {
+		// End the open zstd frame; a reader does without this block (a killed process never writes it).
+		if err = w.z.Close(); err == nil {
+			err = w.writeBlock(0, 0)
+		}
+	}
 	if w.err == nil {
 		w.err = errClosed
 	}
@@ -111,4 +193,4 @@ func (w *Writer) Close() error {
 func (w *Writer) Events() uint64 { return w.events }
 
 // Bytes returns the number of bytes written to the underlying writer, header included.
-func (w *Writer) Bytes() uint64 { return w.bytes }
+func (w *Writer) Bytes() uint64 { return w.out.n }

@@ -137,11 +137,12 @@ func (b *Builder) Text(kind trace.Kind, text string) *trace.Event {
 }
 
 // Encode returns the trace file of h and events as the real writer writes it, with a batch ended after
-// each event index in flushAfter (and at the end).
+// each event index in flushAfter (and at the end). Every batch is a compressed chunk of its own, so damage
+// to one costs that batch alone, as the tests that damage files expect.
 func Encode(tb testing.TB, h trace.Header, events []trace.Event, flushAfter ...int) []byte {
 	tb.Helper()
 	var buf bytes.Buffer
-	w, err := trace.NewWriter(&buf, h)
+	w, err := trace.NewWriterOptions(&buf, h, trace.Options{ChunkBytes: 1})
 	if err != nil {
 		tb.Fatal(err)
 	}
