@@ -25,9 +25,13 @@ import (
 const (
 	DrainInterval = 2 * time.Millisecond
 	FlushInterval = 50 * time.Millisecond
-	drainBatch    = 4096
-	maxDrainLoop  = 2 << 16 // events per drain call: more than the ring holds, so every earlier event is in
-	maxPendingLog = 256
+	// FlushIntervalSmall is the flush interval below trace level all: a level for long jobs whose traces
+	// must stay small, where the fewer events of an interval would make batches that compress badly. A
+	// SIGKILL costs at most this much of the trace.
+	FlushIntervalSmall = 200 * time.Millisecond
+	drainBatch         = 4096
+	maxDrainLoop       = 2 << 16 // events per drain call: more than the ring holds, so every earlier event is in
+	maxPendingLog      = 256
 )
 
 // Agent is the in-process agent. Its exported methods are safe for concurrent use.
@@ -222,8 +226,8 @@ func (a *Agent) tick() {
 		a.native.CrashAck()
 		return
 	}
-	// Batches end on the flush interval, not on every drain: bigger batches compress far better, a
-	// fault or a fatal signal flushes at once, and a SIGKILL costs at most FlushInterval of events.
+	// Batches end on the flush interval (flushDue), not on every drain: bigger batches compress far better,
+	// a fault or a fatal signal flushes at once, and a SIGKILL costs at most FlushInterval of events.
 	if a.sink.flushDue() {
 		a.sink.flush()
 	}

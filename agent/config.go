@@ -26,6 +26,9 @@ const (
 	EnvLog      = "SWAPAGENT_LOG"
 	EnvPython   = "SWAPAGENT_PYTHON" // auto or off: the Python bootstrap of `swapagent run`
 	EnvTrace    = "SWAPAGENT_TRACE"  // all, memory or off: what the trace records (tracelevel.go)
+	// EnvTraceLimit is the bytes of trace a process keeps (2M, 512MiB, 1G, a plain count; 0: no limit): the
+	// newest segments within it, the oldest deleted (trace/segment.go).
+	EnvTraceLimit = "SWAPAGENT_TRACE_LIMIT"
 )
 
 // Defaults.
@@ -52,6 +55,8 @@ type Config struct {
 	RankSet  bool
 	// Python is SWAPAGENT_PYTHON: "" when unset (the bootstrap was not offered), auto or off.
 	Python string
+	// TraceLimit is SWAPAGENT_TRACE_LIMIT in bytes (trace.DefaultLimit when unset; 0: no limit).
+	TraceLimit int64
 	// Trace is SWAPAGENT_TRACE, one of TraceLevels: what the trace records (tracelevel.go's rule; "" is
 	// TraceAll). It never changes what the agent tracks, diagnoses or counts.
 	Trace string
@@ -73,7 +78,7 @@ func (c Config) Inert() bool { return c.Role == "MS_SCHED" }
 // one problem line and its default; LoadConfig never fails.
 func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
-		Trace: DefaultTrace, Level: zapcore.WarnLevel, Rank: -1}
+		Trace: DefaultTrace, TraceLimit: trace.DefaultLimit, Level: zapcore.WarnLevel, Rank: -1}
 	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
 	c.InjectHang, _ = lookup("SWAPAGENT_TEST_HANG")
 	if v, _ := lookup("SWAPAGENT_TEST_UNORDERED"); v == "1" {
@@ -114,6 +119,13 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 			bad(EnvTrace, v, "one of "+strings.Join(TraceLevels, ", "), DefaultTrace)
 		}
 	}
+	if v, ok := lookup(EnvTraceLimit); ok && v != "" {
+		if n, ok := ParseByteSize(v); ok {
+			c.TraceLimit = n
+		} else {
+			bad(EnvTraceLimit, v, "a byte count (2M, 512MiB, 1G, or 0 for no limit)", "1G")
+		}
+	}
 	if v, ok := lookup(EnvLog); ok && v != "" {
 		switch strings.ToLower(strings.TrimSpace(v)) {
 		case "debug":
@@ -147,6 +159,34 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 		}
 	}
 	return c, problems
+}
+
+// ParseByteSize reads a byte count: digits, then optionally K, M, G or T with an optional "iB" or "B"
+// (powers of 1024 either way: 2M is 2 MiB, as SWAPAGENT_TRACE_LIMIT's users write it).
+func ParseByteSize(v string) (int64, bool) {
+	s := strings.ToUpper(strings.TrimSpace(v))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
+	shift := 0
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		case 'T':
+			shift = 40
+		}
+		if shift > 0 {
+			s = s[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return 0, false
+	}
+	return n << shift, true
 }
 
 func contains(list []string, s string) bool {

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"swapagent/offload"
+	"swapagent/trace"
 )
 
 func TestLoadConfig(t *testing.T) {
@@ -65,5 +66,39 @@ func TestBaseName(t *testing.T) {
 	}
 	if got := BaseName("h", 12, -1, false); !strings.HasPrefix(got, "h.12") {
 		t.Error(got)
+	}
+}
+
+func TestTraceLimit(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int64
+		bad  bool
+	}{
+		{"", trace.DefaultLimit, false},
+		{"2M", 2 << 20, false},
+		{"2MiB", 2 << 20, false},
+		{"512k", 512 << 10, false},
+		{"1G", 1 << 30, false},
+		{"1gb", 1 << 30, false},
+		{"4096", 4096, false},
+		{"0", 0, false},
+		{"-1", trace.DefaultLimit, true},
+		{"2X", trace.DefaultLimit, true},
+		{"M", trace.DefaultLimit, true},
+		{"99999999999T", trace.DefaultLimit, true},
+	} {
+		c, problems := LoadConfig(func(k string) (string, bool) {
+			if k == EnvTraceLimit && tc.v != "" {
+				return tc.v, true
+			}
+			return "", false
+		})
+		if c.TraceLimit != tc.want || (len(problems) == 1) != tc.bad {
+			t.Errorf("%s=%q: limit %d, problems %q; want %d, bad %v", EnvTraceLimit, tc.v, c.TraceLimit, problems, tc.want, tc.bad)
+		}
+		if tc.bad && !strings.Contains(problems[0], EnvTraceLimit) {
+			t.Errorf("problem %q does not name the variable", problems[0])
+		}
 	}
 }

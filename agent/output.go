@@ -6,6 +6,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,3 +54,13 @@ func openOutputs(dir, base string) (tr, lg *os.File, err error) {
 func createExcl(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o600)
 }
+
+// segmentFiles makes and deletes the segments after the first of the trace at first, by the same rules
+// as the first (trace/segment.go names them).
+type segmentFiles struct{ first string }
+
+func (sf segmentFiles) Create(k int) (io.WriteCloser, error) {
+	return createExcl(trace.SegmentPath(sf.first, k))
+}
+
+func (sf segmentFiles) Remove(k int) error { return os.Remove(trace.SegmentPath(sf.first, k)) }

@@ -22,12 +22,12 @@ import (
 // held. What it needs of the agent comes in sinkEnv, so it never reaches back into *Agent.
 type sink struct {
 	env       sinkEnv
-	file      *os.File
-	logFile   *os.File      // never closed: the logger writes to it until exit
-	w         *trace.Writer // nil until opened, and after a write error
-	opened    bool          // the trace was opened, or could not be
-	dirty     bool          // events added since the last flush
+	logFile   *os.File               // never closed: the logger writes to it until exit
+	w         *trace.SegmentedWriter // nil until opened, and after a write error
+	opened    bool                   // the trace was opened, or could not be
+	dirty     bool                   // events added since the last flush
 	lastFlush time.Time
+	flushGap  time.Duration     // the wait between flushes: from DrainInterval, doubling to FlushInterval
 	level     string            // the trace level (Config.Trace; "" read as TraceAll)
 	all       bool              // level is TraceAll: add keeps everything
 	fnSeen    []bool            // function IDs whose name record is written
@@ -152,6 +152,11 @@ func (s *sink) add(ev *trace.Event) {
 	if ev.Group != 0 && ev.Kind != trace.KindGroup {
 		s.addGroup(ev.Group)
 	}
+	if !s.all {
+		// Below level all, times are kept to the microsecond: a timestamp's nanoseconds are the
+		// costliest bytes of a trace (noise the compressor cannot shrink) and no memory figure needs them.
+		ev.TS -= ev.TS % 1000
+	}
 	s.write(ev)
 }
 
@@ -169,6 +174,7 @@ func (s *sink) write(ev *trace.Event) {
 
 func (s *sink) flush() {
 	s.lastFlush = time.Now()
+	s.flushGap = min(max(2*s.flushGap, DrainInterval), s.maxGap())
 	if s.w == nil || !s.dirty {
 		return
 	}
@@ -178,8 +184,19 @@ func (s *sink) flush() {
 	}
 }
 
-// flushDue reports whether buffered events have waited FlushInterval.
-func (s *sink) flushDue() bool { return s.dirty && time.Since(s.lastFlush) >= FlushInterval }
+// maxGap is the flush interval of the trace level.
+func (s *sink) maxGap() time.Duration {
+	if s.all {
+		return FlushInterval
+	}
+	return FlushIntervalSmall
+}
+
+// flushDue reports whether buffered events have waited long enough. A young process flushes often (the
+// gap starts at one drain and doubles with each flush), so a short one that ends by _exit or SIGKILL
+// keeps most of its trace; a long one flushes every FlushInterval (FlushIntervalSmall below level all), in
+// batches that compress well.
+func (s *sink) flushDue() bool { return s.dirty && time.Since(s.lastFlush) >= s.flushGap }
 
 // failed stops tracing after a write error (a full disk): the job goes on.
 func (s *sink) failed(err error) {
@@ -224,7 +241,7 @@ func (s *sink) open() {
 	if cfg.RankSet {
 		h.Rank = cfg.Rank
 	}
-	w, err := trace.NewWriter(f, h)
+	w, err := trace.NewSegmentedWriter(f, h, cfg.TraceLimit, segmentFiles{first: f.Name()})
 	if err != nil {
 		fmt.Fprintf(s.env.stderr, "swapagent: cannot write the trace %s (%v); tracing disabled, the job continues\n",
 			f.Name(), err)
@@ -234,7 +251,7 @@ func (s *sink) open() {
 		}
 		return
 	}
-	s.file, s.w, s.lastFlush = f, w, time.Now()
+	s.w, s.lastFlush = w, time.Now()
 	s.logFile = lf
 	lg := s.env.teeLog(lf)
 	if lf != nil {
@@ -254,9 +271,7 @@ func (s *sink) open() {
 func (s *sink) close() {
 	if s.w != nil {
 		_ = s.w.Close()
-	}
-	if s.file != nil {
-		_ = s.file.Close()
+		_ = s.w.Current().Close()
 	}
 }
 

@@ -26,6 +26,11 @@ type ProcessJSON struct {
 	TraceBytes          uint64  `json:"trace_bytes"`
 	TraceBytesPerEvent  float64 `json:"trace_bytes_per_event"`
 	TraceBytesPerSecond float64 `json:"trace_bytes_per_second"`
+	// TraceSegments are the segment files read; TraceFirstSegment > 0 says the oldest were dropped and the
+	// trace covers the run from TraceFromNS on.
+	TraceSegments     int   `json:"trace_segments"`
+	TraceFirstSegment int   `json:"trace_first_segment"`
+	TraceFromNS       int64 `json:"trace_from_ns"`
 
 	Stats
 	StatsSource string          `json:"stats_source"` // "trace" or "derived"
@@ -71,7 +76,8 @@ func JSON(sums []*Summary) Report {
 		p := ProcessJSON{
 			Path: s.Path, PID: s.Header.PID, Rank: s.Header.Rank, Host: s.Header.Host, Argv: s.Header.Argv,
 			StartUnixNS: s.Header.StartUnix, Events: len(s.Events), DurationNS: s.EndNS, Truncated: s.Truncated,
-			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
+			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond,
+			TraceSegments: s.Segments, TraceFirstSegment: s.FirstSegment, TraceFromNS: s.FromNS, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
 			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, Guard: s.Guard,
 		}

@@ -82,9 +82,10 @@ func LoadFile(file string) (*Summary, error) {
 	}
 	s := Summarize(file, t.Header, t.Events, t.Truncated)
 	s.Gaps, s.Warnings = t.Gaps, t.Warnings()
-	if fi, err := os.Stat(file); err == nil && file != Stdin {
-		s.TraceBytes = uint64(fi.Size())
+	if file != Stdin {
+		s.TraceBytes = uint64(t.Bytes)
 	}
+	s.Segments, s.FirstSegment, s.FromNS = len(t.Segments), t.Header.Segment, t.From
 	return s, nil
 }
 

@@ -71,7 +71,12 @@ type Summary struct {
 
 	Path       string
 	Events     []trace.Event // the decoded events, for timeline renderers
-	TraceBytes uint64        // the trace file's size (0: unknown, standard input)
+	TraceBytes uint64        // the trace files' size (0: unknown, standard input)
+	// Segments are the segment files read; FirstSegment > 0 says the oldest were dropped
+	// (SWAPAGENT_TRACE_LIMIT), and then the trace covers the run from FromNS on.
+	Segments     int
+	FirstSegment int
+	FromNS       int64
 
 	Calls  map[string]uint64
 	Device Memory     // runtime allocations or VMM mappings: Foot.Held
@@ -260,7 +265,7 @@ func nameOf(names []string, v uint64) string {
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
 
 // TraceCost is the trace's size per event and per second of the run it covers (0 where unknown): what
-// leaving the agent on costs in disk.
+// leaving the agent on costs in disk. With the oldest segments dropped, both count what is kept.
 func (s *Summary) TraceCost() (perEvent, perSecond float64) {
 	if s.TraceBytes == 0 {
 		return 0, 0
@@ -268,8 +273,8 @@ func (s *Summary) TraceCost() (perEvent, perSecond float64) {
 	if len(s.Events) > 0 {
 		perEvent = float64(s.TraceBytes) / float64(len(s.Events))
 	}
-	if s.EndNS > 0 {
-		perSecond = float64(s.TraceBytes) / (float64(s.EndNS) / 1e9)
+	if s.EndNS > s.FromNS {
+		perSecond = float64(s.TraceBytes) / (float64(s.EndNS-s.FromNS) / 1e9)
 	}
 	return perEvent, perSecond
 }

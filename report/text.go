@@ -58,6 +58,16 @@ func writeTextOne(w io.Writer, s *Summary) {
 		perEvent, perSecond := s.TraceCost()
 		note += fmt.Sprintf("; %s, %.1f B/event, %s/s", Bytes(s.TraceBytes), perEvent, Bytes(uint64(perSecond)))
 	}
+	if s.Segments > 1 {
+		note += fmt.Sprintf("; %d segments", s.Segments)
+	}
+	if s.FirstSegment > 0 {
+		note += fmt.Sprintf("; covers +%s to +%s, the oldest %d segment(s) dropped", durString(s.FromNS),
+			durString(s.EndNS), s.FirstSegment)
+	}
+	if l := s.Meta[trace.MetaTraceLevel]; l != "" && l != "all" {
+		note += "; level " + cli.Escape(l)
+	}
 	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", cli.Escape(displayPath(s.Path)), len(s.Events), durString(s.EndNS), note)
 	if p := s.Meta[trace.MetaPolicy]; p != "" {
 		fmt.Fprintf(w, "  policy: %s\n", cli.Escape(p))

@@ -90,10 +90,11 @@ const (
 
 var argBits = [6]uint64{bitArg0, bitArg1, bitArg2, bitArg3, bitArg4, bitArg5}
 
-// slot holds the previous Ret and Args of one delta context.
+// slot holds the previous Handle, Ret and Args of one delta context.
 type slot struct {
-	ret  int64
-	args [6]uint64
+	handle int64
+	ret    int64
+	args   [6]uint64
 }
 
 // codec is the delta state shared by the encoder and the decoder. It starts at zero at every
@@ -103,9 +104,20 @@ type codec struct {
 	tid    uint32
 	fn     uint16
 	group  uint32
-	handle int64
+	handle int64  // version 1's Handle prediction: the previous event's
 	ptr    uint64 // last pointer of the batch's Ptrs chain
-	ctx    [numCtx]slot
+	// ctxHandle is version 2's Handle prediction: the previous Handle of the same context (a save's is
+	// the previous save's, an unpack's the previous unpack's), so a region's handles cost a byte or less.
+	ctxHandle bool
+	ctx       [numCtx]slot
+}
+
+// handlePrev is where the Handle prediction of an event in context s lives.
+func (c *codec) handlePrev(s *slot) *int64 {
+	if c.ctxHandle {
+		return &s.handle
+	}
+	return &c.handle
 }
 
 // ctxIndex picks the delta context: calls of one function share one (a malloc's size is
@@ -199,10 +211,10 @@ func (c *codec) appendEvent(cs *columns, ev *Event) {
 		cs[colGroup] = appendUvarint(cs[colGroup], uint64(ev.Group))
 		c.group = ev.Group
 	}
-	if ev.Handle != c.handle {
+	if h := c.handlePrev(s); ev.Handle != *h {
 		bits |= bitHandle
-		cs[colHandle] = appendVarint(cs[colHandle], ev.Handle-c.handle)
-		c.handle = ev.Handle
+		cs[colHandle] = appendVarint(cs[colHandle], ev.Handle-*h)
+		*h = ev.Handle
 	}
 	if ev.Ret != s.ret {
 		bits |= bitRet
@@ -335,11 +347,12 @@ func (c *codec) decodeEvent(src *source, ev *Event) string {
 	if bits&bitGroup != 0 {
 		c.group = uint32(src[colGroup].uvarint(math.MaxUint32, "group id"))
 	}
-	if bits&bitHandle != 0 {
-		c.handle += src[colHandle].varint("handle")
-	}
-	ev.TS, ev.TID, ev.Fn, ev.Group, ev.Handle = c.ts, c.tid, c.fn, c.group, c.handle
 	s := &c.ctx[ctxIndex(k, c.fn)]
+	h := c.handlePrev(s)
+	if bits&bitHandle != 0 {
+		*h += src[colHandle].varint("handle")
+	}
+	ev.TS, ev.TID, ev.Fn, ev.Group, ev.Handle = c.ts, c.tid, c.fn, c.group, *h
 	if bits&bitRet != 0 {
 		s.ret += src[colRet].varint("ret")
 	}

@@ -62,6 +62,9 @@ const (
 	KindGuardRestore Kind = 20
 	// KindGuarded: Group is moved by its framework, the agent only answers its releases (swapagent_guard).
 	KindGuarded Kind = 21
+	// KindSegment opens every segment after the first (segment.go): Args[0] = the segment's index, Args[1]
+	// = the number of snapshot events that follow it, TS = the last TS before the segment began.
+	KindSegment Kind = 22
 )
 
 // Event is one decoded trace record. Fields a Kind does not use are zero.
@@ -97,7 +100,7 @@ var kindNames = [...]string{
 	KindBackwardEnter: "backward_enter", KindUnpack: "unpack", KindBackwardExit: "backward_exit",
 	KindClassify: "classify", KindState: "state", KindFault: "fault", KindStats: "stats",
 	KindLog: "log", KindMeta: "meta", KindLost: "lost", KindDescribe: "describe", KindGuard: "guard",
-	KindGuardRestore: "guard_restore", KindGuarded: "guarded",
+	KindGuardRestore: "guard_restore", KindGuarded: "guarded", KindSegment: "segment",
 }
 
 // String returns the Kind's short name ("call", "region_enter", ...) or "kind(N)" for one this

@@ -201,7 +201,7 @@ func (r *Reader) readFrame() error {
 // load makes r.buf, a verified payload of count events, the current batch and resets the delta state.
 func (r *Reader) load(count uint32) string {
 	r.left = count
-	r.c = codec{}
+	r.c = codec{ctxHandle: r.h.Version >= 2}
 	if r.h.Version == 1 {
 		r.cols[0] = decoder{b: r.buf}
 		for i := range r.src {
@@ -239,8 +239,9 @@ func ReadFile(path string) (Header, []Event, error) {
 	}
 }
 
-// FindTraces lists trace files. A path naming a file gives that file whatever its name; a
-// directory gives its *.swtrace files (not recursing), sorted, possibly none.
+// FindTraces lists trace files. A path naming a file gives that file whatever its name; a directory
+// gives its *.swtrace files (not recursing), sorted, possibly none, with one name for each segmented
+// trace: its oldest segment still there (Load reads the rest beside it).
 func FindTraces(path string) ([]string, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -253,11 +254,21 @@ func FindTraces(path string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: %w", err)
 	}
-	files := []string{}
+	oldest := map[string]int{} // first segment's path -> lowest index present
+	name := map[string]string{}
 	for _, e := range entries {
-		if !e.IsDir() && strings.HasSuffix(e.Name(), FileSuffix) {
-			files = append(files, filepath.Join(path, e.Name()))
+		if e.IsDir() || !strings.HasSuffix(e.Name(), FileSuffix) {
+			continue
 		}
+		p := filepath.Join(path, e.Name())
+		first, k := splitSegment(p)
+		if have, ok := oldest[first]; !ok || k < have {
+			oldest[first], name[first] = k, p
+		}
+	}
+	files := []string{}
+	for _, p := range name {
+		files = append(files, p)
 	}
 	sort.Strings(files)
 	return files, nil

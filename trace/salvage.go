@@ -277,6 +277,14 @@ type File struct {
 	Gaps      []Gap // damaged stretches skipped, in file order
 	Truncated bool  // the input ends inside a batch (a killed process); Events holds everything before it
 	Cut       int64 // bytes of that last, incomplete batch: dropped
+	// Segments are the segment files read, in order (segment.go); one for a trace that was never split.
+	Segments []string
+	// Bytes is the size of the files read.
+	Bytes int64
+	// From is the TS of the first event after the snapshot when the oldest segments were dropped
+	// (Header.Segment > 0): what the trace covers starts there. 0 when nothing was dropped.
+	From  int64
+	notes []string // what reading the segments found (a missing or foreign one), for Warnings
 }
 
 // Read reads a whole trace by the one rule every command that reads traces follows (report, run's summary,
@@ -320,7 +328,70 @@ func Read(name string, rd io.Reader) (f *File, err error) {
 }
 
 // Load is Read on the file at path (a regular file or a pipe); a directory or an empty file is an error.
+// When path is one segment of a segmented trace (segment.go), Load reads every segment beside it, in
+// order, as one trace: the first segment's snapshot stands for what the dropped ones held, the snapshots
+// of the others are skipped.
 func Load(path string) (*File, error) {
+	segs := []string{path}
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+		segs = segmentsOf(path)
+	}
+	f, err := loadOne(segs[0])
+	if err != nil {
+		return nil, err
+	}
+	f.Segments = segs[:1]
+	if f.Header.Segment > 0 {
+		f.From = afterSnapshot(f.Events, 0)
+	}
+	for _, p := range segs[1:] {
+		g, err := loadOne(p)
+		if err != nil {
+			f.notes = append(f.notes, fmt.Sprintf("%s: segment skipped: %v", p, err))
+			continue
+		}
+		h, want := g.Header, f.Header.Segment+len(f.Segments)
+		switch {
+		case h.PID != f.Header.PID || h.Host != f.Header.Host || h.StartUnix != f.Header.StartUnix:
+			f.notes = append(f.notes, fmt.Sprintf("%s: segment of another process (pid %d), skipped", p, h.PID))
+			continue
+		case h.Segment != want:
+			f.notes = append(f.notes, fmt.Sprintf("%s: segment %d follows segment %d: the segments between "+
+				"are missing", p, h.Segment, want-1))
+		}
+		n := len(f.Events)
+		skip := 0
+		if len(g.Events) > 0 && g.Events[0].Kind == KindSegment {
+			skip = min(1+int(g.Events[0].Args[1]), len(g.Events))
+		}
+		f.Events = append(f.Events, g.Events[skip:]...)
+		for _, gap := range g.Gaps {
+			gap.After = max(gap.After-skip, 0) + n
+			f.Gaps = append(f.Gaps, gap)
+		}
+		f.Truncated, f.Cut, f.Bytes = g.Truncated, g.Cut, f.Bytes+g.Bytes
+		f.Segments = append(f.Segments, p)
+	}
+	return f, nil
+}
+
+// afterSnapshot is the TS of the first event after the snapshot at events[i] (a KindSegment), or of the
+// first event when there is none.
+func afterSnapshot(events []Event, i int) int64 {
+	if i >= len(events) {
+		return 0
+	}
+	if events[i].Kind == KindSegment {
+		if j := i + 1 + int(events[i].Args[1]); j < len(events) {
+			return events[j].TS
+		}
+		return events[i].TS
+	}
+	return events[i].TS
+}
+
+// loadOne is Read on one file.
+func loadOne(path string) (*File, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
@@ -335,13 +406,27 @@ func Load(path string) (*File, error) {
 		return nil, PathError(path, err)
 	}
 	defer in.Close()
-	return Read(path, in)
+	f, err := Read(path, in)
+	if err == nil {
+		f.Bytes = fi.Size()
+	}
+	return f, err
 }
 
 // Warnings are the lines a command prints (on stderr, or as notes) about what reading lost: the cut end,
 // then each gap. Every command words them the same.
 func (f *File) Warnings() []string {
 	var out []string
+	if f.Header.Segment > 0 {
+		end := int64(0)
+		if n := len(f.Events); n > 0 {
+			end = f.Events[n-1].TS
+		}
+		out = append(out, fmt.Sprintf("%s: the oldest %d segment(s) were dropped (SWAPAGENT_TRACE_LIMIT): the trace "+
+			"covers +%s to +%s of the run, what came before is known only from the snapshot it starts with",
+			f.Name, f.Header.Segment, tsString(f.From), tsString(end)))
+	}
+	out = append(out, f.notes...)
 	if f.Truncated {
 		out = append(out, fmt.Sprintf("%s: trace ends mid-batch (process killed?): %d events read, the last %d bytes dropped",
 			f.Name, len(f.Events), f.Cut))

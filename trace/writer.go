@@ -79,7 +79,8 @@ func NewWriterOptions(w io.Writer, h Header, o Options) (*Writer, error) {
 	if _, err := out.Write(b); err != nil {
 		return nil, fmt.Errorf("trace: write header: %w", err)
 	}
-	tw := &Writer{out: out, buf: make([]byte, 0, flushBytes+1024), fresh: true, chunkMax: o.ChunkBytes}
+	tw := &Writer{out: out, buf: make([]byte, 0, flushBytes+1024), fresh: true, chunkMax: o.ChunkBytes,
+		c: codec{ctxHandle: true}}
 	if tw.chunkMax <= 0 {
 		tw.chunkMax = DefaultChunkBytes
 	}
@@ -152,7 +153,7 @@ func (w *Writer) Flush() error {
 	}
 	w.cols.reset()
 	w.n = 0
-	w.c = codec{}
+	w.c = codec{ctxHandle: true}
 	return nil
 }
 

@@ -120,7 +120,8 @@ func traceBytes(t *testing.T, evs []trace.Event, flushAfter int) ([]byte, int) {
 	var buf bytes.Buffer
 	h := trace.Header{Version: trace.Version, PID: 321, Host: "node7", Rank: 0, StartUnix: time.Now().UnixNano(),
 		Argv: []string{"decoder-sim", "--steps", "1"}}
-	w, err := trace.NewWriter(&buf, h)
+	// Every batch its own compressed chunk: damage to one costs that batch alone, as the cases below expect.
+	w, err := trace.NewWriterOptions(&buf, h, trace.Options{ChunkBytes: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,8 +75,8 @@ func TestEveryCommandHelp(t *testing.T) {
 func flushEvery(t *testing.T, evs []trace.Event, n int) (data []byte, starts []int) {
 	t.Helper()
 	var buf bytes.Buffer
-	w, err := trace.NewWriter(&buf, trace.Header{Version: trace.Version, PID: 321, Host: "node7", Rank: 0,
-		StartUnix: time.Now().UnixNano(), Argv: []string{"decoder-sim"}})
+	w, err := trace.NewWriterOptions(&buf, trace.Header{Version: trace.Version, PID: 321, Host: "node7", Rank: 0,
+		StartUnix: time.Now().UnixNano(), Argv: []string{"decoder-sim"}}, trace.Options{ChunkBytes: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

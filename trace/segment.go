@@ -1,0 +1,518 @@
+// segment.go owns segmented traces, the flight recorder of a long job: a process's trace is a sequence of
+// segment files, each a whole trace that reads on its own, and the writer keeps the newest segments within
+// a byte limit and deletes the oldest. Every segment after the first opens with a snapshot: the past events
+// that still describe the present (live allocations, tensors, executors, streams and events, each group's
+// current region, function and group names, the metadata, the latest stats and every fault), so a reader
+// that has lost the segments before it still sees the state they left. A reader of several segments takes
+// the first one's snapshot and skips the others', which repeat what it already read.
+package trace
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// DefaultLimit is the bytes of trace one process keeps when SWAPAGENT_TRACE_LIMIT is unset: 1 GiB.
+const DefaultLimit = 1 << 30
+
+// Segment sizes: a limit is split into segmentsPerLimit segments, within these bounds.
+const (
+	segmentsPerLimit = 8
+	minSegment       = 16 << 10
+	maxSegment       = 64 << 20
+	maxSnapFaults    = 4096 // faults carried into every segment; the stats count all of them
+	maxSnapLogs      = 64   // the newest log lines carried
+)
+
+// segmentSep joins a trace's base name and a segment index: <base>+<k>.swtrace. Neither a host name nor a
+// pid contains it.
+const segmentSep = "+"
+
+// SegmentPath is the path of segment k of the trace whose first segment is first (<dir>/<base>.swtrace):
+// first itself for 0, <dir>/<base>+<k>.swtrace after it.
+func SegmentPath(first string, k int) string {
+	if k == 0 {
+		return first
+	}
+	return strings.TrimSuffix(first, FileSuffix) + segmentSep + strconv.Itoa(k) + FileSuffix
+}
+
+// splitSegment returns the first segment's path of the trace path belongs to and path's index; a path that
+// is not a segment name is its own first segment.
+func splitSegment(path string) (first string, k int) {
+	base := strings.TrimSuffix(path, FileSuffix)
+	if base == path {
+		return path, 0
+	}
+	i := strings.LastIndex(base, segmentSep)
+	if i < 0 || strings.ContainsRune(base[i:], filepath.Separator) {
+		return path, 0
+	}
+	n, err := strconv.Atoi(base[i+1:])
+	if err != nil || n <= 0 || strconv.Itoa(n) != base[i+1:] {
+		return path, 0
+	}
+	return base[:i] + FileSuffix, n
+}
+
+// segmentsOf lists the segment files of the trace path belongs to that exist beside it, by index.
+func segmentsOf(path string) []string {
+	first, _ := splitSegment(path)
+	entries, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return []string{path}
+	}
+	type seg struct {
+		k    int
+		path string
+	}
+	var segs []seg
+	for _, e := range entries {
+		p := filepath.Join(filepath.Dir(path), e.Name())
+		if f, k := splitSegment(p); !e.IsDir() && f == filepath.Join(filepath.Dir(path), filepath.Base(first)) {
+			segs = append(segs, seg{k, p})
+		}
+	}
+	if len(segs) == 0 {
+		return []string{path}
+	}
+	sort.Slice(segs, func(i, j int) bool { return segs[i].k < segs[j].k })
+	out := make([]string, len(segs))
+	for i, s := range segs {
+		out[i] = s.path
+	}
+	return out
+}
+
+// SegmentFiles are what a SegmentedWriter needs of the file system: it never opens files itself, so the
+// agent keeps its own rules for them (no links followed, mode 0600).
+type SegmentFiles interface {
+	// Create makes segment k (k >= 1) of the trace.
+	Create(k int) (io.WriteCloser, error)
+	// Remove deletes segment k.
+	Remove(k int) error
+}
+
+// SegmentedWriter writes a trace as segments, keeping at most limit bytes of closed segments (plus the one
+// being written). Like Writer it is not safe for concurrent use.
+type SegmentedWriter struct {
+	files    SegmentFiles
+	h        Header
+	limit    int64
+	segBytes int64
+	cur      *Writer
+	out      io.WriteCloser
+	k        int     // the current segment's index
+	closed   []int64 // sizes of the closed segments still on disk, oldest first
+	oldest   int     // index of the oldest segment still on disk
+	snap     snapshot
+	events   uint64 // events added, over every segment
+	bytes    uint64 // bytes written, over every segment (dropped ones included)
+	err      error
+}
+
+// NewSegmentedWriter starts segment 0 on out (the file the caller created) and writes segments after it
+// through files once one holds limit/8 bytes (at least 16 KiB, at most 64 MiB). A limit <= 0 means no
+// limit: one segment, as NewWriter writes.
+func NewSegmentedWriter(out io.WriteCloser, h Header, limit int64, files SegmentFiles) (*SegmentedWriter, error) {
+	h.Segment = 0
+	w, err := NewWriter(out, h)
+	if err != nil {
+		return nil, err
+	}
+	s := &SegmentedWriter{files: files, h: h, limit: limit, cur: w, out: out}
+	if limit > 0 {
+		s.segBytes = min(max(limit/segmentsPerLimit, minSegment), maxSegment)
+	}
+	return s, nil
+}
+
+// Add adds ev to the current segment and to the snapshot the next segment opens with.
+func (s *SegmentedWriter) Add(ev *Event) error {
+	if s.err != nil {
+		return s.err
+	}
+	before := s.cur.Bytes()
+	if err := s.cur.Add(ev); err != nil {
+		return err
+	}
+	s.events++
+	s.bytes += s.cur.Bytes() - before
+	if s.segBytes > 0 {
+		s.snap.add(ev)
+	}
+	return nil
+}
+
+// Flush ends the current batch; once the segment is full it then closes it, opens the next with its
+// snapshot and deletes the oldest segments beyond the limit. A failure to open the next segment stops the
+// trace (the error sticks); everything written before it stays readable.
+func (s *SegmentedWriter) Flush() error {
+	if s.err != nil {
+		return s.err
+	}
+	before := s.cur.Bytes()
+	err := s.cur.Flush()
+	s.bytes += s.cur.Bytes() - before
+	if err != nil {
+		s.err = err
+		return err
+	}
+	if s.segBytes == 0 || int64(s.cur.Bytes()) < s.segBytes {
+		return nil
+	}
+	if err := s.rotate(); err != nil {
+		s.err = fmt.Errorf("trace: next segment: %w", err)
+		return s.err
+	}
+	return nil
+}
+
+func (s *SegmentedWriter) rotate() error {
+	before := s.cur.Bytes()
+	err := s.cur.Close()
+	s.bytes += s.cur.Bytes() - before
+	size := int64(s.cur.Bytes())
+	if cerr := s.out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	s.closed = append(s.closed, size)
+	out, err := s.files.Create(s.k + 1)
+	if err != nil {
+		return err
+	}
+	s.k++
+	h := s.h
+	h.Segment = s.k
+	w, err := NewWriter(out, h)
+	if err != nil {
+		_ = out.Close()
+		return err
+	}
+	s.cur, s.out = w, out
+	snap := s.snap.events()
+	mark := Event{Kind: KindSegment, TS: s.snap.lastTS, Args: [6]uint64{uint64(s.k), uint64(len(snap))}}
+	for _, ev := range append([]*Event{&mark}, snap...) {
+		if err := w.Add(ev); err != nil {
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	s.bytes += w.Bytes()
+	// Keep the newest closed segments within the limit; the one being written comes on top of it.
+	var kept int64
+	for _, n := range s.closed {
+		kept += n
+	}
+	for kept > s.limit && len(s.closed) > 0 && s.files.Remove(s.oldest) == nil {
+		// (A file we cannot delete stays, and so do the newer ones: the trace goes on.)
+		kept -= s.closed[0]
+		s.closed = s.closed[1:]
+		s.oldest++
+	}
+	return nil
+}
+
+// Close closes the current segment (not its file, as Writer.Close does not).
+func (s *SegmentedWriter) Close() error {
+	before := s.cur.Bytes()
+	err := s.cur.Close()
+	s.bytes += s.cur.Bytes() - before
+	if s.err != nil && err == nil {
+		err = s.err
+	}
+	return err
+}
+
+// Current is the file of the segment being written (to close it after Close).
+func (s *SegmentedWriter) Current() io.WriteCloser { return s.out }
+
+// Events returns the events added so far, over every segment.
+func (s *SegmentedWriter) Events() uint64 { return s.events }
+
+// Bytes returns the bytes written so far, over every segment, the dropped ones included.
+func (s *SegmentedWriter) Bytes() uint64 { return s.bytes }
+
+// Segments returns the index of the current segment and of the oldest still kept.
+func (s *SegmentedWriter) Segments() (current, oldest int) { return s.k, s.oldest }
+
+// snapshot keeps the past events that still describe the present, each with its place in the trace.
+type snapshot struct {
+	seq     uint64
+	lastTS  int64
+	class   []Class         // by function id, from the KindFunc records
+	isName  []uint8         // by function id: 1 workspace query, 2 executor made repeatable, 3 executor destroyed, ...
+	names   map[uint64]kept // KindFunc (by Fn) and KindGroup (by 1<<32 | Group)
+	metas   []kept
+	stats   *kept
+	faults  []kept
+	logs    []kept
+	lost    []kept
+	guarded map[uint32]kept
+	live    map[liveKey]kept  // allocations, tensors, streams, events, physical memory, address ranges
+	execs   map[uint64][]kept // an executor's creation and what changed it, until a launch or destroy used it up
+	repeat  map[uint64]bool   // executors made repeatable: a launch does not use them up
+	groups  map[uint32][]kept // each group's current region: since its last KindRegionEnter
+	handles map[int64]uint32  // handle -> group, for the records that carry only a handle
+}
+
+type kept struct {
+	seq uint64
+	ev  Event
+}
+
+// liveKey names a live object: what it is and its handle or address.
+type liveKey struct {
+	what uint8
+	id   uint64
+}
+
+// What a liveKey names.
+const (
+	liveDevice uint8 = iota + 1
+	liveHost
+	liveReserve
+	livePhysical
+	liveTensor
+	liveStream
+	liveEvent
+)
+
+// Function roles the snapshot needs beyond their Class.
+const (
+	roleNone uint8 = iota + 1
+	roleWorkspace
+	roleRepeatable
+	roleExecDestroy
+	roleSetAddr
+	rolePhysAlloc
+	rolePhysFree
+	roleTensorDestroy
+	roleStreamCreate
+	roleEventCreate
+	roleEventDestroy
+)
+
+func roleOf(name string) uint8 {
+	if strings.HasPrefix(name, "aclnn") && strings.HasSuffix(name, "GetWorkspaceSize") {
+		return roleWorkspace
+	}
+	switch name {
+	case "aclSetAclOpExecutorRepeatable":
+		return roleRepeatable
+	case "aclDestroyAclOpExecutor":
+		return roleExecDestroy
+	case "aclSetTensorAddr", "aclSetDynamicTensorAddr":
+		return roleSetAddr
+	case "aclrtMallocPhysical":
+		return rolePhysAlloc
+	case "aclrtFreePhysical":
+		return rolePhysFree
+	case "aclDestroyTensor":
+		return roleTensorDestroy
+	case "aclrtCreateStream", "aclrtCreateStreamWithConfig":
+		return roleStreamCreate
+	case "aclrtCreateEvent", "aclrtCreateEventWithFlag", "aclrtCreateEventExWithFlag":
+		return roleEventCreate
+	case "aclrtDestroyEvent":
+		return roleEventDestroy
+	}
+	return roleNone
+}
+
+func (s *snapshot) keep(ev *Event) kept {
+	k := kept{seq: s.seq, ev: *ev}
+	k.ev.Ptrs = slices.Clone(ev.Ptrs)
+	return k
+}
+
+// add takes ev into the snapshot when it describes the present, and drops what it ends.
+func (s *snapshot) add(ev *Event) {
+	s.seq++
+	s.lastTS = max(s.lastTS, ev.TS)
+	if s.names == nil {
+		s.names, s.guarded = map[uint64]kept{}, map[uint32]kept{}
+		s.live, s.execs, s.repeat = map[liveKey]kept{}, map[uint64][]kept{}, map[uint64]bool{}
+		s.groups, s.handles = map[uint32][]kept{}, map[int64]uint32{}
+	}
+	switch ev.Kind {
+	case KindCall:
+		s.call(ev)
+	case KindFunc:
+		for int(ev.Fn) >= len(s.class) {
+			s.class = append(s.class, ClassUnknown)
+			s.isName = append(s.isName, 0)
+		}
+		s.class[ev.Fn], s.isName[ev.Fn] = ClassOf(ev.Text), roleOf(ev.Text)
+		s.names[uint64(ev.Fn)] = s.keep(ev)
+	case KindGroup:
+		s.names[1<<32|uint64(ev.Group)] = s.keep(ev)
+	case KindMeta:
+		s.metas = append(s.metas, s.keep(ev))
+	case KindStats:
+		k := s.keep(ev)
+		s.stats = &k
+	case KindFault:
+		if len(s.faults) < maxSnapFaults {
+			s.faults = append(s.faults, s.keep(ev))
+		}
+	case KindLog:
+		s.logs = append(s.logs, s.keep(ev))
+		if len(s.logs) > maxSnapLogs {
+			s.logs = s.logs[1:]
+		}
+	case KindLost:
+		s.lost = append(s.lost, s.keep(ev))
+	case KindGuarded:
+		s.guarded[ev.Group] = s.keep(ev)
+	case KindSegment:
+		// A segment's own mark: not state.
+	case KindRegionEnter:
+		for _, k := range s.groups[ev.Group] {
+			delete(s.handles, k.ev.Handle)
+		}
+		s.groups[ev.Group] = append(s.groups[ev.Group][:0], s.keep(ev))
+	default:
+		// The swap ABI's records of a region: kept with their group's current region.
+		g := ev.Group
+		if g == 0 {
+			g = s.handles[ev.Handle]
+		} else if ev.Handle != 0 {
+			s.handles[ev.Handle] = g
+		}
+		if g != 0 {
+			s.groups[g] = append(s.groups[g], s.keep(ev))
+		}
+	}
+}
+
+func (s *snapshot) call(ev *Event) {
+	var c Class
+	var role uint8
+	if int(ev.Fn) < len(s.class) {
+		c, role = s.class[ev.Fn], s.isName[ev.Fn]
+	}
+	a := ev.Args
+	switch c {
+	case ClassDeviceAlloc:
+		if ev.Ret == 0 {
+			s.live[liveKey{liveDevice, a[0]}] = s.keep(ev)
+		}
+		return
+	case ClassDeviceFree:
+		delete(s.live, liveKey{liveDevice, a[0]})
+		return
+	case ClassHostAlloc:
+		if ev.Ret == 0 {
+			s.live[liveKey{liveHost, a[0]}] = s.keep(ev)
+		}
+		return
+	case ClassHostFree:
+		delete(s.live, liveKey{liveHost, a[0]})
+		return
+	case ClassReserve:
+		if ev.Ret == 0 {
+			s.live[liveKey{liveReserve, a[0]}] = s.keep(ev)
+		}
+		return
+	case ClassReserveRelease:
+		delete(s.live, liveKey{liveReserve, a[0]})
+		return
+	case ClassTensor:
+		if a[0] != 0 {
+			s.live[liveKey{liveTensor, a[0]}] = s.keep(ev)
+		}
+		return
+	case ClassStreamDestroy:
+		delete(s.live, liveKey{liveStream, a[0]})
+		return
+	case ClassLaunch:
+		if !s.repeat[a[2]] {
+			delete(s.execs, a[2])
+		}
+		return
+	}
+	switch role {
+	case roleWorkspace:
+		if ev.Ret == 0 && a[4] != 0 {
+			s.execs[a[4]] = []kept{s.keep(ev)}
+		}
+	case roleRepeatable, roleSetAddr:
+		if ks, ok := s.execs[a[0]]; ok {
+			s.execs[a[0]] = append(ks, s.keep(ev))
+			if role == roleRepeatable {
+				s.repeat[a[0]] = true
+			}
+		}
+	case roleExecDestroy:
+		delete(s.execs, a[0])
+		delete(s.repeat, a[0])
+	case rolePhysAlloc:
+		if ev.Ret == 0 {
+			s.live[liveKey{livePhysical, a[0]}] = s.keep(ev)
+		}
+	case rolePhysFree:
+		delete(s.live, liveKey{livePhysical, a[0]})
+	case roleTensorDestroy:
+		delete(s.live, liveKey{liveTensor, a[0]})
+	case roleStreamCreate:
+		if ev.Ret == 0 {
+			s.live[liveKey{liveStream, a[0]}] = s.keep(ev)
+		}
+	case roleEventCreate:
+		if ev.Ret == 0 {
+			s.live[liveKey{liveEvent, a[0]}] = s.keep(ev)
+		}
+	case roleEventDestroy:
+		delete(s.live, liveKey{liveEvent, a[0]})
+	}
+}
+
+// events returns the snapshot in trace order.
+func (s *snapshot) events() []*Event {
+	var all []*kept
+	take := func(ks []kept) {
+		for i := range ks {
+			all = append(all, &ks[i])
+		}
+	}
+	for _, k := range s.names {
+		all = append(all, &k)
+	}
+	take(s.metas)
+	if s.stats != nil {
+		all = append(all, s.stats)
+	}
+	take(s.faults)
+	take(s.logs)
+	take(s.lost)
+	for _, k := range s.guarded {
+		all = append(all, &k)
+	}
+	for _, k := range s.live {
+		all = append(all, &k)
+	}
+	for _, ks := range s.execs {
+		take(ks)
+	}
+	for _, ks := range s.groups {
+		take(ks)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	out := make([]*Event, len(all))
+	for i, k := range all {
+		out[i] = &k.ev
+	}
+	return out
+}
