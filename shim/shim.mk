@@ -43,8 +43,12 @@ $(BUILD)/test/sa-%: shim/c/test/sa_%.c shim/c/test/sa_test.h shim/c/swapagent.h 
 	$(CC) $(CFLAGS) -I$(ACL_INC) -Ishim/c -o $@ $< -Wl,--as-needed -L$(ASCEND)/lib64 -lopapi -lnnopbase -lascendcl \
 		-Wl,-rpath,'$$ORIGIN/../ascend/latest/lib64' -Wl,--enable-new-dtags -ldl -lpthread
 
-# bench-shim: added ns per intercepted call, and mean bytes per event of a decoder-sim trace.
+# bench-shim: added ns per intercepted call at each trace level side by side (the interposers do the same
+# work whatever the drain then writes), and mean bytes per event of a decoder-sim trace.
 .PHONY: bench-shim
 bench-shim: $(SHIM_LIB) $(BUILD)/test/sa-bench
-	@d=$$(mktemp -d); LD_PRELOAD=$(abspath $(SHIM_LIB)) SWAPAGENT_OUT=$$d $(BUILD)/test/sa-bench; rm -rf $$d
+	@for l in all memory off; do d=$$(mktemp -d); printf 'SWAPAGENT_TRACE=%-6s ' $$l; \
+		LD_PRELOAD=$(abspath $(SHIM_LIB)) SWAPAGENT_OUT=$$d SWAPAGENT_TRACE=$$l $(BUILD)/test/sa-bench | head -1; \
+		rm -rf $$d; done
+	@d=$$(mktemp -d); LD_PRELOAD=$(abspath $(SHIM_LIB)) SWAPAGENT_OUT=$$d $(BUILD)/test/sa-bench | tail -n +2; rm -rf $$d
 	@$(GO) run ./cmd/tracebytes $(abspath $(SHIM_LIB)) $(abspath $(BUILD)/bin/decoder-sim)
