@@ -29,9 +29,12 @@ const (
 	// must stay small, where the fewer events of an interval would make batches that compress badly. A
 	// SIGKILL costs at most this much of the trace.
 	FlushIntervalSmall = 200 * time.Millisecond
-	drainBatch         = 4096
-	maxDrainLoop       = 2 << 16 // events per drain call: more than the ring holds, so every earlier event is in
-	maxPendingLog      = 256
+	// YoungFor is how long after it opens a trace is flushed at every drain that found events: most
+	// short processes (launchers, tools, a worker that fails at once) end within it.
+	YoungFor      = 250 * time.Millisecond
+	drainBatch    = 4096
+	maxDrainLoop  = 2 << 16 // events per drain call: more than the ring holds, so every earlier event is in
+	maxPendingLog = 256
 )
 
 // Agent is the in-process agent. Its exported methods are safe for concurrent use.

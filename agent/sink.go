@@ -27,7 +27,7 @@ type sink struct {
 	opened    bool                   // the trace was opened, or could not be
 	dirty     bool                   // events added since the last flush
 	lastFlush time.Time
-	flushGap  time.Duration     // the wait between flushes: from DrainInterval, doubling to FlushInterval
+	openedAt  time.Time         // when the trace was opened: a young trace is flushed at every drain
 	level     string            // the trace level (Config.Trace; "" read as TraceAll)
 	all       bool              // level is TraceAll: add keeps everything
 	fnSeen    []bool            // function IDs whose name record is written
@@ -174,7 +174,6 @@ func (s *sink) write(ev *trace.Event) {
 
 func (s *sink) flush() {
 	s.lastFlush = time.Now()
-	s.flushGap = min(max(2*s.flushGap, DrainInterval), s.maxGap())
 	if s.w == nil || !s.dirty {
 		return
 	}
@@ -192,11 +191,12 @@ func (s *sink) maxGap() time.Duration {
 	return FlushIntervalSmall
 }
 
-// flushDue reports whether buffered events have waited long enough. A young process flushes often (the
-// gap starts at one drain and doubles with each flush), so a short one that ends by _exit or SIGKILL
-// keeps most of its trace; a long one flushes every FlushInterval (FlushIntervalSmall below level all), in
-// batches that compress well.
-func (s *sink) flushDue() bool { return s.dirty && time.Since(s.lastFlush) >= s.flushGap }
+// flushDue reports whether buffered events have waited long enough. For its first YoungFor a trace is
+// flushed at every drain, so a short process that ends by _exit or SIGKILL keeps its trace; after that
+// every FlushInterval (FlushIntervalSmall below level all), in batches that compress well.
+func (s *sink) flushDue() bool {
+	return s.dirty && (time.Since(s.openedAt) < YoungFor || time.Since(s.lastFlush) >= s.maxGap())
+}
 
 // failed stops tracing after a write error (a full disk): the job goes on.
 func (s *sink) failed(err error) {
@@ -251,7 +251,7 @@ func (s *sink) open() {
 		}
 		return
 	}
-	s.w, s.lastFlush = w, time.Now()
+	s.w, s.lastFlush, s.openedAt = w, time.Now(), time.Now()
 	s.logFile = lf
 	lg := s.env.teeLog(lf)
 	if lf != nil {

@@ -397,6 +397,30 @@ func (s *snapshot) add(ev *Event) {
 	}
 }
 
+// liveOp is what a call does to the live set: makes (add) or ends an object of kind what, named by
+// Args[0]. A call that makes one counts only when it succeeded (Ret 0), but for aclCreateTensor, whose Ret
+// is the tensor.
+type liveOp struct {
+	what uint8
+	add  bool
+}
+
+// The live set's calls, by Class and by role.
+var (
+	classLive = [...]liveOp{
+		ClassDeviceAlloc: {liveDevice, true}, ClassDeviceFree: {liveDevice, false},
+		ClassHostAlloc: {liveHost, true}, ClassHostFree: {liveHost, false},
+		ClassReserve: {liveReserve, true}, ClassReserveRelease: {liveReserve, false},
+		ClassTensor: {liveTensor, true}, ClassStreamDestroy: {liveStream, false},
+	}
+	roleLive = [...]liveOp{
+		rolePhysAlloc: {livePhysical, true}, rolePhysFree: {livePhysical, false},
+		roleTensorDestroy: {liveTensor, false},
+		roleStreamCreate:  {liveStream, true},
+		roleEventCreate:   {liveEvent, true}, roleEventDestroy: {liveEvent, false},
+	}
+)
+
 func (s *snapshot) call(ev *Event) {
 	var c Class
 	var role uint8
@@ -404,40 +428,23 @@ func (s *snapshot) call(ev *Event) {
 		c, role = s.class[ev.Fn], s.isName[ev.Fn]
 	}
 	a := ev.Args
-	switch c {
-	case ClassDeviceAlloc:
-		if ev.Ret == 0 {
-			s.live[liveKey{liveDevice, a[0]}] = s.keep(ev)
+	op := liveOp{}
+	if int(c) < len(classLive) {
+		op = classLive[c]
+	}
+	if op.what == 0 && int(role) < len(roleLive) {
+		op = roleLive[role]
+	}
+	switch {
+	case op.what != 0 && op.add:
+		if a[0] != 0 && (ev.Ret == 0 || c == ClassTensor) {
+			s.live[liveKey{op.what, a[0]}] = s.keep(ev)
 		}
 		return
-	case ClassDeviceFree:
-		delete(s.live, liveKey{liveDevice, a[0]})
+	case op.what != 0:
+		delete(s.live, liveKey{op.what, a[0]})
 		return
-	case ClassHostAlloc:
-		if ev.Ret == 0 {
-			s.live[liveKey{liveHost, a[0]}] = s.keep(ev)
-		}
-		return
-	case ClassHostFree:
-		delete(s.live, liveKey{liveHost, a[0]})
-		return
-	case ClassReserve:
-		if ev.Ret == 0 {
-			s.live[liveKey{liveReserve, a[0]}] = s.keep(ev)
-		}
-		return
-	case ClassReserveRelease:
-		delete(s.live, liveKey{liveReserve, a[0]})
-		return
-	case ClassTensor:
-		if a[0] != 0 {
-			s.live[liveKey{liveTensor, a[0]}] = s.keep(ev)
-		}
-		return
-	case ClassStreamDestroy:
-		delete(s.live, liveKey{liveStream, a[0]})
-		return
-	case ClassLaunch:
+	case c == ClassLaunch:
 		if !s.repeat[a[2]] {
 			delete(s.execs, a[2])
 		}
@@ -458,24 +465,6 @@ func (s *snapshot) call(ev *Event) {
 	case roleExecDestroy:
 		delete(s.execs, a[0])
 		delete(s.repeat, a[0])
-	case rolePhysAlloc:
-		if ev.Ret == 0 {
-			s.live[liveKey{livePhysical, a[0]}] = s.keep(ev)
-		}
-	case rolePhysFree:
-		delete(s.live, liveKey{livePhysical, a[0]})
-	case roleTensorDestroy:
-		delete(s.live, liveKey{liveTensor, a[0]})
-	case roleStreamCreate:
-		if ev.Ret == 0 {
-			s.live[liveKey{liveStream, a[0]}] = s.keep(ev)
-		}
-	case roleEventCreate:
-		if ev.Ret == 0 {
-			s.live[liveKey{liveEvent, a[0]}] = s.keep(ev)
-		}
-	case roleEventDestroy:
-		delete(s.live, liveKey{liveEvent, a[0]})
 	}
 }
 
