@@ -86,17 +86,41 @@ func TestRecordedSizes(t *testing.T) {
 // agent drives it: one writer for the whole run. At full speed batches end at 64 KiB (the writer's own
 // flush); at decoder-sim's pace the agent's 50 ms flush interval ends them every 1,500 events or so.
 func BenchmarkWriteRecorded(b *testing.B) {
-	b.Run("64KiB-batches", func(b *testing.B) { benchWriteRecorded(b, 0) })
-	b.Run("1500-event-batches", func(b *testing.B) { benchWriteRecorded(b, 1500) })
+	b.Run("64KiB-batches", func(b *testing.B) { benchWriteRecorded(b, 0, false) })
+	b.Run("1500-event-batches", func(b *testing.B) { benchWriteRecorded(b, 1500, false) })
+	// As the agent writes: segmented under the default limit, so every event also feeds the snapshot.
+	b.Run("segmented-1500-event-batches", func(b *testing.B) { benchWriteRecorded(b, 1500, true) })
 }
 
-func benchWriteRecorded(b *testing.B, flushEvery int) {
+// discardSegments are segment files that keep nothing.
+type discardSegments struct{}
+
+func (discardSegments) Create(int) (io.WriteCloser, error) { return nopCloser{io.Discard}, nil }
+func (discardSegments) Remove(int) error                   { return nil }
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// adder is what the benchmark drives: a Writer or a SegmentedWriter.
+type adder interface {
+	Add(*Event) error
+	Flush() error
+	Close() error
+}
+
+func benchWriteRecorded(b *testing.B, flushEvery int, segmented bool) {
 	h, evs, err := ReadFile(recorded(b)["all"])
 	if err != nil {
 		b.Fatal(err)
 	}
 	out := &countWriter{w: io.Discard}
-	w, err := NewWriter(out, h)
+	var w adder
+	if segmented {
+		w, err = NewSegmentedWriter(nopCloser{out}, h, DefaultLimit, discardSegments{})
+	} else {
+		w, err = NewWriter(out, h)
+	}
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -88,18 +88,26 @@ func TestTraceLimitKeepsTheNewest(t *testing.T) {
 	}
 }
 
-// Under outputs-only decoder-sim faults in its first step; with a tiny limit the segments before the fault
-// are gone, and replay --exec still reproduces it from the snapshot and what is left.
+// Under outputs-only decoder-sim faults in its first step, at the second layer after the first one swapped
+// (layers 0-29 run unswapped first, so the fault comes late). With a 32 KiB limit the segments before it are
+// gone, and replay --exec still reproduces it from the snapshot and what is left.
 func TestReplayExecAfterTheHeadWasDropped(t *testing.T) {
 	out := t.TempDir()
-	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out, "SWAPAGENT_TRACE_LIMIT=16K", "SWAPAGENT_POLICY=outputs-only"),
-		testenv.Path(t, testenv.DecoderSim), "--steps", "1")
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out, "SWAPAGENT_TRACE_LIMIT=32K", "SWAPAGENT_POLICY=outputs-only"),
+		testenv.Path(t, testenv.DecoderSim), "--steps", "1", "--layers", "40", "--swap-layers", "30-38")
 	if r.Code == 0 {
 		t.Fatalf("decoder-sim under outputs-only exited 0; it should fault\n%s", testenv.Tail(r.Stderr, 10))
 	}
 	f, _ := segmentsIn(t, out)
 	if f.Header.Segment == 0 {
 		t.Fatalf("no segment was dropped (%d kept): the test needs the head gone", len(f.Segments))
+	}
+	recorded := false
+	for _, ev := range f.Events {
+		recorded = recorded || ev.Kind == trace.KindCall && ev.TS >= f.From && ev.Ret >= 500000 && ev.Ret < 600000
+	}
+	if !recorded {
+		t.Fatalf("the kept segments (from +%.3fs) hold no faulting call: the run must fault later", float64(f.From)/1e9)
 	}
 	x := swapagent(t, nil, "replay", "--exec", f.Segments[0])
 	if x.Code != 1 || !strings.Contains(x.Stdout, "fault reproduced") || !strings.Contains(x.Stdout, "addr:0") ||
