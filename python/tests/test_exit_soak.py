@@ -2,7 +2,8 @@
 and again beside a CPU hog, two at a time. Every run must exit 0 with its result written and no Go fatal
 error or goroutine dump on stderr: a job that finished its steps and then died at exit is a failed job.
 This child once printed every step and then died with SIGABRT and a goroutine dump, 2 times in about 38
-pytest runs (docs/design.md, "Failure containment").
+pytest runs: Go ran the exit hook on a main thread whose alternate signal stack faulthandler had freed
+(PYTHONFAULTHANDLER=1, which tc.run sets; docs/design.md, "Failure containment"). sa-altstack reproduces it.
 
 SWAPAGENT_SOAK_RUNS sets the runs per framework: 8 in `make test` (16 in all), 250 in `make soak`."""
 

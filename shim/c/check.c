@@ -60,7 +60,7 @@ static int sa_can_report(void) {
 void sa_launch_fault(int fn, int index, uint64_t addr, uint64_t size) {
   if (!sa_can_report()) return;
   sa_depth++; /* the agent's own runtime calls are not the application's */
-  sa_go_launch_fault(fn, index, addr, size);
+  SA_GO_VOID(sa_go_launch_fault(fn, index, addr, size));
   sa_depth--;
 }
 
@@ -69,7 +69,7 @@ void sa_launch_fault(int fn, int index, uint64_t addr, uint64_t size) {
 void sa_runtime_final(void) {
   if (sa_can_report()) {
     sa_depth++;
-    sa_go_runtime_final();
+    SA_GO_VOID(sa_go_runtime_final());
     sa_depth--;
   }
   sa_real_calls_end();
@@ -100,7 +100,7 @@ void sa_sync_check(int fn, aclError r) {
   }
   pthread_mutex_unlock(&err_lock);
   sa_depth++;
-  sa_go_sync_fault(fn, r);
+  SA_GO_VOID(sa_go_sync_fault(fn, r));
   sa_depth--;
 }
 

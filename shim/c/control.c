@@ -75,7 +75,7 @@ __attribute__((constructor)) static void sa_init(void) {
  * afterwards (later destructors may still call the runtime). */
 __attribute__((destructor)) static void sa_fini(void) {
   if (atomic_load(&sa_forked)) return;
-  if (atomic_load(&sa_mode) != SA_INERT) sa_go_shutdown();
+  if (atomic_load(&sa_mode) != SA_INERT) SA_GO_VOID(sa_go_shutdown());
   atomic_store(&sa_mode, SA_INERT);
 }
 
@@ -105,60 +105,60 @@ SA_EXPORT int swapagent_abi_version(void) { return SWAPAGENT_ABI_VERSION; }
 
 SA_EXPORT int swapagent_set_storage_ops(swapagent_release_fn release, swapagent_restore_fn restore, void *ctx) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_set_storage_ops((uintptr_t)release, (uintptr_t)restore, (uintptr_t)ctx);
+  return SA_GO(sa_go_set_storage_ops((uintptr_t)release, (uintptr_t)restore, (uintptr_t)ctx));
 }
 
 SA_EXPORT int swapagent_region_enter(const char *group, const uintptr_t *input_ptrs, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n);
+  return SA_GO(sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n));
 }
 
 SA_EXPORT int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, size_t n,
                                         size_t n_positional) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n_positional);
+  return SA_GO(sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n_positional));
 }
 
 SA_EXPORT int swapagent_region_enter_desc(const char *group, const uintptr_t *input_ptrs,
                                           const char *const *descs, size_t n, size_t n_positional) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_region_enter_desc((char *)group, (uintptr_t *)input_ptrs, (char **)descs, n, n_positional);
+  return SA_GO(sa_go_region_enter_desc((char *)group, (uintptr_t *)input_ptrs, (char **)descs, n, n_positional));
 }
 
 SA_EXPORT int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *const *descs, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_describe((char *)group, (uintptr_t *)ptrs, (char **)descs, n);
+  return SA_GO(sa_go_describe((char *)group, (uintptr_t *)ptrs, (char **)descs, n));
 }
 
 SA_EXPORT int64_t swapagent_save(const char *group, uintptr_t storage_ptr, size_t nbytes, uint32_t flags) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_save((char *)group, storage_ptr, nbytes, flags);
+  return SA_GO(sa_go_save((char *)group, storage_ptr, nbytes, flags));
 }
 
 SA_EXPORT int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
                                size_t n, int64_t *handles) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_save_n((char *)group, (uintptr_t *)ptrs, (size_t *)nbytes, (uint32_t *)flags, n, handles);
+  return SA_GO(sa_go_save_n((char *)group, (uintptr_t *)ptrs, (size_t *)nbytes, (uint32_t *)flags, n, handles));
 }
 
 SA_EXPORT int swapagent_region_exit(const char *group, const uintptr_t *output_ptrs, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_region_exit((char *)group, (uintptr_t *)output_ptrs, n);
+  return SA_GO(sa_go_region_exit((char *)group, (uintptr_t *)output_ptrs, n));
 }
 
 SA_EXPORT int swapagent_protect(const char *group, const uintptr_t *ptrs, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_protect((char *)group, (uintptr_t *)ptrs, n);
+  return SA_GO(sa_go_protect((char *)group, (uintptr_t *)ptrs, n));
 }
 
 SA_EXPORT int swapagent_group_streams(const char *group, const uintptr_t *streams, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_group_streams((char *)group, (uintptr_t *)streams, n);
+  return SA_GO(sa_go_group_streams((char *)group, (uintptr_t *)streams, n));
 }
 
 SA_EXPORT int swapagent_backward_enter(const char *group) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_backward_enter((char *)group);
+  return SA_GO(sa_go_backward_enter((char *)group));
 }
 
 SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
@@ -169,47 +169,47 @@ SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
     sa_record(SA_FN_UNPACK, (int64_t)base, (uint64_t)handle, 0, 0, 0, 0, 0);
     return base;
   }
-  return sa_go_unpack(handle);
+  return SA_GO(sa_go_unpack(handle));
 }
 
 SA_EXPORT int swapagent_backward_exit(const char *group) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_backward_exit((char *)group);
+  return SA_GO(sa_go_backward_exit((char *)group));
 }
 
 SA_EXPORT int swapagent_guard(const char *group) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_guard((char *)group);
+  return SA_GO(sa_go_guard((char *)group));
 }
 
 SA_EXPORT int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_guard_release((char *)group, ptr, nbytes, token);
+  return SA_GO(sa_go_guard_release((char *)group, ptr, nbytes, token));
 }
 
 SA_EXPORT int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_guard_restore(token, new_ptr, nbytes);
+  return SA_GO(sa_go_guard_restore(token, new_ptr, nbytes));
 }
 
 SA_EXPORT int swapagent_note(const char *key, const char *value) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_note((char *)key, (char *)value);
+  return SA_GO(sa_go_note((char *)key, (char *)value));
 }
 
 SA_EXPORT int swapagent_state(int64_t handle) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_state(handle);
+  return SA_GO(sa_go_state(handle));
 }
 
 SA_EXPORT int swapagent_keep_reason(int64_t handle) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_keep_reason(handle);
+  return SA_GO(sa_go_keep_reason(handle));
 }
 
 SA_EXPORT int swapagent_stats_json(char *buf, size_t cap) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return sa_go_stats_json(buf, cap);
+  return SA_GO(sa_go_stats_json(buf, cap));
 }
 
 /* ---- Helpers Go calls. ---- */

@@ -14,6 +14,24 @@
 #include "sa_go.h"
 
 #define SA_EXPORT __attribute__((visibility("default")))
+
+/* Every call from a host thread into Go goes through SA_GO (signals.c, sa_altstack_lend): Go code must not
+ * run on a thread whose alternate signal stack the host disabled. */
+int sa_altstack_lend(void);
+void sa_altstack_return(int lent);
+#define SA_GO(call)                              \
+  __extension__({                                \
+    int sa_lent_ = sa_altstack_lend();           \
+    __typeof__(call) sa_r_ = (call);             \
+    sa_altstack_return(sa_lent_);                \
+    sa_r_;                                       \
+  })
+#define SA_GO_VOID(call)                         \
+  do {                                           \
+    int sa_lent_ = sa_altstack_lend();           \
+    call;                                        \
+    sa_altstack_return(sa_lent_);                \
+  } while (0)
 #define SA_HIDDEN __attribute__((visibility("hidden")))
 #define SA_TLS __thread __attribute__((tls_model("initial-exec")))
 

@@ -137,3 +137,36 @@ void sa_restore_loader_mask(void) {
 }
 
 const char *sa_signal_problem(void) { return table_problem; }
+
+/* ---- The alternate signal stack of a host thread calling into Go. ----
+ * CPython's faulthandler (PYTHONFAULTHANDLER=1, python -X faulthandler; the test runners set it) gives the
+ * main thread an alternate signal stack, and at interpreter exit disables and frees it. The Go runtime
+ * adopted that stack when the thread first called the agent (since Go 1.21 a host thread keeps its M), and a
+ * signal that lands while Go code runs on a thread whose alternate stack is disabled is a fatal error,
+ * "non-Go code disabled sigaltstack", which aborts the process. Go's own preemption signal (SIGURG, sent
+ * by the garbage collector and sysmon) is such a signal, so the agent's exit hook and any late control call
+ * could abort a job that had finished. sa-altstack (shim/shimtest/signals_test.go) reproduces it every
+ * time. So each call into Go first looks at the thread's alternate stack (one sigaltstack call): when the
+ * host disabled it, a stack of the agent's stands in for the call and the host's disabled state is put
+ * back after it. The stand-in is mapped once per thread that needs one and never freed (the Go runtime may
+ * still know its address). */
+#define SA_SPARE_STACK (256 * 1024)
+static __thread void *spare_stack;
+
+int sa_altstack_lend(void) {
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE)) return 0;
+  if (spare_stack == NULL) {
+    void *p = mmap(NULL, SA_SPARE_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (p == MAP_FAILED) return 0;
+    spare_stack = p;
+  }
+  stack_t ss = {.ss_sp = spare_stack, .ss_size = SA_SPARE_STACK, .ss_flags = 0};
+  return sigaltstack(&ss, NULL) == 0;
+}
+
+void sa_altstack_return(int lent) {
+  if (!lent) return;
+  stack_t off = {.ss_flags = SS_DISABLE};
+  sigaltstack(&off, NULL);
+}

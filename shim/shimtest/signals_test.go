@@ -139,6 +139,25 @@ func TestSigtimedwaitSeesEverySignal(t *testing.T) {
 	}
 }
 
+// The exit abort: CPython's faulthandler (PYTHONFAULTHANDLER=1, as the Python tests run) disables and frees
+// the main thread's alternate signal stack at interpreter exit, after the Go runtime adopted it, and a signal
+// landing while Go code runs there is "fatal error: non-Go code disabled sigaltstack", a Go dump and SIGABRT.
+// sa-altstack does the same to its main thread and calls the agent under a rain of SIGURG (Go's preemption
+// signal): before the agent lent the thread a stack for its calls (shim/c/signals.c), 20 of 20 runs aborted.
+func TestGoNeverRunsOnADisabledSignalStack(t *testing.T) {
+	prog := testenv.Path(t, "build/test/sa-altstack")
+	for round := 0; round < 10; round++ {
+		r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, t.TempDir()), prog, "calls", "200")
+		if r.Code != 0 || !strings.Contains(r.Stdout, "survived") {
+			t.Fatalf("round %d: sa-altstack exit %d\n%s%s", round, r.Code, r.Stdout, testenv.Tail(r.Stderr, 8))
+		}
+	}
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, t.TempDir()), prog, "exit")
+	if r.Code != 0 || strings.Contains(r.Stderr, "fatal error") {
+		t.Fatalf("sa-altstack exit: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 8))
+	}
+}
+
 // A small init under the agent forwards SIGTERM to its child and reaps it, and exits with its status.
 func TestInitForwardsSIGTERMAndReaps(t *testing.T) {
 	prog := testenv.Path(t, "build/test/sa-minit")
