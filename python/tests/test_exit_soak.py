@@ -9,8 +9,10 @@ SWAPAGENT_SOAK_RUNS sets the runs per framework: 8 in `make test` (16 in all), 2
 
 import concurrent.futures
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -47,3 +49,31 @@ def test_exit_soak(fw, cpu_hog, tmp_path):
                     i, p.returncode, "written" if res else "missing", crash or "no Go dump",
                     tc.head_tail(p.stderr, 2000)))
     assert not failed, "%d of %d runs did not end cleanly:\n%s" % (len(failed), RUNS, "\n".join(failed))
+
+
+ACL = os.path.join(tc.REPO, "build", "ascend", "latest", "lib64", "libascendcl.so")
+
+
+def test_exit_after_faulthandler_freed_the_signal_stack(tmp_path):
+    """The exit abort's own path, widened: Go code on the main thread after faulthandler freed the stack Go
+    adopted, under a rain of SIGURG. Before the agent lent such a thread a stack for its calls
+    (shim/c/signals.c), 8 of 10 runs here aborted with "fatal error: non-Go code disabled sigaltstack" and a
+    goroutine dump; after it none."""
+    tc.need(tc.LIB)
+    tc.need(ACL)
+    env = dict(os.environ, LD_PRELOAD=tc.LIB, SWAPAGENT_OUT=str(tmp_path), PYTHONFAULTHANDLER="1")
+    failed = []
+    for i in range(10):
+        p = subprocess.Popen([sys.executable, os.path.join(HERE, "altstack_child.py"), ACL, "20000"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while p.poll() is None and time.monotonic() < deadline:
+            try:
+                os.kill(p.pid, signal.SIGURG)
+            except ProcessLookupError:
+                break
+        out, err = p.communicate(timeout=60)
+        crash = [m for m in GO_CRASH if m in err]
+        if p.returncode != 0 or crash or "exiting" not in out:
+            failed.append("run %d: rc %d, %s\n%s" % (i, p.returncode, crash or "no Go dump", tc.head_tail(err, 1500)))
+    assert not failed, "%d of 10 runs did not end cleanly:\n%s" % (len(failed), "\n".join(failed))
