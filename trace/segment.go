@@ -260,16 +260,75 @@ type snapshot struct {
 	logs    []kept
 	lost    []kept
 	guarded map[uint32]kept
-	live    map[liveKey]kept  // allocations, tensors, streams, events, physical memory, address ranges
-	execs   map[uint64][]kept // an executor's creation and what changed it, until a launch or destroy used it up
-	repeat  map[uint64]bool   // executors made repeatable: a launch does not use them up
-	groups  map[uint32][]kept // each group's current region: since its last KindRegionEnter
-	handles map[int64]uint32  // handle -> group, for the records that carry only a handle
+	live    map[liveKey]keptCall // allocations, streams, events, physical memory, address ranges
+	// tensors are the live tensors in creation order. An op destroys its tensors right after its launch, so
+	// the one destroyed is nearly always among the last few: a slice searched from its end costs a few
+	// compares, where a map cost a hash insert and delete for half the events of a trace.
+	tensors []keptCall
+	execs   map[uint64]execRec // executors not yet used up by a launch or destroyed
+	repeat  map[uint64]bool    // executors made repeatable: a launch does not use them up
+	groups  map[uint32][]kept  // each group's current region: since its last KindRegionEnter
+	handles groupOf            // handle -> group, for the records that carry only a handle
 }
 
 type kept struct {
 	seq uint64
 	ev  Event
+}
+
+// groupOf maps handles to groups. The agent numbers handles from 1 up, so a slice indexed by handle does
+// it without hashing; a handle beyond it (another writer's numbering) goes to a map.
+type groupOf struct {
+	small []uint32
+	big   map[int64]uint32
+}
+
+const maxSmallHandle = 1 << 22
+
+func (m *groupOf) get(h int64) uint32 {
+	if h >= 0 && h < int64(len(m.small)) {
+		return m.small[h]
+	}
+	return m.big[h]
+}
+
+func (m *groupOf) set(h int64, g uint32) {
+	switch {
+	case h >= 0 && h < maxSmallHandle:
+		for int64(len(m.small)) <= h {
+			m.small = append(m.small, make([]uint32, len(m.small)+64)...)
+		}
+		m.small[h] = g
+	case g == 0:
+		delete(m.big, h)
+	default:
+		m.big[h] = g
+	}
+}
+
+// keptCall is a kept KindCall without the fields a call never uses: no pointers, so the live set, which
+// changes with every tensor an op creates, costs the garbage collector nothing to scan.
+type keptCall struct {
+	seq  uint64
+	ts   int64
+	ret  int64
+	args [6]uint64
+	tid  uint32
+	fn   uint16
+}
+
+// execRec is an executor's creation (its GetWorkspaceSize) and the calls that changed it since.
+type execRec struct {
+	made    keptCall
+	changed []keptCall
+}
+
+func (s *snapshot) keepCall(ev *Event) keptCall {
+	return keptCall{seq: s.seq, ts: ev.TS, ret: ev.Ret, args: ev.Args, tid: ev.TID, fn: ev.Fn}
+}
+
+func (k *keptCall) kept() kept {
+	return kept{seq: k.seq, ev: Event{Kind: KindCall, TS: k.ts, TID: k.tid, Fn: k.fn, Ret: k.ret, Args: k.args}}
 }
 
 // liveKey names a live object: what it is and its handle or address.
@@ -343,8 +402,8 @@ func (s *snapshot) add(ev *Event) {
 	s.lastTS = max(s.lastTS, ev.TS)
 	if s.names == nil {
 		s.names, s.guarded = map[uint64]kept{}, map[uint32]kept{}
-		s.live, s.execs, s.repeat = map[liveKey]kept{}, map[uint64][]kept{}, map[uint64]bool{}
-		s.groups, s.handles = map[uint32][]kept{}, map[int64]uint32{}
+		s.live, s.execs, s.repeat = map[liveKey]keptCall{}, map[uint64]execRec{}, map[uint64]bool{}
+		s.groups, s.handles = map[uint32][]kept{}, groupOf{big: map[int64]uint32{}}
 	}
 	switch ev.Kind {
 	case KindCall:
@@ -380,16 +439,16 @@ func (s *snapshot) add(ev *Event) {
 		// A segment's own mark: not state.
 	case KindRegionEnter:
 		for _, k := range s.groups[ev.Group] {
-			delete(s.handles, k.ev.Handle)
+			s.handles.set(k.ev.Handle, 0)
 		}
 		s.groups[ev.Group] = append(s.groups[ev.Group][:0], s.keep(ev))
 	default:
 		// The swap ABI's records of a region: kept with their group's current region.
 		g := ev.Group
 		if g == 0 {
-			g = s.handles[ev.Handle]
+			g = s.handles.get(ev.Handle)
 		} else if ev.Handle != 0 {
-			s.handles[ev.Handle] = g
+			s.handles.set(ev.Handle, g)
 		}
 		if g != 0 {
 			s.groups[g] = append(s.groups[g], s.keep(ev))
@@ -399,7 +458,7 @@ func (s *snapshot) add(ev *Event) {
 
 // liveOp is what a call does to the live set: makes (add) or ends an object of kind what, named by
 // Args[0]. A call that makes one counts only when it succeeded (Ret 0), but for aclCreateTensor, whose Ret
-// is the tensor.
+// is the tensor (tensors have a list of their own).
 type liveOp struct {
 	what uint8
 	add  bool
@@ -436,9 +495,22 @@ func (s *snapshot) call(ev *Event) {
 		op = roleLive[role]
 	}
 	switch {
+	case op.what == liveTensor && op.add:
+		if a[0] != 0 {
+			s.tensors = append(s.tensors, s.keepCall(ev))
+		}
+		return
+	case op.what == liveTensor:
+		for i := len(s.tensors) - 1; i >= 0; i-- {
+			if s.tensors[i].args[0] == a[0] {
+				s.tensors = slices.Delete(s.tensors, i, i+1)
+				break
+			}
+		}
+		return
 	case op.what != 0 && op.add:
-		if a[0] != 0 && (ev.Ret == 0 || c == ClassTensor) {
-			s.live[liveKey{op.what, a[0]}] = s.keep(ev)
+		if a[0] != 0 && ev.Ret == 0 {
+			s.live[liveKey{op.what, a[0]}] = s.keepCall(ev)
 		}
 		return
 	case op.what != 0:
@@ -453,11 +525,12 @@ func (s *snapshot) call(ev *Event) {
 	switch role {
 	case roleWorkspace:
 		if ev.Ret == 0 && a[4] != 0 {
-			s.execs[a[4]] = []kept{s.keep(ev)}
+			s.execs[a[4]] = execRec{made: s.keepCall(ev)}
 		}
 	case roleRepeatable, roleSetAddr:
-		if ks, ok := s.execs[a[0]]; ok {
-			s.execs[a[0]] = append(ks, s.keep(ev))
+		if x, ok := s.execs[a[0]]; ok {
+			x.changed = append(x.changed, s.keepCall(ev))
+			s.execs[a[0]] = x
 			if role == roleRepeatable {
 				s.repeat[a[0]] = true
 			}
@@ -489,11 +562,19 @@ func (s *snapshot) events() []*Event {
 	for _, k := range s.guarded {
 		all = append(all, &k)
 	}
-	for _, k := range s.live {
-		all = append(all, &k)
+	calls := func(cs ...keptCall) {
+		for i := range cs {
+			k := cs[i].kept()
+			all = append(all, &k)
+		}
 	}
-	for _, ks := range s.execs {
-		take(ks)
+	for _, c := range s.live {
+		calls(c)
+	}
+	calls(s.tensors...)
+	for _, x := range s.execs {
+		calls(x.made)
+		calls(x.changed...)
 	}
 	for _, ks := range s.groups {
 		take(ks)
