@@ -221,8 +221,8 @@ func (c *codec) appendEvent(cs *columns, ev *Event) {
 		cs[colRet] = appendVarint(cs[colRet], ev.Ret-s.ret)
 		s.ret = ev.Ret
 	}
-	for i, a := range ev.Args {
-		if a != s.args[i] {
+	for i := range len(ev.Args) { // by index: ranging over the array would copy it
+		if a := ev.Args[i]; a != s.args[i] {
 			bits |= argBits[i]
 			cs[colArg0+i] = appendVarint(cs[colArg0+i], int64(a-s.args[i]))
 			s.args[i] = a
@@ -428,8 +428,16 @@ func (src *source) leftover() int {
 	return n
 }
 
-// checkEvent reports why the writer cannot encode ev, or nil.
+// checkEvent reports why the writer cannot encode ev, or nil. Every event pays for it, so the test that
+// passes is small enough to inline.
 func checkEvent(ev *Event) error {
+	if ev.Kind != 0 && len(ev.Text) <= MaxText && len(ev.Ptrs) <= MaxPtrs {
+		return nil
+	}
+	return eventError(ev)
+}
+
+func eventError(ev *Event) error {
 	switch {
 	case ev.Kind == 0:
 		return errors.New("trace: event has kind 0")

@@ -251,8 +251,7 @@ func (s *SegmentedWriter) Segments() (current, oldest int) { return s.k, s.oldes
 type snapshot struct {
 	seq     uint64
 	lastTS  int64
-	class   []Class         // by function id, from the KindFunc records
-	isName  []uint8         // by function id: 1 workspace query, 2 executor made repeatable, 3 executor destroyed, ...
+	acts    []action        // by function id, from the KindFunc records
 	names   map[uint64]kept // KindFunc (by Fn) and KindGroup (by 1<<32 | Group)
 	metas   []kept
 	stats   *kept
@@ -361,6 +360,7 @@ const (
 	roleStreamCreate
 	roleEventCreate
 	roleEventDestroy
+	roleLaunch
 )
 
 func roleOf(name string) uint8 {
@@ -409,11 +409,10 @@ func (s *snapshot) add(ev *Event) {
 	case KindCall:
 		s.call(ev)
 	case KindFunc:
-		for int(ev.Fn) >= len(s.class) {
-			s.class = append(s.class, ClassUnknown)
-			s.isName = append(s.isName, 0)
+		for int(ev.Fn) >= len(s.acts) {
+			s.acts = append(s.acts, action{})
 		}
-		s.class[ev.Fn], s.isName[ev.Fn] = ClassOf(ev.Text), roleOf(ev.Text)
+		s.acts[ev.Fn] = actionOf(ev.Text)
 		s.names[uint64(ev.Fn)] = s.keep(ev)
 	case KindGroup:
 		s.names[1<<32|uint64(ev.Group)] = s.keep(ev)
@@ -480,20 +479,33 @@ var (
 	}
 )
 
-func (s *snapshot) call(ev *Event) {
-	var c Class
-	var role uint8
-	if int(ev.Fn) < len(s.class) {
-		c, role = s.class[ev.Fn], s.isName[ev.Fn]
-	}
-	a := ev.Args
-	op := liveOp{}
+// action is what the calls of one function do to the snapshot, worked out once from its name: the live
+// object they make or end, else their role for executors.
+type action struct {
+	live liveOp
+	role uint8
+}
+
+func actionOf(name string) action {
+	c, a := ClassOf(name), action{role: roleOf(name)}
 	if int(c) < len(classLive) {
-		op = classLive[c]
+		a.live = classLive[c]
 	}
-	if op.what == 0 && int(role) < len(roleLive) {
-		op = roleLive[role]
+	if a.live.what == 0 && int(a.role) < len(roleLive) {
+		a.live = roleLive[a.role]
 	}
+	if c == ClassLaunch {
+		a.role = roleLaunch
+	}
+	return a
+}
+
+func (s *snapshot) call(ev *Event) {
+	if int(ev.Fn) >= len(s.acts) {
+		return
+	}
+	act := &s.acts[ev.Fn]
+	a, op := &ev.Args, act.live
 	switch {
 	case op.what == liveTensor && op.add:
 		if a[0] != 0 {
@@ -516,13 +528,12 @@ func (s *snapshot) call(ev *Event) {
 	case op.what != 0:
 		delete(s.live, liveKey{op.what, a[0]})
 		return
-	case c == ClassLaunch:
+	}
+	switch role := act.role; role {
+	case roleLaunch:
 		if !s.repeat[a[2]] {
 			delete(s.execs, a[2])
 		}
-		return
-	}
-	switch role {
 	case roleWorkspace:
 		if ev.Ret == 0 && a[4] != 0 {
 			s.execs[a[4]] = execRec{made: s.keepCall(ev)}
