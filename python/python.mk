@@ -3,3 +3,18 @@
 # test_real_models.py also trains MindFormers' DeepSeek-V3 and transformers' Llama (requirements-models.txt)
 # and runs examples/ once each (about 100 s, printed at its end).
 PYTESTS += python/tests
+PYTESTS_PURE += python/tests/test_companions.py python/tests/test_guard.py
+
+# The compiled hot path of the companions (python/swapagent/_hot.c: pack, unpack and Packed in C), built against
+# Python's limited API (abi3: one file per architecture for every Python 3 from 3.9 on) beside the agent
+# library, where swapagent.core looks for it. The headers are .venv's Python's (python3's before make venv);
+# the limited API's are the same for every LP64 Linux, so the arm64 cross-build uses them too. Without
+# Python.h nothing is built and the companions run their pure-Python path (the run's summary says so).
+HOT_PY := $(firstword $(wildcard .venv/bin/python) python3)
+HOT_INC = $(shell $(HOT_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+BUILD_TARGETS += $(BUILD)/lib/swapagent_hot.abi3.so
+$(BUILD)/lib/swapagent_hot.abi3.so: python/swapagent/_hot.c shim/c/swapagent.h
+	@mkdir -p $(@D)
+	@if [ -f "$(HOT_INC)/Python.h" ]; then \
+		$(CC) $(CFLAGS) -shared -Ishim/c -I$(HOT_INC) $< -o $@; \
+	else echo "python.mk: no Python.h ($(HOT_PY)): $@ not built, the companions run their pure-Python hot path"; fi

@@ -273,6 +273,9 @@ const (
 	// MetaTraceLevel is the trace level the agent recorded at (SWAPAGENT_TRACE): all, memory or off; a trace
 	// without it was recorded at all.
 	MetaTraceLevel = "trace_level"
+	// MetaCompanionPath is the hot path a framework companion or the guard runs (swapagent_note): "compiled"
+	// (python/swapagent/_hot.c) or "python: <why the compiled one is not running>".
+	MetaCompanionPath = "companion_path"
 )
 
 // IsPython says whether argv runs a Python interpreter (python, python3, python3.11, ...: a script with a

@@ -49,8 +49,8 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
 
 PROCESSES = {  # name -> (agent environment, configurations)
-    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "saved", "hooks", "python", "off"]),
-    "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe"]),
+    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "saved", "hooks", "python-py", "python", "off-py", "off"]),
+    "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe-py", "safe"]),
     "moves": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": "1024"}, ["none", "safe"]),
 }
 # rounds, steps per block: short blocks and many rounds, so that the best block of each configuration is
@@ -261,14 +261,25 @@ class Removable:
 
 
 def install(fw, config):
+    """config's hooks on fw's layers; a companion config ending in -py runs the pure-Python hot path, the others
+    the compiled one (_hot.c) when it loads. A layer takes its path when it is made, so both take turns in one
+    process."""
     if config == "none":
         return Removable([])
     if config in ("hooks", "saved"):
         return fw.install_hooks(saved_only=config == "saved")
-    if config == "python":
-        return fw.install_null()
-    import llama
-    return fw.companion().layer_swap(fw.layers, swap=range(len(llama.SWAP)), prefetch=None, include_cpu=True)
+    from swapagent import core
+    core.hot_module()
+    hot = core._hot  # pylint: disable=protected-access
+    if config.endswith("-py"):
+        core._hot, config = None, config[:-3]  # pylint: disable=protected-access
+    try:
+        if config == "python":
+            return fw.install_null()
+        import llama
+        return fw.companion().layer_swap(fw.layers, swap=range(len(llama.SWAP)), prefetch=None, include_cpu=True)
+    finally:
+        core._hot = hot  # pylint: disable=protected-access
 
 
 class Profile:
@@ -398,7 +409,9 @@ def worker(opt):
         res["configs"][c] = {"wall": [], "cpu": []}
         h.remove()
     res["digests"] = digests
-    timed = "off" in configs  # the profile's block: the companion under the agent, with timers
+    # The profile's block: the companion under the agent, with timers, on the pure-Python path (the compiled
+    # one calls swapagent_unpack past the timers).
+    timed = "off-py" in configs
     if timed:
         res["configs"]["timed"] = {"wall": [], "cpu": [], "blocks": []}
         over = Profile.overhead()
@@ -410,7 +423,7 @@ def worker(opt):
                 prof.wrap_agent(prof.core.load())
                 prof.wrap_companion()
             try:
-                h = install(fw, "off" if c == "timed" else c)
+                h = install(fw, "off-py" if c == "timed" else c)
                 fw.step()
                 if prof is not None:
                     prof.reset()
@@ -436,11 +449,18 @@ def worker(opt):
         res["profile"]["medians"] = {k: sorted(v)[len(v) // 2] for k, v in calls.items() if v}
         res["profile"]["counts"] = {k: len(v) / (len(r["blocks"]) * opt.steps) for k, v in calls.items()}
         del r["blocks"]
+    res["hot_path"] = core_hot_path()
     real = [c for c in configs if c in ("off", "safe")]
     if real:
         res["stats"] = stats_per_step(fw, real[0], max(3, 3 * opt.steps))
     with open(opt.out, "w") as f:
         json.dump(res, f)
+
+
+def core_hot_path():
+    from swapagent import core
+    core.hot_module()
+    return core._hot_path_ran  # pylint: disable=protected-access
 
 
 def stats_per_step(fw, config, steps):
@@ -507,10 +527,13 @@ def report(framework, runs, rounds, steps):
     saves = off["saved_tensors"]
     print("%s: %d saved tensors per step in layers 0-10 (of 12), %.0f swapagent_save calls; best of %d x %d "
           "steps" % (off["version"], saves, off["stats"]["saves"], rounds, steps))
+    print("  hot path of the rows marked compiled: %s" % off.get("hot_path", "?"))
     rows = [("none", off, "none", off), ("saved-tensor hooks (empty)", off, "saved", off),
             ("hooks (empty)", off, "hooks", off),
-            ("companion, null agent", off, "python", off), ("companion, off", off, "off", off),
-            ("none", still, "none", still), ("companion, safe, nothing moves", still, "safe", still),
+            ("companion, null agent, python", off, "python-py", off), ("companion, null agent, compiled", off, "python", off),
+            ("companion, off, python", off, "off-py", off), ("companion, off, compiled", off, "off", off),
+            ("none", still, "none", still), ("companion, safe, still, python", still, "safe-py", still),
+            ("companion, safe, still, compiled", still, "safe", still),
             ("none", moves, "none", moves), ("companion, safe, moves", moves, "safe", moves)]
     print("  %-32s %9s %7s %9s   %9s %7s %9s" % ("", "wall ms", "vs none", "us/saved", "cpu ms", "vs none",
                                                 "us/saved"))
@@ -532,13 +555,13 @@ def report(framework, runs, rounds, steps):
     prof = off["profile"]
     timed_cpu = best(cfg["timed"], "cpu") - prof["timers_s"]
     allin, py, abi = us(timed_cpu - none_cpu), us(prof["hook_s"] - prof["abi_s"]), us(prof["abi_s"])
-    print("  split under off, per saved tensor (cpu; a block with timers, their own cost taken out): +%.2f us = "
+    print("  split under off, python path, per saved tensor (cpu; a block with timers, their own cost taken out): +%.2f us = "
           "companion Python %.2f + ABI and agent %.2f + the framework's hook calls and the rest %.2f" % (
               allin, py, abi, allin - py - abi))
     print("    for comparison: empty hooks %+.2f us (of which the saved-tensor hooks %+.2f us), the companion against "
           "a null agent %+.2f us (its Python without the agent)" % (
               us(best(cfg["hooks"], "cpu") - none_cpu), us(best(cfg["saved"], "cpu") - none_cpu),
-              us(best(cfg["python"], "cpu") - none_cpu)))
+              us(best(cfg["python-py"], "cpu") - none_cpu)))
     parts = []
     for name in Profile.ABI:
         if name in prof["medians"]:

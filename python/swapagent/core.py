@@ -175,6 +175,8 @@ class Agent:
         # Python and must stay small.
         self.save_c = lib.swapagent_save
         self._unpack_c = lib.swapagent_unpack
+        # Its address, for the compiled hot path (_hot.c), which calls it without ctypes.
+        self.unpack_address = ctypes.cast(self._unpack_c, ctypes.c_void_p).value or 0
         self._benter_c = lib.swapagent_backward_enter
         self._bexit_c = lib.swapagent_backward_exit
 
@@ -704,6 +706,81 @@ _entries = registry._entries  # pylint: disable=protected-access
 _chain = itertools.chain
 
 
+# ---- the compiled hot path ------------------------------------------------------------------------
+
+HOT_LIB = "swapagent_hot.abi3.so"  # _hot.c, built for the limited API: one file per architecture
+_hot = None  # the module, once hot_module() decided
+_hot_path_ran = None  # "compiled", or "python: <why>": what the run's summary says (note "companion_path")
+
+
+def hot_candidates():
+    """Where the compiled hot path is looked for, in order: beside the agent library (the preloaded one, or
+    every place load() looks: the source tree's build/lib, the release archive's lib/), then the package's
+    own _native/<machine>/ (the wheel carries one per architecture)."""
+    dirs = []
+    for path in _preloaded_paths() + [p for _, p in library_candidates()]:
+        d = os.path.dirname(os.path.realpath(path))
+        if d not in dirs:
+            dirs.append(d)
+    dirs.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native", os.uname().machine))
+    return [os.path.join(d, HOT_LIB) for d in dirs]
+
+
+def _preloaded_paths():
+    """The libswapagent.so files this process has mapped (a preloaded agent's path is nowhere else)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sorted({l.split(None, 5)[5].strip() for l in f if l.rstrip().endswith("/" + LIB_NAME)})
+    except (OSError, IndexError):
+        return []
+
+
+def hot_module():
+    """The compiled hot path (_hot.c), or None for the pure-Python one, decided once per process.
+    SWAPAGENT_COMPILED: unset or "auto" takes it when it loads; "0" never; "1" insists (AgentError when it does
+    not load). The choice is noted in the trace (companion_path), so the run's summary says which path ran."""
+    global _hot, _hot_path_ran
+    if _hot_path_ran is not None:
+        return _hot
+    want = os.environ.get("SWAPAGENT_COMPILED", "auto").strip().lower() or "auto"
+    if want not in ("auto", "0", "1"):
+        raise AgentError("swapagent: SWAPAGENT_COMPILED=%s: want auto, 0 or 1" % want)
+    why = "SWAPAGENT_COMPILED=0"
+    if want != "0":
+        why = "%s not found (tried %s)" % (HOT_LIB, ", ".join(hot_candidates()))
+        for path in hot_candidates():
+            if not os.path.exists(path):
+                continue
+            try:
+                import importlib.machinery
+                import importlib.util
+                loader = importlib.machinery.ExtensionFileLoader("swapagent._hot", path)
+                spec = importlib.util.spec_from_file_location("swapagent._hot", path, loader=loader)
+                mod = importlib.util.module_from_spec(spec)
+                loader.exec_module(mod)
+                _hot = mod
+                break
+            except (ImportError, OSError) as e:
+                why = "%s does not load: %s" % (path, e)
+        if _hot is None and want == "1":
+            raise AgentError("swapagent: SWAPAGENT_COMPILED=1, but the compiled hot path is not there: " + why)
+    _hot_path_ran = "compiled" if _hot is not None else "python: " + why
+    if _hot is None:
+        log.info("swapagent: the pure-Python hot path runs (%s)", why)
+    return _hot
+
+
+def note_hot_path(agent):
+    """Decides the hot path (hot_module) and notes it in agent's trace (companion_path)."""
+    hot_module()
+    agent.note("companion_path", _hot_path_ran[:1024])
+
+
+def is_packed(x):
+    """Whether x is what a pack hook returned for a saved storage (either path's Packed)."""
+    return type(x) is Packed or (_hot is not None and type(x) is _hot.Packed)  # pylint: disable=unidiomatic-typecheck
+
+
 # ---- gradient hooks on the tensors crossing a region ----------------------------------------------
 
 INPUT, OUTPUT = 0, 1
@@ -1043,6 +1120,15 @@ class Layer:
         fw = self.fw
         saved_of, alias = fw.saved, fw.alias
         waiting, unpacked, region = self._waiting, self._unpacked, self._region
+        hot = hot_module()
+        if hot is not None:
+            # The same pack and unpack in C (_hot.c), on this layer's own lists, dict and sets. A real agent's
+            # swapagent_unpack is called directly; another agent object (a test's, the bench's null agent)
+            # through its unpack method.
+            h = hot.Hot(self, saved_of, alias, region, self._bptr, self._bsize, self._bflag, self._bstore,
+                        self._saved_t, waiting, unpacked, _entries, getattr(self.agent, "unpack_address", 0))
+            self._pack, self._unpack = h.pack, h.unpack
+            return
         bptr, bsize, bflag, bstore, saved_t = self._bptr, self._bsize, self._bflag, self._bstore, self._saved_t
         new = object.__new__
 
@@ -1074,7 +1160,7 @@ class Layer:
             return pk
 
         def unpack(p):
-            if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck
+            if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck (a compiled path's never come here)
                 return p
             ps, i = p.pass_, p.slot
             hs = ps.handles
@@ -1184,6 +1270,7 @@ def start(prefetch):
     """Loads the agent, installs the storage ops once, and checks prefetch against the agent's."""
     agent = load()
     registry.install(agent)
+    note_hot_path(agent)
     if prefetch is not None:
         try:
             have = json.loads(agent.stats_json()).get("prefetch")

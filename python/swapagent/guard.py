@@ -86,6 +86,7 @@ class Guard:
         try:
             self.agent = core.load()
             self.policy = self.agent.policy()
+            core.note_hot_path(self.agent)
         except core.AgentError as ex:
             self.fail("loading the agent", ex)
         return self.agent
@@ -232,7 +233,7 @@ class GuardLayer:
         """hyper-parallel made a SwapTensor of tensor inside this layer's forward (None: a boundary tensor of
         a path layer)."""
         pk = self.layer._pack(tensor)  # pylint: disable=protected-access
-        if isinstance(pk, core.Packed):
+        if core.is_packed(pk):
             if swap_tensor is None:
                 self.boundary.append(pk)
             else:

@@ -1,0 +1,116 @@
+"""test_hot_path.py: the companions' compiled hot path (python/swapagent/_hot.c). It loads and runs by default,
+gives the same losses and gradients as the pure-Python path bit for bit, the pure-Python path takes over when
+it cannot load (or SWAPAGENT_COMPILED=0 says so), and the run's summary says which one ran. The rest of the
+companion tests run on both paths (make py-test runs them again with SWAPAGENT_COMPILED=0)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import test_companions as tc  # noqa: E402
+
+HOT = os.path.join(tc.REPO, "build", "lib", "swapagent_hot.abi3.so")
+
+
+def summary(out):
+    p = subprocess.run([tc.CLI, "report", os.path.join(out, "trace")], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.mark.parametrize("framework", tc.FRAMEWORKS)
+def test_both_paths_bit_identical(framework, tmp_path, monkeypatch):
+    tc.need(HOT)
+    got = {}
+    for want in ("1", "0"):
+        out = str(tmp_path / ("compiled" if want == "1" else "python"))
+        os.makedirs(out)
+        monkeypatch.setenv("SWAPAGENT_COMPILED", want)
+        p, res = tc.run(framework, "swap", "safe", out)
+        assert p.returncode == 0 and res is not None, p.stderr[-3000:]
+        got[want] = (res, out)
+    (res_c, out_c), (res_p, out_p) = got["1"], got["0"]
+    # The compiled path ran where asked, and moved what the pure-Python one moved.
+    assert res_c["stats"]["offloaded_storages"] > 0, res_c["stats"]
+    for k in ("offloaded_storages", "restored_storages", "saves"):
+        assert res_c["stats"].get(k) == res_p["stats"].get(k), (k, res_c["stats"], res_p["stats"])
+    tc.assert_same_numerics(framework, res_p, out_p, res_c, out_c)
+    assert "companion hot path: compiled" in summary(out_c)
+    assert "companion hot path: python: SWAPAGENT_COMPILED=0" in summary(out_p)
+
+
+@pytest.fixture
+def fresh_core(monkeypatch):
+    """swapagent.core with the hot-path decision not taken yet (and put back after)."""
+    sys.path.insert(0, tc.PKG)
+    from swapagent import core
+    monkeypatch.setattr(core, "_hot", None)
+    monkeypatch.setattr(core, "_hot_path_ran", None)
+    return core
+
+
+def test_unloadable_module_falls_back_to_python(fresh_core, tmp_path, monkeypatch):
+    broken = tmp_path / "swapagent_hot.abi3.so"
+    broken.write_bytes(b"not an ELF file")
+    monkeypatch.setattr(fresh_core, "hot_candidates", lambda: [str(tmp_path / "missing.so"), str(broken)])
+    monkeypatch.delenv("SWAPAGENT_COMPILED", raising=False)
+    assert fresh_core.hot_module() is None
+    assert fresh_core._hot_path_ran.startswith("python: %s does not load" % broken), fresh_core._hot_path_ran
+    # Decided once: asking again does not look again.
+    monkeypatch.setattr(fresh_core, "hot_candidates", lambda: [HOT])
+    assert fresh_core.hot_module() is None
+
+
+def test_compiled_required_but_missing_is_a_clear_error(fresh_core, tmp_path, monkeypatch):
+    monkeypatch.setattr(fresh_core, "hot_candidates", lambda: [str(tmp_path / "none.so")])
+    monkeypatch.setenv("SWAPAGENT_COMPILED", "1")
+    with pytest.raises(fresh_core.AgentError, match="SWAPAGENT_COMPILED=1, but the compiled hot path is not there"):
+        fresh_core.hot_module()
+
+
+def test_bad_setting_is_a_clear_error(fresh_core, monkeypatch):
+    monkeypatch.setenv("SWAPAGENT_COMPILED", "yes")
+    with pytest.raises(fresh_core.AgentError, match="SWAPAGENT_COMPILED=yes: want auto, 0 or 1"):
+        fresh_core.hot_module()
+
+
+def test_compiled_module_loads_and_packs(fresh_core, monkeypatch):
+    """The built module, loaded as the companions load it: its Packed carries what core.Packed carries."""
+    tc.need(HOT)
+    monkeypatch.setattr(fresh_core, "hot_candidates", lambda: [HOT])
+    monkeypatch.setenv("SWAPAGENT_COMPILED", "1")
+    hot = fresh_core.hot_module()
+    assert hot is not None and fresh_core._hot_path_ran == "compiled"
+
+    class Pass:
+        def __init__(self):
+            self.refs, self.handles, self.entered = [], [], True
+
+    class Layer:
+        def __init__(self):
+            self.latest, self._params = Pass(), frozenset([200])
+
+    layer, region, lists = Layer(), {}, [[] for _ in range(5)]
+    waiting, unpacked, entries = set(), set(), {}
+    storage = object()
+    saved = {"a": (storage, 100, 64), "p": (storage, 200, 8), "empty": (storage, 0, 0)}
+    h = hot.Hot(layer, saved.get, lambda t: "alias of " + t, region, *lists, waiting, unpacked, entries, 0)
+    pa, pa2, pp = h.pack("a"), h.pack("a"), h.pack("p")
+    assert h.pack("empty") == "empty" and h.pack("no storage") == "no storage"
+    assert fresh_core.is_packed(pa) and (pa.slot, pa2.slot, pp.slot) == (0, 0, 1)
+    assert pa.tensor == "alias of a" and pa.pass_ is layer.latest and pa.handle == 0
+    bptr, bsize, bflag, bstore, saved_t = lists
+    assert (bptr, bsize, bflag, saved_t) == ([100, 200], [64, 8], [0, 1], ["a", "p"]) and bstore == [storage] * 2
+    assert layer.latest.refs == [2, 1] and region == {100: 0, 200: 1} and len(waiting) == 3
+    # Reported: handles 7 and 8; the registry holds the storages.
+    layer.latest.handles[:] = [7, 8]
+    entries.update({7: storage, 8: storage})
+    assert pa.handle == 7
+    del pa2  # a saved tensor freed: one reference less, the storage stays while pa holds it
+    assert layer.latest.refs == [1, 1] and 7 in entries and len(waiting) == 2
+    del pp  # the slot's last one: the registry forgets its storage
+    assert layer.latest.refs == [1, 0] and 8 not in entries and len(waiting) == 1
