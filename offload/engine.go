@@ -407,8 +407,9 @@ func (e *Engine) RegionExit(name string, outputs []uint64) error {
 		h.reason = e.effective(c.Match, c.Reason)
 		e.count(h, 1)
 		base, _ := e.tr.Base(h.sid)
+		// No Detail: this runs once per saved storage, and no observer reads one for a classification.
 		e.emit(Event{Kind: EvClassify, Group: name, Handle: h.id, Storage: h.sid, Base: base, Size: h.size,
-			Reason: h.reason, Detail: "ownership: " + h.truth.String()})
+			Reason: h.reason})
 	}
 	if e.cfg.Policy == PolicySafe {
 		for _, h := range g.region {

@@ -1,9 +1,10 @@
 """companions.py: what the framework companions (swapagent.torch, swapagent.mindspore) cost a training step,
 and where that time goes. `make bench-companions` runs it; figures only, never an assertion.
 
-The workload is llama.py's Llama-shaped decoder (12 layers, hidden 64, RoPE cos/sin passed as a keyword to
-every layer), layers 0-10 wrapped, on CPU with one thread, include_cpu=True (the agent moves CPU storages
-with memcpy). Each framework runs in three processes under the preloaded agent, one per agent setting (the
+The workloads are llama.py's Llama-shaped decoders (RoPE cos/sin passed as a keyword to every layer): the
+llama shape (12 layers, hidden 64, layers 0-10 wrapped), for torch and MindSpore, and the wide one (4
+layers, hidden 1024, layers 0-2 wrapped: layers that do realistic work), for torch; on CPU with one thread,
+include_cpu=True (the agent moves CPU storages with memcpy). Each framework runs in three processes under the preloaded agent, one per agent setting (the
 agent reads SWAPAGENT_POLICY and SWAPAGENT_MIN_BYTES at load):
 
     off        none | saved | hooks | python | off      (SWAPAGENT_POLICY=off)
@@ -30,7 +31,7 @@ ABI call (timers around the C functions), so that
 Under safe with moves the added time is split into the transfer work (moves - still: the storage ops
 that release and restore, and the agent's copies) and the rest (still - none, the same work as off).
 
-    python python/bench/companions.py [--framework torch,mindspore] [--rounds N] [--steps N]
+    python python/bench/companions.py [--framework torch,mindspore] [--shape llama,wide] [--rounds N] [--steps N]
 """
 
 import argparse
@@ -56,6 +57,7 @@ PROCESSES = {  # name -> (agent environment, configurations)
 # rounds, steps per block: short blocks and many rounds, so that the best block of each configuration is
 # one that ran undisturbed on a shared machine
 DEFAULTS = {"torch": (30, 2), "mindspore": (20, 1)}
+WIDE_DEFAULTS = (8, 1)  # the wide shape's steps are long: fewer, and one a block
 
 
 # ---- one process: one framework, one agent setting --------------------------------------------------
@@ -395,7 +397,9 @@ def worker(opt):
     sys.path.insert(0, PKG)
     fw = Torch() if opt.framework == "torch" else MindSpore()
     configs = opt.configs.split(",")
-    res = {"framework": opt.framework, "version": fw.version, "configs": {}, "process": opt.process}
+    import llama
+    res = {"framework": opt.framework, "version": fw.version, "configs": {}, "process": opt.process,
+           "shape": llama.describe()}
     digests = {}
     for c in configs:  # warm up, and the numerics of one step under each configuration
         h = install(fw, c)
@@ -498,10 +502,11 @@ def stats_per_step(fw, config, steps):
 
 # ---- the driver: processes, then the figures ---------------------------------------------------------
 
-def run_process(framework, process, rounds, steps):
+def run_process(framework, process, rounds, steps, shape):
     env_add, configs = PROCESSES[process]
     env = dict(os.environ)
     env.update(env_add)
+    env["SWAPAGENT_BENCH_SHAPE"] = shape
     out_dir = tempfile.mkdtemp(prefix="swapagent-bench-")
     env.update({"LD_PRELOAD": LIB, "SWAPAGENT_OUT": out_dir, "PYTHONPATH": PKG, "GLOG_v": "3",
                 "SWAPAGENT_PREFETCH": "1"})
@@ -525,8 +530,8 @@ def best(r, kind):
 def report(framework, runs, rounds, steps):
     off, still, moves = runs["off"], runs["still"], runs["moves"]
     saves = off["saved_tensors"]
-    print("%s: %d saved tensors per step in layers 0-10 (of 12), %.0f swapagent_save calls; best of %d x %d "
-          "steps" % (off["version"], saves, off["stats"]["saves"], rounds, steps))
+    print("%s, %s: %d saved tensors per step, %.0f swapagent_save calls; best of %d x %d steps" % (
+        off["version"], off["shape"], saves, off["stats"]["saves"], rounds, steps))
     print("  hot path of the rows marked compiled: %s" % off.get("hot_path", "?"))
     rows = [("none", off, "none", off), ("saved-tensor hooks (empty)", off, "saved", off),
             ("hooks (empty)", off, "hooks", off),
@@ -589,6 +594,7 @@ def main():
     ap.add_argument("--framework", default="torch,mindspore")
     ap.add_argument("--rounds", type=int, default=0, help="blocks per configuration (best of)")
     ap.add_argument("--steps", type=int, default=0, help="steps per block")
+    ap.add_argument("--shape", default="llama,wide", help="llama.py's shapes to run (torch only for wide)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--process", help=argparse.SUPPRESS)
     ap.add_argument("--configs", help=argparse.SUPPRESS)
@@ -599,13 +605,15 @@ def main():
         return
     if not os.path.exists(LIB):
         raise SystemExit("bench-companions: %s is missing: run `make build` first" % LIB)
-    print("== companions: Llama-shaped decoder (12 layers, hidden 64, RoPE cos/sin as keyword), CPU, one thread, "
-          "include_cpu=True")
-    for framework in opt.framework.split(","):
-        rounds, steps = DEFAULTS[framework]
-        rounds, steps = opt.rounds or rounds, opt.steps or steps
-        runs = {p: run_process(framework, p, rounds, steps) for p in PROCESSES}
-        report(framework, runs, rounds, steps)
+    print("== companions: Llama-shaped decoders (RoPE cos/sin as keyword), CPU, one thread, include_cpu=True")
+    for shape in opt.shape.split(","):
+        for framework in opt.framework.split(","):
+            if shape != "llama" and framework != "torch":
+                continue  # MindSpore's CPU kernels make the wide model's step minutes long
+            rounds, steps = DEFAULTS[framework] if shape == "llama" else WIDE_DEFAULTS
+            rounds, steps = opt.rounds or rounds, opt.steps or steps
+            runs = {p: run_process(framework, p, rounds, steps, shape) for p in PROCESSES}
+            report(framework, runs, rounds, steps)
 
 
 if __name__ == "__main__":

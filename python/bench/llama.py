@@ -7,14 +7,32 @@ next to attention_mask and position_ids. The operations follow transformers' eag
 float32, rotate_half, softmax in float32, projections as linear layers without bias), so a layer saves
 about as many tensors for backward as transformers' does: 38 per layer, 418 for layers 0-10."""
 
+import os
+
 import numpy as np
 
-LAYERS, HIDDEN, HEADS, FFN, VOCAB = 12, 64, 4, 128, 256
+# The shapes, by name (SWAPAGENT_BENCH_SHAPE, read at import): "llama" is the bench described above; "wide"
+# a decoder whose layers do realistic work on a CPU (hidden 1024, FFN 2816, 64 tokens), 4 layers of which 0-2
+# are wrapped, so that a step's time is mostly the layers' own and a companion's cost per saved tensor shows
+# as the share of a real step it is.
+SHAPES = {  # layers, hidden, heads, ffn, vocab, batch, seq, wrapped
+    "llama": (12, 64, 4, 128, 256, 2, 32, 11),
+    "wide": (4, 1024, 16, 2816, 512, 1, 64, 3),
+}
+SHAPE = os.environ.get("SWAPAGENT_BENCH_SHAPE", "llama")
+if SHAPE not in SHAPES:
+    raise SystemExit("llama.py: SWAPAGENT_BENCH_SHAPE=%s: want one of %s" % (SHAPE, ", ".join(SHAPES)))
+LAYERS, HIDDEN, HEADS, FFN, VOCAB, BATCH, SEQ, _WRAPPED = SHAPES[SHAPE]
 HEAD_DIM = HIDDEN // HEADS
-BATCH, SEQ = 2, 32
 EPS = 1e-6
 THETA = 10000.0
-SWAP = list(range(11))  # layers 0-10, as in the issue's measurement
+SWAP = list(range(_WRAPPED))  # llama: layers 0-10, as in the issue's measurement
+
+
+def describe():
+    """The shape in words, for the bench's headings."""
+    return "%s: %d layers, hidden %d, FFN %d, %d x %d tokens, layers 0-%d wrapped" % (
+        SHAPE, LAYERS, HIDDEN, FFN, BATCH, SEQ, len(SWAP) - 1)
 
 
 def weights(seed=0):
