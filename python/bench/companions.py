@@ -57,7 +57,7 @@ PROCESSES = {  # name -> (agent environment, configurations)
 # rounds, steps per block: short blocks and many rounds, so that the best block of each configuration is
 # one that ran undisturbed on a shared machine
 DEFAULTS = {"torch": (30, 2), "mindspore": (20, 1)}
-WIDE_DEFAULTS = (8, 1)  # the wide shape's steps are long: fewer, and one a block
+WIDE_DEFAULTS = (12, 1)  # the wide shape's steps are long: fewer, and one a block
 
 
 # ---- one process: one framework, one agent setting --------------------------------------------------
