@@ -113,7 +113,7 @@ type SegmentedWriter struct {
 	oldest   int     // index of the oldest segment still on disk
 	snap     snapshot
 	events   uint64 // events added, over every segment
-	bytes    uint64 // bytes written, over every segment (dropped ones included)
+	done     uint64 // bytes of the segments closed so far (dropped ones included)
 	err      error
 }
 
@@ -138,12 +138,10 @@ func (s *SegmentedWriter) Add(ev *Event) error {
 	if s.err != nil {
 		return s.err
 	}
-	before := s.cur.Bytes()
 	if err := s.cur.Add(ev); err != nil {
 		return err
 	}
 	s.events++
-	s.bytes += s.cur.Bytes() - before
 	if s.segBytes > 0 {
 		s.snap.add(ev)
 	}
@@ -157,9 +155,7 @@ func (s *SegmentedWriter) Flush() error {
 	if s.err != nil {
 		return s.err
 	}
-	before := s.cur.Bytes()
 	err := s.cur.Flush()
-	s.bytes += s.cur.Bytes() - before
 	if err != nil {
 		s.err = err
 		return err
@@ -175,9 +171,7 @@ func (s *SegmentedWriter) Flush() error {
 }
 
 func (s *SegmentedWriter) rotate() error {
-	before := s.cur.Bytes()
 	err := s.cur.Close()
-	s.bytes += s.cur.Bytes() - before
 	size := int64(s.cur.Bytes())
 	if cerr := s.out.Close(); err == nil {
 		err = cerr
@@ -198,6 +192,7 @@ func (s *SegmentedWriter) rotate() error {
 		_ = out.Close()
 		return err
 	}
+	s.done += uint64(size) // the closed segment's bytes, now that cur is the next one
 	s.cur, s.out = w, out
 	snap := s.snap.events()
 	mark := Event{Kind: KindSegment, TS: s.snap.lastTS, Args: [6]uint64{uint64(s.k), uint64(len(snap))}}
@@ -209,7 +204,6 @@ func (s *SegmentedWriter) rotate() error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	s.bytes += w.Bytes()
 	// Keep the newest closed segments within the limit; the one being written comes on top of it.
 	var kept int64
 	for _, n := range s.closed {
@@ -226,9 +220,7 @@ func (s *SegmentedWriter) rotate() error {
 
 // Close closes the current segment (not its file, as Writer.Close does not).
 func (s *SegmentedWriter) Close() error {
-	before := s.cur.Bytes()
 	err := s.cur.Close()
-	s.bytes += s.cur.Bytes() - before
 	if s.err != nil && err == nil {
 		err = s.err
 	}
@@ -242,7 +234,7 @@ func (s *SegmentedWriter) Current() io.WriteCloser { return s.out }
 func (s *SegmentedWriter) Events() uint64 { return s.events }
 
 // Bytes returns the bytes written so far, over every segment, the dropped ones included.
-func (s *SegmentedWriter) Bytes() uint64 { return s.bytes }
+func (s *SegmentedWriter) Bytes() uint64 { return s.done + s.cur.Bytes() }
 
 // Segments returns the index of the current segment and of the oldest still kept.
 func (s *SegmentedWriter) Segments() (current, oldest int) { return s.k, s.oldest }
