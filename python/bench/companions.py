@@ -54,10 +54,16 @@ PROCESSES = {  # name -> (agent environment, configurations)
     "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe-py", "safe"]),
     "moves": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": "1024"}, ["none", "safe"]),
 }
+# The wide shape's steps take about half a second: only the rows its question needs (how much of a real
+# step the companion costs), in two processes.
+WIDE_PROCESSES = {
+    "off": (PROCESSES["off"][0], ["none", "hooks", "off-py", "off"]),
+    "still": (PROCESSES["still"][0], ["none", "safe"]),
+}
 # rounds, steps per block: short blocks and many rounds, so that the best block of each configuration is
 # one that ran undisturbed on a shared machine
 DEFAULTS = {"torch": (30, 2), "mindspore": (20, 1)}
-WIDE_DEFAULTS = (12, 1)  # the wide shape's steps are long: fewer, and one a block
+WIDE_DEFAULTS = (24, 1)  # the wide shape's steps are long: fewer, and one a block
 
 
 # ---- one process: one framework, one agent setting --------------------------------------------------
@@ -415,7 +421,7 @@ def worker(opt):
     res["digests"] = digests
     # The profile's block: the companion under the agent, with timers, on the pure-Python path (the compiled
     # one calls swapagent_unpack past the timers).
-    timed = "off-py" in configs
+    timed = "off-py" in configs and "python-py" in configs  # the llama shape only
     if timed:
         res["configs"]["timed"] = {"wall": [], "cpu": [], "blocks": []}
         over = Profile.overhead()
@@ -503,7 +509,7 @@ def stats_per_step(fw, config, steps):
 # ---- the driver: processes, then the figures ---------------------------------------------------------
 
 def run_process(framework, process, rounds, steps, shape):
-    env_add, configs = PROCESSES[process]
+    env_add, configs = (PROCESSES if shape == "llama" else WIDE_PROCESSES)[process]
     env = dict(os.environ)
     env.update(env_add)
     env["SWAPAGENT_BENCH_SHAPE"] = shape
@@ -527,23 +533,18 @@ def best(r, kind):
     return min(r[kind])
 
 
-def report(framework, runs, rounds, steps):
-    off, still, moves = runs["off"], runs["still"], runs["moves"]
+def report_rows(runs, rows, rounds, steps):
+    """The heading and the table of step times for rows (label, process, configuration)."""
+    off = runs["off"]
     saves = off["saved_tensors"]
     print("%s, %s: %d saved tensors per step, %.0f swapagent_save calls; best of %d x %d steps" % (
         off["version"], off["shape"], saves, off["stats"]["saves"], rounds, steps))
     print("  hot path of the rows marked compiled: %s" % off.get("hot_path", "?"))
-    rows = [("none", off, "none", off), ("saved-tensor hooks (empty)", off, "saved", off),
-            ("hooks (empty)", off, "hooks", off),
-            ("companion, null agent, python", off, "python-py", off), ("companion, null agent, compiled", off, "python", off),
-            ("companion, off, python", off, "off-py", off), ("companion, off, compiled", off, "off", off),
-            ("none", still, "none", still), ("companion, safe, still, python", still, "safe-py", still),
-            ("companion, safe, still, compiled", still, "safe", still),
-            ("none", moves, "none", moves), ("companion, safe, moves", moves, "safe", moves)]
     print("  %-32s %9s %7s %9s   %9s %7s %9s" % ("", "wall ms", "vs none", "us/saved", "cpu ms", "vs none",
                                                 "us/saved"))
-    for label, run, c, base_run in rows:
-        r, b = run["configs"][c], base_run["configs"]["none"]
+    for label, proc, c in rows:
+        run = runs[proc]
+        r, b = run["configs"][c], run["configs"]["none"]
         cells = []
         for kind in ("wall", "cpu"):
             t, t0 = best(r, kind), best(b, kind)
@@ -552,6 +553,21 @@ def report(framework, runs, rounds, steps):
             else:
                 cells.append("%9.2f %+6.1f%% %9.2f" % (t * 1e3, (t / t0 - 1) * 100, (t - t0) / saves * 1e6))
         print("  %-32s %s   %s" % (label, cells[0], cells[1]))
+    same = all(d == r["digests"]["none"] for r in runs.values() for d in r["digests"].values())
+    print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
+
+
+def report(framework, runs, rounds, steps):
+    off, still, moves = runs["off"], runs["still"], runs["moves"]
+    saves = off["saved_tensors"]
+    report_rows(runs, [("none", "off", "none"), ("saved-tensor hooks (empty)", "off", "saved"),
+                       ("hooks (empty)", "off", "hooks"),
+                       ("companion, null agent, python", "off", "python-py"),
+                       ("companion, null agent, compiled", "off", "python"),
+                       ("companion, off, python", "off", "off-py"), ("companion, off, compiled", "off", "off"),
+                       ("none", "still", "none"), ("companion, safe, still, python", "still", "safe-py"),
+                       ("companion, safe, still, compiled", "still", "safe"),
+                       ("none", "moves", "none"), ("companion, safe, moves", "moves", "safe")], rounds, steps)
     # the profile: where the time of a saved tensor goes (main-thread CPU, per saved tensor), from the
     # timed block that ran fastest, against none's fastest block
     cfg = off["configs"]
@@ -585,8 +601,6 @@ def report(framework, runs, rounds, steps):
     nones = [best(r["configs"]["none"], "cpu") for r in runs.values()]
     print("  noise: none's best block differs by %.2f ms (%.1f us per saved tensor) between the three processes" % (
         (max(nones) - min(nones)) * 1e3, (max(nones) - min(nones)) / saves * 1e6))
-    same = all(d == r["digests"]["none"] for r in runs.values() for d in r["digests"].values())
-    print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
 
 
 def main():
@@ -612,8 +626,15 @@ def main():
                 continue  # MindSpore's CPU kernels make the wide model's step minutes long
             rounds, steps = DEFAULTS[framework] if shape == "llama" else WIDE_DEFAULTS
             rounds, steps = opt.rounds or rounds, opt.steps or steps
-            runs = {p: run_process(framework, p, rounds, steps, shape) for p in PROCESSES}
-            report(framework, runs, rounds, steps)
+            if shape == "llama":
+                runs = {p: run_process(framework, p, rounds, steps, shape) for p in PROCESSES}
+                report(framework, runs, rounds, steps)
+            else:
+                runs = {p: run_process(framework, p, rounds, steps, shape) for p in WIDE_PROCESSES}
+                report_rows(runs, [("none", "off", "none"), ("hooks (empty)", "off", "hooks"),
+                                   ("companion, off, python", "off", "off-py"), ("companion, off, compiled", "off", "off"),
+                                   ("none", "still", "none"), ("companion, safe, still, compiled", "still", "safe")],
+                            rounds, steps)
 
 
 if __name__ == "__main__":

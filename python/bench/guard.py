@@ -1,8 +1,9 @@
 """guard.py: what the guard costs a training step whose own swap (the hyper-parallel stand-in of the tests)
 does the copies. `make bench-companions` runs it after the companions' bench; figures only.
 
-The workload is llama.py's torch decoder (12 layers, hidden 64, position_embeddings=(cos, sin) as a
-keyword), layers 0-10 wrapped by the stand-in's swap_wrapper and wired with prefetch 1, on CPU, one thread,
+The workloads are llama.py's torch decoders (position_embeddings=(cos, sin) as a keyword): the llama shape
+(12 layers, hidden 64, layers 0-10 wrapped) and the wide one (4 layers, hidden 1024, layers 0-2 wrapped), by
+the stand-in's swap_wrapper and wired with prefetch 1, on CPU, one thread,
 the stand-in's device check forced on. Its swap policy keeps the decoder's shared inputs (cos, sin, the
 mask) itself, MindFormers 2.1.0's workaround, so the job is correct without the guard too. The script runs
 under `swapagent run --policy safe`, so the guard is installed as in a real job; in one process the blocks
@@ -91,8 +92,8 @@ def child(rounds, steps):
     g.failed = False
     st = g.agent and __import__("json").loads(g.agent.stats_json())
     d = best["on"] - best["off"]
-    print("  torch, llama.py decoder (12 layers, hidden 64), layers 0-10 swapped by the stand-in, %d saved tensors "
-          "per step, best of %d blocks of %d steps" % (per_step, rounds, steps))
+    print("  torch, llama.py decoder (%s), swapped by the stand-in, %d saved tensors per step, best of %d blocks "
+          "of %d steps" % (llama.describe(), per_step, rounds, steps))
     print("    the stand-in's swap alone:    %8.2f ms per step" % (best["off"] * 1e3))
     print("    with the guard (safe):        %8.2f ms per step  (x%.3f)" % (best["on"] * 1e3, best["on"] / best["off"]))
     print("    the guard per saved tensor:   %8.2f us" % (d * 1e6 / max(per_step, 1)))
@@ -103,19 +104,29 @@ def child(rounds, steps):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--child", action="store_true")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=0, help="blocks per mode (0: 15 for llama, 16 for wide)")
+    ap.add_argument("--steps", type=int, default=0, help="steps per block (0: 2 for llama, 1 for wide)")
+    ap.add_argument("--shape", default="llama,wide", help="llama.py's shapes to run")
     a = ap.parse_args()
     if a.child:
         child(a.rounds, a.steps)
         return 0
+    rc = 0
+    print("== the guard's cost (python/bench/guard.py): the job's own swap asks the agent before each release")
+    for shape in a.shape.split(","):
+        rounds, steps = {"llama": (15, 2)}.get(shape, (16, 1))
+        rc = rc or run(shape, a.rounds or rounds, a.steps or steps)
+    return rc
+
+
+def run(shape, rounds, steps):
+    """One child under `swapagent run --policy safe` on llama.py's shape."""
     env = dict(os.environ)
     env.update({"PYTHONPATH": STANDIN, "HYPER_PARALLEL_STANDIN_DEVICE": "1", "SWAPAGENT_MIN_BYTES": "1024",
-                "OMP_NUM_THREADS": "1"})
-    print("== the guard's cost (python/bench/guard.py): the job's own swap asks the agent before each release")
+                "OMP_NUM_THREADS": "1", "SWAPAGENT_BENCH_SHAPE": shape})
     with __import__("tempfile").TemporaryDirectory() as out:
         p = subprocess.run([CLI, "run", "--policy", "safe", "--out", out, "--", sys.executable, os.path.abspath(__file__),
-                            "--child", "--rounds", str(a.rounds), "--steps", str(a.steps)], env=env,
+                            "--child", "--rounds", str(rounds), "--steps", str(steps)], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sys.stdout.write(p.stdout)
     if p.returncode != 0:
