@@ -37,15 +37,25 @@ typedef struct {
 
 /* ---- Hot: one layer's pack and unpack, bound to its state. ---- */
 
-typedef struct {
-  PyObject_HEAD PyObject *layer;
-  PyObject *saved_of, *alias;                   /* Framework.saved, Framework.alias */
-  PyObject *region;                             /* dict: storage ptr -> slot */
+/* The objects a Hot holds, in Hot()'s argument order: only object pointers, so init, traverse and clear walk
+ * them as one array (hot_objs). */
+struct hot_objs {
+  PyObject *layer;
+  PyObject *saved_of, *alias;                        /* Framework.saved, Framework.alias */
+  PyObject *region;                                  /* dict: storage ptr -> slot */
   PyObject *bptr, *bsize, *bflag, *bstore, *saved_t; /* lists: the open region's saves, by slot */
-  PyObject *waiting, *unpacked;                 /* sets */
-  PyObject *entries;                            /* dict: the registry's handle -> storage */
-  unpack_fn unpack;                             /* swapagent_unpack, or NULL: the agent's Python method */
+  PyObject *waiting, *unpacked;                      /* sets */
+  PyObject *entries;                                 /* dict: the registry's handle -> storage */
+};
+#define HOT_NOBJS (sizeof(struct hot_objs) / sizeof(PyObject *))
+_Static_assert(HOT_NOBJS == 12, "Hot()'s argument format parses 12 objects");
+
+typedef struct {
+  PyObject_HEAD struct hot_objs o;
+  unpack_fn unpack; /* swapagent_unpack, or NULL: the agent's Python method */
 } Hot;
+
+static PyObject **hot_objs(Hot *h) { return (PyObject **)&h->o; }
 
 static int packed_traverse(PyObject *self, visitproc visit, void *arg) {
   Packed *p = (Packed *)self;
@@ -78,14 +88,14 @@ static void packed_end(Packed *p) {
       PyObject *hs = PyObject_GetAttr(p->pass_, s_handles);
       if (hs != NULL && PyList_Check(hs) && p->slot < PyList_Size(hs)) {
         PyObject *h = PyList_GetItem(hs, p->slot);
-        if (PyDict_Contains(hot->entries, h) == 1) PyDict_DelItem(hot->entries, h);
+        if (PyDict_Contains(hot->o.entries, h) == 1) PyDict_DelItem(hot->o.entries, h);
       }
       Py_XDECREF(hs);
     }
   }
   Py_XDECREF(refs);
   PyObject *id = PyLong_FromVoidPtr(p);
-  if (id != NULL) PySet_Discard(hot->waiting, id);
+  if (id != NULL) PySet_Discard(hot->o.waiting, id);
   Py_XDECREF(id);
 }
 
@@ -144,36 +154,14 @@ static PyType_Spec packed_spec = {"swapagent._hot.Packed", sizeof(Packed), 0,
 /* ---- Hot ---- */
 
 static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
-  Hot *h = (Hot *)self;
-  Py_VISIT(h->layer);
-  Py_VISIT(h->saved_of);
-  Py_VISIT(h->alias);
-  Py_VISIT(h->region);
-  Py_VISIT(h->bptr);
-  Py_VISIT(h->bsize);
-  Py_VISIT(h->bflag);
-  Py_VISIT(h->bstore);
-  Py_VISIT(h->saved_t);
-  Py_VISIT(h->waiting);
-  Py_VISIT(h->unpacked);
-  Py_VISIT(h->entries);
+  PyObject **o = hot_objs((Hot *)self);
+  for (size_t i = 0; i < HOT_NOBJS; i++) Py_VISIT(o[i]);
   return 0;
 }
 
 static int hot_clear(PyObject *self) {
-  Hot *h = (Hot *)self;
-  Py_CLEAR(h->layer);
-  Py_CLEAR(h->saved_of);
-  Py_CLEAR(h->alias);
-  Py_CLEAR(h->region);
-  Py_CLEAR(h->bptr);
-  Py_CLEAR(h->bsize);
-  Py_CLEAR(h->bflag);
-  Py_CLEAR(h->bstore);
-  Py_CLEAR(h->saved_t);
-  Py_CLEAR(h->waiting);
-  Py_CLEAR(h->unpacked);
-  Py_CLEAR(h->entries);
+  PyObject **o = hot_objs((Hot *)self);
+  for (size_t i = 0; i < HOT_NOBJS; i++) Py_CLEAR(o[i]);
   return 0;
 }
 
@@ -195,7 +183,7 @@ static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_TypeError, "Hot() takes no keyword arguments");
     return -1;
   }
-  PyObject *o[12];
+  PyObject *o[HOT_NOBJS];
   if (!PyArg_ParseTuple(args, "OOOO!O!O!O!O!O!OOO!K", &o[0], &o[1], &o[2], &PyDict_Type, &o[3], &PyList_Type,
                         &o[4], &PyList_Type, &o[5], &PyList_Type, &o[6], &PyList_Type, &o[7], &PyList_Type,
                         &o[8], &o[9], &o[10], &PyDict_Type, &o[11], &unpack))
@@ -204,12 +192,11 @@ static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
     PyErr_SetString(PyExc_TypeError, "Hot(): waiting and unpacked must be sets");
     return -1;
   }
-  PyObject **dst[12] = {&h->layer, &h->saved_of, &h->alias, &h->region, &h->bptr, &h->bsize,
-                        &h->bflag, &h->bstore, &h->saved_t, &h->waiting, &h->unpacked, &h->entries};
-  for (int i = 0; i < 12; i++) {
-    PyObject *old = *dst[i];
+  PyObject **dst = hot_objs(h);
+  for (size_t i = 0; i < HOT_NOBJS; i++) {
+    PyObject *old = dst[i];
     Py_INCREF(o[i]);
-    *dst[i] = o[i];
+    dst[i] = o[i];
     Py_XDECREF(old);
   }
   h->unpack = (unpack_fn)(uintptr_t)unpack;
@@ -225,7 +212,7 @@ static long refs_at(PyObject *refs, Py_ssize_t i) {
 /* pack(t): Layer._hot_path's pack. */
 static PyObject *hot_pack(PyObject *self, PyObject *t) {
   Hot *h = (Hot *)self;
-  PyObject *info = PyObject_CallFunctionObjArgs(h->saved_of, t, NULL);
+  PyObject *info = PyObject_CallFunctionObjArgs(h->o.saved_of, t, NULL);
   if (info == NULL) return NULL;
   if (info == Py_None || !PyTuple_Check(info) || PyTuple_Size(info) != 3) {
     Py_DECREF(info);
@@ -233,7 +220,7 @@ static PyObject *hot_pack(PyObject *self, PyObject *t) {
     return t;
   }
   PyObject *s = PyTuple_GetItem(info, 0), *ptr = PyTuple_GetItem(info, 1), *nbytes = PyTuple_GetItem(info, 2);
-  PyObject *ps = PyObject_GetAttr(h->layer, s_latest);
+  PyObject *ps = PyObject_GetAttr(h->o.layer, s_latest);
   PyObject *out = NULL, *refs = NULL, *alias = NULL;
   if (ps == NULL) goto done;
   if (!PyObject_IsTrue(nbytes) || !PyObject_IsTrue(ptr) || ps == Py_None) {
@@ -248,7 +235,7 @@ static PyObject *hot_pack(PyObject *self, PyObject *t) {
     goto done;
   }
   Py_ssize_t i = -1;
-  PyObject *slot = PyDict_GetItemWithError(h->region, ptr); /* borrowed */
+  PyObject *slot = PyDict_GetItemWithError(h->o.region, ptr); /* borrowed */
   if (slot == NULL && PyErr_Occurred()) goto done;
   if (slot != NULL) i = PyLong_AsSsize_t(slot);
   long n = i >= 0 ? refs_at(refs, i) : 0;
@@ -258,26 +245,26 @@ static PyObject *hot_pack(PyObject *self, PyObject *t) {
     PyObject *v = PyLong_FromLong(n + 1);
     if (v == NULL || PyList_SetItem(refs, i, v) < 0) goto done;
   } else {
-    i = PyList_Size(h->bptr);
+    i = PyList_Size(h->o.bptr);
     PyObject *iv = PyLong_FromSsize_t(i);
     if (iv == NULL) goto done;
-    int rc = PyDict_SetItem(h->region, ptr, iv);
+    int rc = PyDict_SetItem(h->o.region, ptr, iv);
     Py_DECREF(iv);
     if (rc < 0) goto done;
-    PyObject *params = PyObject_GetAttr(h->layer, s_params);
+    PyObject *params = PyObject_GetAttr(h->o.layer, s_params);
     if (params == NULL) goto done;
     int param = PySequence_Contains(params, ptr);
     Py_DECREF(params);
     if (param < 0) goto done;
     PyObject *flag = PyLong_FromLong(param ? SWAPAGENT_SAVE_PARAM : 0), *one = PyLong_FromLong(1);
-    rc = flag == NULL || one == NULL || PyList_Append(h->bptr, ptr) < 0 || PyList_Append(h->bsize, nbytes) < 0 ||
-         PyList_Append(h->bflag, flag) < 0 || PyList_Append(h->bstore, s) < 0 || PyList_Append(refs, one) < 0 ||
-         PyList_Append(h->saved_t, t) < 0;
+    rc = flag == NULL || one == NULL || PyList_Append(h->o.bptr, ptr) < 0 || PyList_Append(h->o.bsize, nbytes) < 0 ||
+         PyList_Append(h->o.bflag, flag) < 0 || PyList_Append(h->o.bstore, s) < 0 || PyList_Append(refs, one) < 0 ||
+         PyList_Append(h->o.saved_t, t) < 0;
     Py_XDECREF(flag);
     Py_XDECREF(one);
     if (rc) goto done;
   }
-  alias = PyObject_CallFunctionObjArgs(h->alias, t, NULL);
+  alias = PyObject_CallFunctionObjArgs(h->o.alias, t, NULL);
   if (alias == NULL) goto done;
   allocfunc alloc = (allocfunc)PyType_GetSlot(PackedType, Py_tp_alloc);
   Packed *pk = (Packed *)alloc(PackedType, 0);
@@ -290,7 +277,7 @@ static PyObject *hot_pack(PyObject *self, PyObject *t) {
   Py_INCREF(self);
   pk->hot = self;
   PyObject *id = PyLong_FromVoidPtr(pk);
-  if (id == NULL || PySet_Add(h->waiting, id) < 0) {
+  if (id == NULL || PySet_Add(h->o.waiting, id) < 0) {
     Py_XDECREF(id);
     Py_DECREF(pk);
     goto done;
@@ -324,7 +311,7 @@ static PyObject *call_method2(PyObject *obj, PyObject *name, PyObject *a, PyObje
 
 /* The agent's unpack of handle h: nonzero when the storage is on the device. */
 static int agent_unpack(Hot *h, PyObject *hv, long long handle) {
-  PyObject *agent = PyObject_GetAttr(h->layer, s_agent);
+  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
   if (agent == NULL) return -1;
   if (h->unpack != NULL) {
     /* Directly, unless the agent object's unpack was replaced (a test's recorder, a wrapper): the Python
@@ -365,10 +352,10 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
   hs = PyObject_GetAttr(ps, s_handles);
   if (hs == NULL || !PyList_Check(hs)) goto done;
   if (p->slot >= PyList_Size(hs)) {
-    latest = PyObject_GetAttr(h->layer, s_latest);
+    latest = PyObject_GetAttr(h->o.layer, s_latest);
     if (latest == NULL) goto done;
     if (latest == ps) { /* an unpack inside the region that saved it: the agent hears of its saves first */
-      if ((r = call_method(h->layer, s_flush, NULL)) == NULL) goto done;
+      if ((r = call_method(h->o.layer, s_flush, NULL)) == NULL) goto done;
       Py_CLEAR(r);
     }
   }
@@ -377,7 +364,7 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
   int entered = PyObject_IsTrue(r);
   Py_CLEAR(r);
   if (!entered) { /* the first unpack of a forward not yet entered enters it (and prefetches) */
-    if ((r = call_method(h->layer, s_enter, ps)) == NULL) goto done;
+    if ((r = call_method(h->o.layer, s_enter, ps)) == NULL) goto done;
     Py_CLEAR(r);
   }
   if (p->slot < PyList_Size(hs)) {
@@ -385,15 +372,15 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
     long long handle = PyLong_AsLongLong(hv);
     if (handle == -1 && PyErr_Occurred()) goto done;
     if (handle > 0) {
-      int seen = PySet_Contains(h->unpacked, hv);
+      int seen = PySet_Contains(h->o.unpacked, hv);
       if (seen < 0) goto done;
       if (!seen) {
-        if (PySet_Add(h->unpacked, hv) < 0) goto done;
+        if (PySet_Add(h->o.unpacked, hv) < 0) goto done;
         int ok = agent_unpack(h, hv, handle);
         if (ok < 0) goto done;
         if (!ok) {
           /* agent.check("unpack(<h>)", ERUNTIME): warned of once, the job goes on */
-          PyObject *agent = PyObject_GetAttr(h->layer, s_agent);
+          PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
           PyObject *call = PyUnicode_FromFormat("unpack(%lld)", handle);
           PyObject *code = PyLong_FromLong(SWAPAGENT_ERUNTIME);
           r = agent && call && code ? call_method2(agent, s_check, call, code) : NULL;
@@ -408,10 +395,10 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
   }
   PyObject *id = PyLong_FromVoidPtr(p);
   if (id == NULL) goto done;
-  PySet_Discard(h->waiting, id);
+  PySet_Discard(h->o.waiting, id);
   Py_DECREF(id);
-  if (PySet_Size(h->waiting) == 0) {
-    if ((r = call_method(h->layer, s_maybe_exit, NULL)) == NULL) goto done;
+  if (PySet_Size(h->o.waiting) == 0) {
+    if ((r = call_method(h->o.layer, s_maybe_exit, NULL)) == NULL) goto done;
     Py_CLEAR(r);
   }
   Py_INCREF(p->tensor);

@@ -747,8 +747,9 @@ def hot_module():
         raise AgentError("swapagent: SWAPAGENT_COMPILED=%s: want auto, 0 or 1" % want)
     why = "SWAPAGENT_COMPILED=0"
     if want != "0":
-        why = "%s not found (tried %s)" % (HOT_LIB, ", ".join(hot_candidates()))
-        for path in hot_candidates():
+        candidates = hot_candidates()
+        why = "%s not found (tried %s)" % (HOT_LIB, ", ".join(candidates))
+        for path in candidates:
             if not os.path.exists(path):
                 continue
             try:
@@ -1160,7 +1161,8 @@ class Layer:
             return pk
 
         def unpack(p):
-            if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck (a compiled path's never come here)
+            # (a compiled path's Packed never comes here: each path unpacks its own)
+            if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck
                 return p
             ps, i = p.pass_, p.slot
             hs = ps.handles
