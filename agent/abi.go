@@ -205,13 +205,18 @@ func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
 	if err != nil {
 		return a.result("describe", err)
 	}
-	err = errNoEngine
+	return a.result("describe", a.describeTensors(group, ptrs, descs, tensors))
+}
+
+// describeTensors is Describe once the descriptions were read (tensors: descs parsed), without counting
+// or logging a failure: that is the caller's.
+func (a *Agent) describeTensors(group string, ptrs []uint64, descs []string, tensors []trace.Tensor) error {
+	err := errNoEngine
 	if e := a.begin(); e != nil {
 		err = a.tracker.Describe(group, ptrs, tensors)
 	}
-	c := a.result("describe", err)
-	a.recordText(trace.KindDescribe, group, 0, int64(c), ptrs, wireText(descs))
-	return c
+	a.recordText(trace.KindDescribe, group, 0, int64(Code(err)), ptrs, wireText(descs))
+	return err
 }
 
 // wireText is the trace Text of checked descriptions: their lines as given (trace.JoinTensors's form,
@@ -344,6 +349,28 @@ func (a *Agent) groupCall(call string, kind trace.Kind, group string, ptrs []uin
 func (a *Agent) RegionExit(group string, outputs []uint64) int {
 	return a.groupCall("region_exit", trace.KindRegionExit, group, outputs,
 		func(e *offload.Engine) error { return e.RegionExit(group, outputs) })
+}
+
+// RegionEnd ends group's open region in one call (swapagent_region_end): SaveN of what it saved (none:
+// left out), Describe of desc pointers (none: left out), then RegionExit with its outputs. A bad group or
+// description refuses it whole, before anything is done; otherwise it returns RegionExit's result (a
+// description fails only where the exit does), and each save's is in out.
+func (a *Agent) RegionEnd(group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
+	descPtrs []uint64, descs []string) int {
+	if err := checkGroup(group); err != nil {
+		return a.result("region_end", err)
+	}
+	tensors, err := parseTensors(descs, len(descPtrs))
+	if err != nil {
+		return a.result("region_end", err)
+	}
+	if len(ptrs) > 0 {
+		a.SaveN(group, ptrs, sizes, flags, out)
+	}
+	if len(descPtrs) > 0 {
+		_ = a.describeTensors(group, descPtrs, descs, tensors) // where it fails, the exit fails and says why
+	}
+	return a.RegionExit(group, outputs)
 }
 
 // Protect keeps ptrs on device for group.

@@ -136,6 +136,12 @@ func cDescs(a *agent.Agent, p **C.char, n C.size_t) ([]string, string) {
 	if bad != "" {
 		return nil, bad
 	}
+	return descStrings(a, ptrs)
+}
+
+// descStrings reads the descriptions whose C addresses are ptrs (cDescs's rule), the short ones in one
+// read (cStrings).
+func descStrings(a *agent.Agent, ptrs []uint64) ([]string, string) {
 	out := make([]string, len(ptrs))
 	done := cStrings(a, ptrs, maxDesc+1, out)
 	var buf []byte
@@ -386,76 +392,157 @@ func sa_go_save_n(group *C.char, ptrs *C.uintptr_t, nbytes *C.size_t, flags *C.u
 		return agent.EDisabled
 	}
 	g, bad := cGroup(a, group)
-	var ps, sizes []uint64
-	var fs []uint32
+	var sv saves
 	if bad == "" {
-		ps, sizes, fs, bad = saveArrays(a, ptrs, nbytes, flags, n)
-	}
-	if bad == "" && handles == nil && n > 0 {
-		bad = fmt.Sprintf("NULL handles with n = %d", uint64(n))
+		sv, bad = readSaves(a, ptrs, nbytes, flags, n, handles, nil)
 	}
 	if bad != "" {
 		return C.int(a.Invalid("save_n", bad))
 	}
+	return withHandles(a, "save_n", handles, len(sv.ptrs), func(out []int64) int {
+		return a.SaveN(g, sv.ptrs, sv.sizes, sv.flags, out)
+	})
+}
+
+// withHandles runs call with an array of n handles for it to fill and copies them to the C array handles.
+// The C array must be writable before the call: a save the caller never hears of would leak.
+func withHandles(a *agent.Agent, name string, handles *C.int64_t, n int, call func(out []int64) int) C.int {
 	if n == 0 {
-		return C.int(a.SaveN(g, nil, nil, nil, nil))
+		return C.int(call(nil))
 	}
-	// The output must be writable before anything is saved: a save the caller never hears of would leak.
-	out := make([]int64, int(n))
+	out := make([]int64, n)
 	dst := unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*len(out))
 	if !cWrite(a, unsafe.Pointer(handles), dst) {
-		return C.int(a.Invalid("save_n", fmt.Sprintf("handles: %d values at %#x are not writable memory",
-			uint64(n), uint64(uintptr(unsafe.Pointer(handles))))))
+		return C.int(a.Invalid(name, fmt.Sprintf("handles: %d values at %#x are not writable memory",
+			n, uint64(uintptr(unsafe.Pointer(handles))))))
 	}
-	rc := a.SaveN(g, ps, sizes, fs, out)
+	rc := call(out)
 	if !cWrite(a, unsafe.Pointer(handles), dst) {
-		return C.int(a.Invalid("save_n", "handles: no longer writable memory"))
+		return C.int(a.Invalid(name, "handles: no longer writable memory"))
 	}
 	return C.int(rc)
 }
 
-// saveArrays reads save_n's arrays (flags NULL: none) in one read through the kernel; what cannot be read
-// that way is read (and refused) array by array, by ptrSlice's rule.
-func saveArrays(a *agent.Agent, ptrs *C.uintptr_t, nbytes *C.size_t, flags *C.uint32_t, n C.size_t) (
-	[]uint64, []uint64, []uint32, string) {
-	if n == 0 {
-		return nil, nil, nil, ""
+// saves are save_n's arrays, read.
+type saves struct {
+	ptrs, sizes []uint64
+	flags       []uint32 // nil: all 0
+}
+
+// readSaves reads save_n's arrays (flags NULL: none), and the extra arrays with them, in one read through
+// the kernel (readArrays).
+func readSaves(a *agent.Agent, ptrs *C.uintptr_t, nbytes *C.size_t, flags *C.uint32_t, n C.size_t,
+	handles *C.int64_t, extra []cArray) (saves, string) {
+	var sv saves
+	if n > maxPtrs {
+		return sv, fmt.Sprintf("ptrs: n = %d is above the limit of %d", uint64(n), maxPtrs)
 	}
-	if ptrs != nil && nbytes != nil && n <= maxPtrs {
-		ps, sizes := make([]uint64, int(n)), make([]uint64, int(n))
-		at := []uint64{uint64(uintptr(unsafe.Pointer(ptrs))), uint64(uintptr(unsafe.Pointer(nbytes)))}
-		lens := []int{8 * int(n), 8 * int(n)}
-		var fs []uint32
+	if n > 0 && handles == nil {
+		return sv, fmt.Sprintf("NULL handles with n = %d", uint64(n))
+	}
+	if n > 0 {
+		sv.ptrs, sv.sizes = make([]uint64, int(n)), make([]uint64, int(n))
+		extra = append(extra, u64Array("ptrs", unsafe.Pointer(ptrs), sv.ptrs),
+			u64Array("nbytes", unsafe.Pointer(nbytes), sv.sizes))
 		if flags != nil {
-			fs = make([]uint32, int(n))
-			at, lens = append(at, uint64(uintptr(unsafe.Pointer(flags)))), append(lens, 4*int(n))
+			sv.flags = make([]uint32, int(n))
+			extra = append(extra, cArray{what: "flags", p: unsafe.Pointer(flags), n: int(n),
+				dst: unsafe.Slice((*byte)(unsafe.Pointer(&sv.flags[0])), 4*int(n))})
 		}
-		buf := make([]byte, 20*int(n))
-		if got, exact := a.HostMaps().ReadPieces(buf, at, lens); exact && got == lens[0]+lens[1]+4*len(fs) {
-			for i := range ps {
-				ps[i] = *(*uint64)(unsafe.Pointer(&buf[8*i]))
-				sizes[i] = *(*uint64)(unsafe.Pointer(&buf[8*(int(n)+i)]))
+	}
+	return sv, readArrays(a, extra)
+}
+
+// cArray is a C array argument to read: what names it in a refusal, its address and length, and the Go
+// memory its bytes go to.
+type cArray struct {
+	what string
+	p    unsafe.Pointer
+	n    int
+	dst  []byte
+}
+
+// u64Array is the cArray of len(dst) 64-bit values at p.
+func u64Array(what string, p unsafe.Pointer, dst []uint64) cArray {
+	c := cArray{what: what, p: p, n: len(dst)}
+	if len(dst) > 0 {
+		c.dst = unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 8*len(dst))
+	}
+	return c
+}
+
+// readArrays reads the arrays, in one read through the kernel when each one is readable; otherwise (or
+// where the kernel refuses such reads) one by one by cRead's rule, so that a refusal names the array. An
+// array of no values is not read; NULL with values is refused.
+func readArrays(a *agent.Agent, arrs []cArray) string {
+	at, lens, total := make([]uint64, 0, len(arrs)), make([]int, 0, len(arrs)), 0
+	for _, c := range arrs {
+		if c.n == 0 {
+			continue
+		}
+		if c.p == nil {
+			return fmt.Sprintf("NULL %s with n = %d", c.what, c.n)
+		}
+		if c.n > maxPtrs {
+			return fmt.Sprintf("%s: n = %d is above the limit of %d", c.what, c.n, maxPtrs)
+		}
+		at, lens, total = append(at, uint64(uintptr(c.p))), append(lens, len(c.dst)), total+len(c.dst)
+	}
+	if total == 0 {
+		return ""
+	}
+	buf := make([]byte, total)
+	if got, exact := a.HostMaps().ReadPieces(buf, at, lens); exact && got == total {
+		for _, c := range arrs {
+			if c.n > 0 {
+				buf = buf[copy(c.dst, buf):]
 			}
-			for i := range fs {
-				fs[i] = *(*uint32)(unsafe.Pointer(&buf[16*int(n)+4*i]))
-			}
-			return ps, sizes, fs, ""
+		}
+		return ""
+	}
+	for _, c := range arrs {
+		if c.n > 0 && !cRead(a, c.p, c.dst) {
+			return fmt.Sprintf("%s: %d values at %#x are not readable memory", c.what, c.n, uint64(uintptr(c.p)))
 		}
 	}
-	ps, bad := ptrSlice(a, ptrs, n, "ptrs")
-	var sizes []uint64
-	var fs []uint32
-	if bad == "" {
-		sizes, bad = ptrSlice(a, (*C.uintptr_t)(unsafe.Pointer(nbytes)), n, "nbytes")
+	return ""
+}
+
+//export sa_go_region_end
+func sa_go_region_end(group *C.char, out *C.uintptr_t, nOut C.size_t, ptrs *C.uintptr_t, nbytes *C.size_t,
+	flags *C.uint32_t, nSave C.size_t, handles *C.int64_t, descPtrs *C.uintptr_t, descs **C.char,
+	nDesc C.size_t) (ret C.int) {
+	defer guard("swapagent_region_end", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
 	}
-	if bad == "" && flags != nil {
-		fs = make([]uint32, int(n))
-		if !cRead(a, unsafe.Pointer(flags), unsafe.Slice((*byte)(unsafe.Pointer(&fs[0])), 4*len(fs))) {
-			bad = fmt.Sprintf("flags: %d values at %#x are not readable memory", uint64(n),
-				uint64(uintptr(unsafe.Pointer(flags))))
-		}
+	g, bad := cGroup(a, group)
+	var outs, dps, textAt []uint64
+	var sv saves
+	switch {
+	case bad != "":
+	case nOut > maxPtrs || nDesc > maxPtrs:
+		bad = fmt.Sprintf("n_out = %d, n_desc = %d: above the limit of %d", uint64(nOut), uint64(nDesc), maxPtrs)
+	case nDesc > 0 && descs == nil:
+		bad = fmt.Sprintf("NULL descs with n_desc = %d", uint64(nDesc))
+	default:
+		outs, dps, textAt = make([]uint64, int(nOut)), make([]uint64, int(nDesc)), make([]uint64, int(nDesc))
+		sv, bad = readSaves(a, ptrs, nbytes, flags, nSave, handles, []cArray{
+			u64Array("output_ptrs", unsafe.Pointer(out), outs),
+			u64Array("desc_ptrs", unsafe.Pointer(descPtrs), dps),
+			u64Array("descs", unsafe.Pointer(descs), textAt)})
 	}
-	return ps, sizes, fs, bad
+	var ds []string
+	if bad == "" && nDesc > 0 {
+		ds, bad = descStrings(a, textAt)
+	}
+	if bad != "" {
+		return C.int(a.Invalid("region_end", bad))
+	}
+	return withHandles(a, "region_end", handles, len(sv.ptrs), func(hs []int64) int {
+		return a.RegionEnd(g, outs, sv.ptrs, sv.sizes, sv.flags, hs, dps, ds)
+	})
 }
 
 //export sa_go_region_exit

@@ -86,6 +86,9 @@ class NullAgent:
     def region_exit(self, _group, _ptrs):
         return 0
 
+    def region_end(self, group, _out_ptrs, ptrs, nbytes, flags, _desc_ptrs, _descs):
+        return self.save_n(group, ptrs, nbytes, flags) if ptrs else []
+
     def unpack(self, _handle):
         return 1
 
@@ -295,7 +298,8 @@ class Profile:
     agent's C functions, for a few extra steps."""
     ENTRY = ("forward_pre", "forward_post", "pack", "unpack", "backward_end")
     ABI = ("swapagent_region_enter_kw", "swapagent_region_enter_desc", "swapagent_save", "swapagent_save_n",
-           "swapagent_describe", "swapagent_region_exit", "swapagent_backward_enter", "swapagent_unpack",
+           "swapagent_describe", "swapagent_region_exit", "swapagent_region_end", "swapagent_backward_enter",
+           "swapagent_unpack",
            "swapagent_backward_exit")
 
     def __init__(self):
@@ -369,6 +373,7 @@ class Profile:
             w = self.timed(fn, self.calls[name].append)
             attr = {"swapagent_region_enter_kw": "_enter_kw", "swapagent_region_enter_desc": "_enter_desc",
                     "swapagent_save": "save_c", "swapagent_save_n": "_save_n", "swapagent_describe": "_describe",
+                    "swapagent_region_end": "_end",
                     "swapagent_unpack": "_unpack_c", "swapagent_backward_enter": "_benter_c",
                     "swapagent_backward_exit": "_bexit_c"}.get(name)
             if attr and hasattr(agent, attr):

@@ -151,6 +151,12 @@ class Agent:
         if self._save_n is not None:
             self._save_n.restype = c.c_int
             self._save_n.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_void_p]
+        # A region's end in one call (additive): its saves, descriptions and exit.
+        self._end = getattr(lib, "swapagent_region_end", None)
+        if self._end is not None:
+            self._end.restype = c.c_int
+            self._end.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p,
+                                  c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t]
         # The guard's calls (additive): a group its framework moves itself, and the releases it asks for.
         self._guard = getattr(lib, "swapagent_guard", None)
         self._guard_release = getattr(lib, "swapagent_guard_release", None)
@@ -276,6 +282,36 @@ class Agent:
             hs = [h if h else rc for h in hs]
             for h in set(h for h in hs if h < 0):
                 self.check("save", h)
+        return hs
+
+    def region_end(self, group, out_ptrs, ptrs, nbytes, flags, desc_ptrs, descs):
+        """Ends the group's open region: save_n(group, ptrs, nbytes, flags), describe(group, desc_ptrs,
+        descs), region_exit(group, out_ptrs), in one swapagent_region_end (the three calls with a library
+        that lacks it). Returns save_n's list (each code warned of once, as save's); a failed exit is
+        warned of as region_end's."""
+        if self._end is None:
+            hs = self.save_n(group, ptrs, nbytes, flags) if ptrs else []
+            self.describe(group, desc_ptrs, descs)
+            self.region_exit(group, out_ptrs)
+            return hs
+        n = len(ptrs)
+        out = array.array(_I64, bytes(8 * n))
+        keep_o, o = self._array(out_ptrs)
+        keep_p, p = self._array(ptrs)
+        keep_s, sz = self._array(nbytes)
+        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
+        keep_dp, dp = self._array(desc_ptrs)
+        keep_d, d = self._texts(descs) if desc_ptrs else (None, None)
+        rc = self._end(self._name(group), o, len(out_ptrs), p, sz, f, n, out.buffer_info()[0] if n else None,
+                       dp, d, len(desc_ptrs))
+        hs = out.tolist()
+        if rc < 0 and not any(hs):  # refused as a whole: nothing saved, the region still open
+            self.check("region_end(%s)" % group, rc)
+            return [rc] * n
+        for h in set(h for h in hs if h < 0):
+            self.check("save", h)
+        if rc < 0:
+            self.check("region_end(%s)" % group, rc)
         return hs
 
     def region_exit(self, group, ptrs):
@@ -1009,7 +1045,6 @@ class Layer:
         self.agent.region_enter(self.group, ptrs, n_pos, descs)
 
     def forward_post(self, output):
-        self.flush()
         named = walk_named(output, self._is_tensor, "output", [])
         outs = [t for _, t in named]
         ptr, ptrs, descs, out_ptrs = self._ptr, [], [], []
@@ -1024,8 +1059,13 @@ class Layer:
         ptrs.extend(self._bptr)
         descs.extend(map(saved_desc, self._saved_t))
         self._saved_t.clear()
-        self.agent.describe(self.group, ptrs, descs)
-        self.agent.region_exit(self.group, out_ptrs)
+        end = getattr(self.agent, "region_end", None)
+        if end is not None:  # the saves, descriptions and exit in one call
+            self.flush(lambda g, sp, sn, sf: end(g, out_ptrs, sp, sn, sf, ptrs, descs))
+        else:
+            self.flush()
+            self.agent.describe(self.group, ptrs, descs)
+            self.agent.region_exit(self.group, out_ptrs)
         self._params = frozenset()
         self._clear_region()
         p = self.latest
@@ -1070,16 +1110,18 @@ class Layer:
         for b in (self._bptr, self._bsize, self._bflag, self._bstore):
             b.clear()
 
-    def flush(self):
+    def flush(self, report=None):
         """Reports the saves the open region collected since the last report (one swapagent_save_n; one
         swapagent_save each when the library lacks it): a storage whose saved tensors were all freed
-        already is left out. The registry takes each saved storage under its handle."""
+        already is left out. The registry takes each saved storage under its handle. report(group, ptrs,
+        nbytes, flags), when given, makes the report instead (and is called even with nothing to report):
+        the region's exit (forward_post) ends the region in the same call."""
         p = self.latest
-        if p is None:
-            return
-        hs, refs, bptr = p.handles, p.refs, self._bptr
+        hs, refs, bptr = (p.handles, p.refs, self._bptr) if p is not None else ([], [], [])
         start, n = len(hs), len(bptr)
         if start >= n:
+            if report is not None:
+                report(self.group, [], [], [])
             return
         bsize, bflag, bstore = self._bsize, self._bflag, self._bstore
         if 0 in refs[start:]:  # some storage's saved tensors are all gone already: not reported
@@ -1087,13 +1129,16 @@ class Layer:
         else:
             live = range(start, n)
         hs.extend([0] * (n - start))
-        if live:
-            if start == 0 and len(live) == n:  # the common case: everything the region saved, at its exit
-                ptrs, sizes, flags, stores = bptr, bsize, bflag, bstore
-            else:
-                ptrs, sizes = [bptr[i] for i in live], [bsize[i] for i in live]
-                flags, stores = [bflag[i] for i in live], [bstore[i] for i in live]
+        if start == 0 and len(live) == n:  # the common case: everything the region saved, at its exit
+            ptrs, sizes, flags, stores = bptr, bsize, bflag, bstore
+        else:
+            ptrs, sizes = [bptr[i] for i in live], [bsize[i] for i in live]
+            flags, stores = [bflag[i] for i in live], [bstore[i] for i in live]
+        if report is not None:
+            got = report(self.group, ptrs, sizes, flags)
+        elif live:
             got = self.agent.save_n(self.group, ptrs, sizes, flags)
+        if live:
             if saves_hook is not None and not self.guarded:
                 saves_hook(self, ptrs)
             if isinstance(live, range):

@@ -589,3 +589,28 @@ def test_group_streams_reaches_the_agent(monkeypatch, tmp_path):
     assert agent.group_streams("layer.0", [0x1000, 0x2000]) == 0
     with pytest.warns(RuntimeWarning, match="EINVAL"):
         assert agent.group_streams("", [0x1000]) == core.EINVAL
+
+
+def test_region_end_one_call_or_three(monkeypatch, tmp_path):
+    """Agent.region_end: one swapagent_region_end, or save_n, describe and region_exit with a library that
+    lacks it. Either way every save gets a handle and the region is exited (ending it again is the exit's
+    EORDER, warned of)."""
+    import ctypes
+    monkeypatch.setenv("SWAPAGENT_OUT", str(tmp_path))
+    from swapagent import core
+    agent = core.load()
+    bufs = [ctypes.create_string_buffer(4096) for _ in range(3)]
+    ptrs = [ctypes.addressof(b) for b in bufs]
+    descs = ["output\tfloat32\t1024", b"\tfloat32\t1024", b"\tfloat32\t1024"]
+    for group in ("layer.0", "layer.1"):
+        if group == "layer.1":
+            monkeypatch.setattr(agent, "_end", None)  # an older library
+        assert agent.region_enter(group, ptrs[:1], 1, ["args[0]\tfloat32\t1024"]) == 0
+        hs = agent.region_end(group, ptrs[:1], ptrs[1:], [4096, 4096], [0, core.SAVE_PARAM], ptrs, descs)
+        assert len(hs) == 2 and min(hs) > 0, hs
+        assert [agent.keep_reason(h) for h in hs][1] != agent.keep_reason(hs[0]), "the parameter flag was lost"
+        with pytest.warns(RuntimeWarning, match="EORDER"):
+            assert agent.region_end(group, [], [], [], [], [], []) == []
+        assert agent.backward_enter(group) == 0
+        assert all(agent.unpack(h) for h in hs)
+        assert agent.backward_exit(group) == 0

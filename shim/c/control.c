@@ -25,6 +25,9 @@ extern int sa_go_describe(char *group, uintptr_t *ptrs, char **descs, size_t n);
 extern int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags);
 extern int sa_go_save_n(char *group, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags, size_t n, int64_t *handles);
 extern int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n);
+extern int sa_go_region_end(char *group, uintptr_t *out, size_t n_out, uintptr_t *ptrs, size_t *nbytes,
+                            uint32_t *flags, size_t n_save, int64_t *handles, uintptr_t *desc_ptrs, char **descs,
+                            size_t n_desc);
 extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
 extern int sa_go_group_streams(char *group, uintptr_t *streams, size_t n);
 extern int sa_go_backward_enter(char *group);
@@ -144,6 +147,16 @@ SA_EXPORT int swapagent_save_n(const char *group, const uintptr_t *ptrs, const s
 SA_EXPORT int swapagent_region_exit(const char *group, const uintptr_t *output_ptrs, size_t n) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return SA_GO(sa_go_region_exit((char *)group, (uintptr_t *)output_ptrs, n));
+}
+
+SA_EXPORT int swapagent_region_end(const char *group, const uintptr_t *output_ptrs, size_t n_out,
+                                   const uintptr_t *save_ptrs, const size_t *save_nbytes, const uint32_t *save_flags,
+                                   size_t n_save, int64_t *handles, const uintptr_t *desc_ptrs,
+                                   const char *const *descs, size_t n_desc) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return SA_GO(sa_go_region_end((char *)group, (uintptr_t *)output_ptrs, n_out, (uintptr_t *)save_ptrs,
+                                (size_t *)save_nbytes, (uint32_t *)save_flags, n_save, handles,
+                                (uintptr_t *)desc_ptrs, (char **)descs, n_desc));
 }
 
 SA_EXPORT int swapagent_protect(const char *group, const uintptr_t *ptrs, size_t n) {

@@ -107,6 +107,18 @@ int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *con
  * region_exit (and before an unpack of one of them). */
 int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
                      size_t n, int64_t *handles);
+/* Ends the group's open region in one call: what swapagent_save_n(group, save_ptrs, save_nbytes,
+ * save_flags, n_save, handles), then swapagent_describe(group, desc_ptrs, descs, n_desc), then
+ * swapagent_region_exit(group, output_ptrs, n_out) would do, in that order (n_save or n_desc 0: that part
+ * is left out). handles[i] gets each save's handle or code as from save_n; the call returns what
+ * region_exit returns (a description fails only where the exit does). A bad group, array or description
+ * refuses the whole call (SWAPAGENT_EINVAL), by the rules of those three calls, and does nothing: the
+ * handles are left as they were and the region stays open. One crossing into the agent and one read of
+ * the arguments instead of three: a companion reports what its region saved and its outputs at the
+ * region's exit. */
+int swapagent_region_end(const char *group, const uintptr_t *output_ptrs, size_t n_out, const uintptr_t *save_ptrs,
+                         const size_t *save_nbytes, const uint32_t *save_flags, size_t n_save, int64_t *handles,
+                         const uintptr_t *desc_ptrs, const char *const *descs, size_t n_desc);
 
 /* The guard: swap code the agent does not drive (hyper-parallel's own SwapManager, run unmodified) asks
  * the agent before each storage release it attempts, and obeys. A guarded group is reported like any other

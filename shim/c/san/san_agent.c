@@ -157,6 +157,13 @@ int sa_go_save_n(char *group, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags, 
 }
 
 int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n) { return touch(group, ptrs, n); }
+int sa_go_region_end(char *group, uintptr_t *out, size_t n_out, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags,
+                     size_t n_save, int64_t *handles, uintptr_t *desc_ptrs, char **descs, size_t n_desc) {
+  if (touch(group, desc_ptrs, n_desc) != SWAPAGENT_OK || (n_desc > 0 && descs == NULL)) return SWAPAGENT_EINVAL;
+  int rc = sa_go_save_n(group, ptrs, nbytes, flags, n_save, handles);
+  int exit_rc = sa_go_region_exit(group, out, n_out);
+  return rc != SWAPAGENT_OK ? rc : exit_rc;
+}
 int sa_go_protect(char *group, uintptr_t *ptrs, size_t n) { return touch(group, ptrs, n); }
 int sa_go_group_streams(char *group, uintptr_t *streams, size_t n) { return touch(group, streams, n); }
 int sa_go_backward_enter(char *group) { return touch(group, NULL, 0); }

@@ -451,7 +451,22 @@ static void do_exit(void) {
   const uintptr_t *arr;
   size_t n;
   ptr_array(buf, 8, &arr, &n);
-  int rc = abi.exit(name, arr, n);
+  int rc;
+  if (chance(300)) {
+    /* The region's end in one call, nothing left to save: the outputs also described, now and then with a
+     * descriptions array it cannot read, which refuses the whole call (the region stays open). */
+    const char *dbuf[8];
+    const char *const *descs = NULL;
+    if (n <= 8) desc_array(dbuf, n, &descs);
+    int garbage = chance(100);
+    if (garbage) descs = (const char *const *)GARBAGE;
+    size_t nd = descs != NULL ? n : 0;
+    rc = abi.end(name, arr, n, NULL, NULL, NULL, 0, NULL, arr, descs, nd);
+    if (garbage && n > 0)
+      note(&k_garbage, rc == SWAPAGENT_EINVAL, "region_end with unmapped descs returned %d, want EINVAL", rc);
+  } else {
+    rc = abi.exit(name, arr, n);
+  }
   count(rc);
   if (rc == 0 && g >= 0) grp[g].phase = EXITED;
 }
@@ -640,6 +655,7 @@ static void do_save(void) {
   }
   uint32_t flags = chance(50) ? SWAPAGENT_SAVE_PARAM : 0;
   int64_t h;
+  int ends = 0;
   if (chance(250)) {
     /* The batch call with this save as its one entry; now and then with an array it cannot use (NULL,
      * unmapped, a read-only output), which refuses the whole call and saves nothing. */
@@ -664,11 +680,15 @@ static void do_save(void) {
         break;
       }
     }
-    int rc = abi.save_n(name, pp, np, fp, 1, op);
+    /* Or the region's end with this save, its only output the storage itself. */
+    ends = chance(200);
+    int rc = ends ? abi.end(name, &p, 1, pp, np, fp, 1, op, NULL, NULL, 0) : abi.save_n(name, pp, np, fp, 1, op);
     h = out != 0 ? out : rc; /* out untouched: refused as a whole */
     if (bad != NULL)
-      note(&k_garbage, rc == SWAPAGENT_EINVAL && out == 0, "save_n with %s returned %d (entry %lld), want EINVAL",
-           bad, rc, (long long)out);
+      note(&k_garbage, rc == SWAPAGENT_EINVAL && out == 0, "%s with %s returned %d (entry %lld), want EINVAL",
+           ends ? "region_end" : "save_n", bad, rc, (long long)out);
+    if (ends && out != 0) count(rc); /* the exit's result (the save's is out) */
+    ends = ends && rc == SWAPAGENT_OK; /* the region exited */
     if (bad != NULL) expect = ANY;
   } else {
     h = abi.save(name, p, n, flags);
@@ -682,6 +702,7 @@ static void do_save(void) {
       note(&k_legit, h > 0, "save of %s storage %d (kind %d) %#lx (%zu bytes) returned %lld, want a handle", what,
            i, s->kind, (unsigned long)p, n, (long long)h);
   }
+  if (ends && g >= 0 && grp[g].phase == FWD) grp[g].phase = EXITED;
   if (h > 0) {
     if (g < 0 || nlive == MAXLIVE) {
       /* a bad name the agent took, or too many to follow: keep the storage out of renewal for good */

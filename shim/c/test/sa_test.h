@@ -40,6 +40,7 @@ static struct {
   __typeof__(&swapagent_save) save;
   __typeof__(&swapagent_save_n) save_n;
   __typeof__(&swapagent_region_exit) exit;
+  __typeof__(&swapagent_region_end) end;
   __typeof__(&swapagent_protect) protect;
   __typeof__(&swapagent_group_streams) streams;
   __typeof__(&swapagent_backward_enter) bwd_enter;
@@ -69,6 +70,7 @@ static inline int sa_abi_load(const char *prog) {
   SA_LOOKUP(save, "swapagent_save");
   SA_LOOKUP(save_n, "swapagent_save_n");
   SA_LOOKUP(exit, "swapagent_region_exit");
+  SA_LOOKUP(end, "swapagent_region_end");
   SA_LOOKUP(protect, "swapagent_protect");
   SA_LOOKUP(streams, "swapagent_group_streams");
   SA_LOOKUP(bwd_enter, "swapagent_backward_enter");
