@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# bench-summary.sh METRIC: reads `go test -bench -count N` output and prints, per benchmark, the best (highest)
-# and the median of METRIC (a rate reported with b.ReportMetric, such as events/s) over its N runs, with the
-# other metrics of its best run. A loaded machine slows some runs by up to 2x: the best run is what the
-# code can do, the median what a run can expect.
+# bench-summary.sh METRIC...: reads `go test -bench -count N` output and prints, per metric and benchmark, the
+# best (highest) and the median of METRIC (a rate reported with b.ReportMetric, such as events/s) over its N
+# runs, with the other metrics of its best run. A loaded machine slows some runs by up to 2x: the best run
+# is what the code can do, the median what a run can expect.
 set -euo pipefail
-metric=${1:?usage: bench-summary.sh METRIC}
-awk -v m="$metric" '
+[ $# -gt 0 ] || { echo "usage: bench-summary.sh METRIC..." >&2; exit 2; }
+in=$(cat)
+for metric in "$@"; do
+printf '%s\n' "$in" | awk -v m="$metric" '
 /^Benchmark/ {
   name = $1; sub(/-[0-9]+$/, "", name)
   for (i = 2; i < NF; i++) if ($(i + 1) == m) v = $i
@@ -23,3 +25,4 @@ END {
     printf "%-55s best %.2f M %s, median %.2f M (%d runs); best run: %s\n", name, best[name] / 1e6, m, med / 1e6, c, extra
   }
 }'
+done

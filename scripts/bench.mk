@@ -7,14 +7,14 @@ bench-trace: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
 	@$(GO) test -run XXX -bench 'Benchmark(Write|Read)$$' -benchtime 1s -cpu 1 ./trace/ | grep -E 'Benchmark|ok'
 	@$(GO) test -count=1 -run TestCompactness -v ./trace/ | grep -E 'bytes/event'
 	@echo "== trace: decoder-sim --steps 20 recorded at each SWAPAGENT_TRACE level (targets: all <= 3 B/event,"
-	@echo "   memory <= 1 B per runtime call, writer >= 10 M events/s on one core; 7 runs each, best and median:"
-	@echo "   the machine's load moves a run by up to 2x)"
+	@echo "   memory <= 1 B per runtime call, writer >= 10 M events/s on one core; 7 runs each, best and median,"
+	@echo "   per second of wall time and per second of CPU time: the machine's load moves a run by up to 2x)"
 	@set -e; d=$$(mktemp -d); trap 'rm -rf $$d' EXIT; for l in all memory off; do \
 		LD_PRELOAD=$(CURDIR)/$(BUILD)/lib/libswapagent.so SWAPAGENT_OUT=$$d/$$l SWAPAGENT_TRACE=$$l \
 			$(BUILD)/bin/decoder-sim --steps 20 >/dev/null 2>&1; done; \
 		SWAPAGENT_BENCH_TRACES=$$d $(GO) test -count=1 -run TestRecordedSizes -v ./trace/ | grep -E '^trace level'; \
 		SWAPAGENT_BENCH_TRACES=$$d $(GO) test -count=7 -run XXX -bench WriteRecorded -benchtime 1s -cpu 1 ./trace/ | \
-			bash scripts/bench-summary.sh events/s
+			bash scripts/bench-summary.sh events/s events/cpu-s
 
 BENCHES += bench-replay
 .PHONY: bench-replay
