@@ -2,7 +2,9 @@
 # swapagent.mindspore) cost a training step (python/bench/companions.py): on a Llama-shaped decoder
 # (12 layers, hidden 64, CPU), µs per saved tensor and step time with the companion under off and safe
 # against no companion, each measured side by side in one run (best of N), and the profile of where a
-# saved tensor's time goes (framework hooks, the companion's Python, ABI and agent). Then the agent's own
+# saved tensor's time goes (framework hooks, the companion's Python, ABI and agent). Then issue 26's own
+# check (python/bench/floor.py): on a 12-layer hidden-96 model, the companion under off on both hot paths
+# against the empty hooks of its kinds, least of 3 interleaved runs of best of 5 x 20 steps. Then the agent's own
 # part alone (agent/abi_bench_test.go): a region of 38 saves per iteration through the agent's control
 # methods, with one save call per storage against one batched call, and the parts a call is made of. And the
 # guard's cost (python/bench/guard.py): the same decoder swapped by the hyper-parallel stand-in under
@@ -13,6 +15,7 @@ BENCHES += bench-companions
 .PHONY: bench-companions
 bench-companions: $(BUILD)/lib/libswapagent.so
 	@.venv/bin/python python/bench/companions.py
+	@.venv/bin/python python/bench/floor.py
 	@.venv/bin/python python/bench/guard.py
 	@echo "== the agent's part of a saved tensor, alone (ns per save: a region of 38 saves, exit, unpacks, backward exit)"
 	@$(GO) test -run - -bench 'BenchmarkRegion|BenchmarkParts' -benchtime 2000x ./agent/ | \
