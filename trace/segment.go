@@ -258,8 +258,47 @@ type snapshot struct {
 	tensors []keptCall
 	execs   map[uint64]execRec // executors not yet used up by a launch or destroyed
 	repeat  map[uint64]bool    // executors made repeatable: a launch does not use them up
-	groups  map[uint32][]kept  // each group's current region: since its last KindRegionEnter
+	groups  regions            // each group's current region: since its last KindRegionEnter
 	handles groupOf            // handle -> group, for the records that carry only a handle
+}
+
+// regions holds each group's current region by group ID. The agent numbers groups from 1 up, so a slice
+// indexed by ID finds one without hashing (every swap-ABI record looks its group up); an ID beyond it
+// (another writer's numbering) goes to a map.
+type regions struct {
+	small [][]kept
+	big   map[uint32]*[]kept
+}
+
+const maxSmallGroup = 1 << 12
+
+// of returns group id's region, made empty when it has none yet.
+func (r *regions) of(id uint32) *[]kept {
+	if id < maxSmallGroup {
+		for uint32(len(r.small)) <= id {
+			r.small = append(r.small, make([][]kept, len(r.small)+16)...)
+		}
+		return &r.small[id]
+	}
+	ks := r.big[id]
+	if ks == nil {
+		if r.big == nil {
+			r.big = map[uint32]*[]kept{}
+		}
+		ks = new([]kept)
+		r.big[id] = ks
+	}
+	return ks
+}
+
+// each calls fn with every group's region.
+func (r *regions) each(fn func([]kept)) {
+	for _, ks := range r.small {
+		fn(ks)
+	}
+	for _, ks := range r.big {
+		fn(*ks)
+	}
 }
 
 type kept struct {
@@ -395,7 +434,7 @@ func (s *snapshot) add(ev *Event) {
 	if s.names == nil {
 		s.names, s.guarded = map[uint64]kept{}, map[uint32]kept{}
 		s.live, s.execs, s.repeat = map[liveKey]keptCall{}, map[uint64]execRec{}, map[uint64]bool{}
-		s.groups, s.handles = map[uint32][]kept{}, groupOf{big: map[int64]uint32{}}
+		s.handles = groupOf{big: map[int64]uint32{}}
 	}
 	switch ev.Kind {
 	case KindCall:
@@ -429,10 +468,11 @@ func (s *snapshot) add(ev *Event) {
 	case KindSegment:
 		// A segment's own mark: not state.
 	case KindRegionEnter:
-		for _, k := range s.groups[ev.Group] {
+		ks := s.groups.of(ev.Group)
+		for _, k := range *ks {
 			s.handles.set(k.ev.Handle, 0)
 		}
-		s.groups[ev.Group] = append(s.groups[ev.Group][:0], s.keep(ev))
+		*ks = append((*ks)[:0], s.keep(ev))
 	default:
 		// The swap ABI's records of a region: kept with their group's current region.
 		g := ev.Group
@@ -442,7 +482,8 @@ func (s *snapshot) add(ev *Event) {
 			s.handles.set(ev.Handle, g)
 		}
 		if g != 0 {
-			s.groups[g] = append(s.groups[g], s.keep(ev))
+			ks := s.groups.of(g)
+			*ks = append(*ks, s.keep(ev))
 		}
 	}
 }
@@ -579,9 +620,7 @@ func (s *snapshot) events() []*Event {
 		calls(x.made)
 		calls(x.changed...)
 	}
-	for _, ks := range s.groups {
-		take(ks)
-	}
+	s.groups.each(take)
 	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
 	out := make([]*Event, len(all))
 	for i, k := range all {
