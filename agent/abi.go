@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -173,7 +174,7 @@ func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, 
 		return a.result("region_enter", fmt.Errorf("%w: %d inputs, %d positional", offload.ErrInvalid,
 			len(inputs), nPositional))
 	}
-	tensors, err := parseTensors(descs, len(inputs))
+	tensors, err := a.parseTensors(descs, len(inputs))
 	if err != nil {
 		return a.result("region_enter", err)
 	}
@@ -201,7 +202,7 @@ func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
 	if err := checkGroup(group); err != nil {
 		return a.result("describe", err)
 	}
-	tensors, err := parseTensors(descs, len(ptrs))
+	tensors, err := a.parseTensors(descs, len(ptrs))
 	if err != nil {
 		return a.result("describe", err)
 	}
@@ -231,7 +232,7 @@ func wireText(descs []string) string {
 }
 
 // parseTensors reads n descriptions (none: n zero Tensors); a malformed one refuses the call.
-func parseTensors(descs []string, n int) ([]trace.Tensor, error) {
+func (a *Agent) parseTensors(descs []string, n int) ([]trace.Tensor, error) {
 	out := make([]trace.Tensor, n)
 	if descs == nil {
 		return out, nil
@@ -239,14 +240,38 @@ func parseTensors(descs []string, n int) ([]trace.Tensor, error) {
 	if len(descs) != n {
 		return nil, fmt.Errorf("%w: %d descriptions for %d pointers", offload.ErrInvalid, len(descs), n)
 	}
+	return out, a.parsed.parse(descs, out)
+}
+
+// tensorCache holds the descriptions parsed so far. A companion describes the same arguments and saved
+// shapes every step, and parsing was most of a description's cost in the agent: a line is parsed once.
+// Bounded: a caller whose lines never repeat starts it over. The Tensors are shared, never changed.
+type tensorCache struct {
+	mu sync.Mutex
+	m  map[string]trace.Tensor
+}
+
+const maxParsed = 4096
+
+// parse fills out with descs parsed; a malformed one is the error.
+func (c *tensorCache) parse(descs []string, out []trace.Tensor) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for i, d := range descs {
-		t, err := trace.ParseTensor(d)
-		if err != nil {
-			return nil, fmt.Errorf("%w: description %d: %v", offload.ErrInvalid, i, err)
+		t, ok := c.m[d]
+		if !ok {
+			var err error
+			if t, err = trace.ParseTensor(d); err != nil {
+				return fmt.Errorf("%w: description %d: %v", offload.ErrInvalid, i, err)
+			}
+			if c.m == nil || len(c.m) >= maxParsed {
+				c.m = make(map[string]trace.Tensor)
+			}
+			c.m[d] = t
 		}
 		out[i] = t
 	}
-	return out, nil
+	return nil
 }
 
 // Save registers a saved storage and returns its handle (or a negative code).
@@ -360,7 +385,7 @@ func (a *Agent) RegionEnd(group string, outputs, ptrs, sizes []uint64, flags []u
 	if err := checkGroup(group); err != nil {
 		return a.result("region_end", err)
 	}
-	tensors, err := parseTensors(descs, len(descPtrs))
+	tensors, err := a.parseTensors(descs, len(descPtrs))
 	if err != nil {
 		return a.result("region_end", err)
 	}

@@ -42,6 +42,7 @@ type Agent struct {
 	cfg    Config
 	native Native
 	stderr io.Writer
+	parsed tensorCache // the tensor descriptions parsed so far (parseTensors)
 	// logQ keeps warnings and errors for the trace (KindLog); logHook may run with mu held or not, so it
 	// queues under its own lock.
 	logQ struct {
