@@ -22,7 +22,7 @@ typedef uintptr_t (*unpack_fn)(int64_t handle);
 
 /* Interned attribute names, made once at import. */
 static PyObject *s_latest, *s_params, *s_refs, *s_handles, *s_entered, *s_flush, *s_enter, *s_maybe_exit,
-    *s_agent, *s_unpack, *s_check, *s_dict;
+    *s_agent, *s_unpack, *s_check, *s_dict, *s_dtype, *s_shape;
 
 static PyTypeObject *PackedType, *HotType;
 
@@ -410,6 +410,43 @@ done:
   return out;
 }
 
+/* saved_descs(tensors, cache, describe): core.saved_desc of each tensor, as a list: cache[(t.dtype, t.shape)]
+ * where the cache has it (the shape as the framework gives it: torch.Size and MindSpore's tuple hash and
+ * compare as the tuple core.saved_desc keys by), else describe(t), which fills the cache. */
+static PyObject *saved_descs(PyObject *Py_UNUSED(module), PyObject *args) {
+  PyObject *ts, *cache, *describe;
+  if (!PyArg_ParseTuple(args, "O!O!O", &PyList_Type, &ts, &PyDict_Type, &cache, &describe)) return NULL;
+  Py_ssize_t n = PyList_Size(ts);
+  PyObject *out = PyList_New(n);
+  if (out == NULL) return NULL;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *t = PyList_GetItem(ts, i); /* borrowed */
+    PyObject *dtype = PyObject_GetAttr(t, s_dtype), *shape = dtype != NULL ? PyObject_GetAttr(t, s_shape) : NULL;
+    PyObject *key = shape != NULL ? PyTuple_Pack(2, dtype, shape) : NULL;
+    Py_XDECREF(dtype);
+    Py_XDECREF(shape);
+    PyObject *d = key != NULL ? PyDict_GetItemWithError(cache, key) : NULL; /* borrowed */
+    Py_XDECREF(key);
+    if (d != NULL) {
+      Py_INCREF(d);
+    } else {
+      PyErr_Clear(); /* an attribute the framework lacks, an unhashable shape: describe says what is wrong */
+      d = PyObject_CallFunctionObjArgs(describe, t, NULL);
+      if (d == NULL) {
+        Py_DECREF(out);
+        return NULL;
+      }
+    }
+    PyList_SetItem(out, i, d); /* steals d */
+  }
+  return out;
+}
+
+static PyMethodDef module_methods[] = {
+    {"saved_descs", saved_descs, METH_VARARGS, "core.saved_desc of each tensor of a list, as a list."},
+    {NULL, NULL, 0, NULL},
+};
+
 static PyMethodDef hot_methods[] = {
     {"pack", hot_pack, METH_O, "The saved-tensor pack hook (core.Layer.pack)."},
     {"unpack", hot_unpack, METH_O, "The saved-tensor unpack hook (core.Layer.unpack)."},
@@ -431,8 +468,8 @@ static PyType_Spec hot_spec = {"swapagent._hot.Hot", sizeof(Hot), 0, Py_TPFLAGS_
                                hot_slots};
 
 static struct PyModuleDef hot_module = {
-    PyModuleDef_HEAD_INIT, "_hot", "The companions' compiled hot path (see _hot.c).", -1, NULL, NULL, NULL, NULL,
-    NULL,
+    PyModuleDef_HEAD_INIT, "_hot", "The companions' compiled hot path (see _hot.c).", -1, module_methods, NULL, NULL,
+    NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__hot(void) {
@@ -442,7 +479,8 @@ PyMODINIT_FUNC PyInit__hot(void) {
   } names[] = {{&s_latest, "latest"}, {&s_params, "_params"},   {&s_refs, "refs"},
                {&s_handles, "handles"}, {&s_entered, "entered"}, {&s_flush, "flush"},
                {&s_enter, "enter"},     {&s_maybe_exit, "maybe_exit"}, {&s_agent, "agent"},
-               {&s_unpack, "unpack"},   {&s_check, "check"},            {&s_dict, "__dict__"}};
+               {&s_unpack, "unpack"},   {&s_check, "check"},            {&s_dict, "__dict__"},
+               {&s_dtype, "dtype"},     {&s_shape, "shape"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if ((*names[i].dst = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
   PyObject *m = PyModule_Create(&hot_module);

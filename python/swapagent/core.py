@@ -1057,7 +1057,7 @@ class Layer:
                 descs.append(describe_line(path, t))
         # What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's).
         ptrs.extend(self._bptr)
-        descs.extend(map(saved_desc, self._saved_t))
+        descs.extend(self._saved_descs(self._saved_t))
         self._saved_t.clear()
         end = getattr(self.agent, "region_end", None)
         if end is not None:  # the saves, descriptions and exit in one call
@@ -1174,9 +1174,12 @@ class Layer:
             h = hot.Hot(self, saved_of, alias, region, self._bptr, self._bsize, self._bflag, self._bstore,
                         self._saved_t, waiting, unpacked, _entries, getattr(self.agent, "unpack_address", 0))
             self._pack, self._unpack = h.pack, h.unpack
+            descs_of = hot.saved_descs  # saved_desc of each saved tensor at region exit, in C too
+            self._saved_descs = lambda ts: descs_of(ts, _saved_descs, saved_desc)
             return
         bptr, bsize, bflag, bstore, saved_t = self._bptr, self._bsize, self._bflag, self._bstore, self._saved_t
         new = object.__new__
+        self._saved_descs = lambda ts: map(saved_desc, ts)
 
         def pack(t):
             info = saved_of(t)

@@ -114,3 +114,26 @@ def test_compiled_module_loads_and_packs(fresh_core, monkeypatch):
     assert layer.latest.refs == [1, 1] and 7 in entries and len(waiting) == 2
     del pp  # the slot's last one: the registry forgets its storage
     assert layer.latest.refs == [1, 0] and 8 not in entries and len(waiting) == 1
+
+
+@pytest.mark.parametrize("framework", tc.FRAMEWORKS)
+def test_compiled_saved_descs_are_saved_desc(fresh_core, monkeypatch, framework):
+    """The compiled descriptions of a region's saved tensors are core.saved_desc's, from the cache or through
+    it; an object that is no tensor raises what saved_desc raises."""
+    tc.need(HOT)
+    monkeypatch.setattr(fresh_core, "hot_candidates", lambda: [HOT])
+    monkeypatch.setenv("SWAPAGENT_COMPILED", "1")
+    hot = fresh_core.hot_module()
+    if framework == "torch":
+        import torch
+        ts = [torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(4, dtype=torch.float16), torch.tensor(1.0)]
+    else:
+        import mindspore as ms
+        import numpy as np
+        ts = [ms.Tensor(np.zeros((2, 3), np.float32)), ms.Tensor(np.zeros(4, np.float16)), ms.Tensor(1.0)]
+    cache = {}
+    got = hot.saved_descs(ts, cache, fresh_core.saved_desc)  # the module's own cache is not this one
+    assert got == [fresh_core.saved_desc(t) for t in ts] and all(type(d) is bytes for d in got)
+    assert hot.saved_descs(ts, fresh_core._saved_descs, fresh_core.saved_desc) == got
+    with pytest.raises(AttributeError):
+        hot.saved_descs([object()], fresh_core._saved_descs, fresh_core.saved_desc)
