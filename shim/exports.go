@@ -222,22 +222,17 @@ func cStrings(a *agent.Agent, ptrs []uint64, limit int, out []string) []bool {
 	return done
 }
 
-// ptrSlice copies n pointers; NULL with n > 0, n beyond the trace limit and an array the process cannot
-// read are refused (a reason is returned).
+// ptrSlice copies n pointers by readArrays's rules: NULL with n > 0, n beyond the trace limit and an array
+// the process cannot read are refused (a reason is returned).
 func ptrSlice(a *agent.Agent, p *C.uintptr_t, n C.size_t, what string) ([]uint64, string) {
-	if n == 0 {
-		return nil, ""
+	arr := cArray{what: what, p: unsafe.Pointer(p), n: int(min(n, maxPtrs+1))}
+	var out []uint64
+	if p != nil && n > 0 && n <= maxPtrs { // nothing allocated for what readArrays refuses
+		out = make([]uint64, int(n))
+		arr = u64Array(what, unsafe.Pointer(p), out)
 	}
-	if p == nil {
-		return nil, fmt.Sprintf("NULL %s with n = %d", what, uint64(n))
-	}
-	if n > maxPtrs {
-		return nil, fmt.Sprintf("%s: n = %d is above the limit of %d", what, uint64(n), maxPtrs)
-	}
-	out := make([]uint64, int(n))
-	if !cRead(a, unsafe.Pointer(p), unsafe.Slice((*byte)(unsafe.Pointer(&out[0])), 8*len(out))) {
-		return nil, fmt.Sprintf("%s: %d pointers at %#x are not readable memory", what, uint64(n),
-			uint64(uintptr(unsafe.Pointer(p))))
+	if bad := readArrays(a, []cArray{arr}); bad != "" {
+		return nil, bad
 	}
 	return out, ""
 }
