@@ -12,9 +12,6 @@ import (
 	"time"
 	"unsafe"
 
-	"go.uber.org/zap/zapcore"
-
-	"swapagent/offload"
 	"swapagent/trace"
 )
 
@@ -199,10 +196,7 @@ func runLevel(t *testing.T, level string, dev []byte) levelRun {
 	n := levelNative{&fakeNative{t0: time.Now()}}
 	var stderr bytes.Buffer
 	out := t.TempDir()
-	a := New(Config{Policy: "outputs-only", Out: out, Prefetch: 0, MinBytes: 64, Level: zapcore.ErrorLevel,
-		Rank: -1, Trace: level}, n, &stderr, nil)
-	a.StartEngine(offload.NewMemcpyMover())
-	a.SetStorageOps(&resizeOps{released: map[int64]bool{}})
+	a := outputsOnlyAgent(n, out, level, &stderr)
 	cos, hid := uint64(uintptr(unsafe.Pointer(&dev[0]))), uint64(uintptr(unsafe.Pointer(&dev[4096])))
 	n.push(fnMalloc, cos, 2048)
 	n.push(fnMalloc, hid, 16384)
