@@ -261,6 +261,15 @@ class Agent:
         rc = self._describe(self._name(group), a, d, len(ptrs))
         return rc if rc == OK else self.check("describe(%s)" % group, rc)
 
+    def _save_arrays(self, ptrs, nbytes, flags):
+        """save_n's C arguments: (the buffers to keep alive across the call, the addresses of ptrs, nbytes,
+        flags (None when all 0) and the handles' array (None when empty), that array)."""
+        out = array.array(_I64, bytes(8 * len(ptrs)))
+        keep_p, p = self._array(ptrs)
+        keep_s, sz = self._array(nbytes)
+        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
+        return (keep_p, keep_s, keep_f), (p, sz, f, out.buffer_info()[0] if ptrs else None), out
+
     def save(self, group, ptr, nbytes, flags):
         return self.check("save", self.save_c(self._name(group), ptr, nbytes, flags))
 
@@ -272,11 +281,8 @@ class Agent:
         if self._save_n is None:
             save = self.save_c
             return [self.check("save", save(g, p, b, f)) for p, b, f in zip(ptrs, nbytes, flags)]
-        out = array.array(_I64, bytes(8 * n))
-        keep_p, p = self._array(ptrs)
-        keep_s, sz = self._array(nbytes)
-        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
-        rc = self._save_n(g, p, sz, f, n, out.buffer_info()[0])
+        keep, (p, sz, f, o), out = self._save_arrays(ptrs, nbytes, flags)
+        rc = self._save_n(g, p, sz, f, n, o)
         hs = out.tolist()
         if rc < 0:  # entries left 0: the call itself was refused
             hs = [h if h else rc for h in hs]
@@ -295,15 +301,11 @@ class Agent:
             self.region_exit(group, out_ptrs)
             return hs
         n = len(ptrs)
-        out = array.array(_I64, bytes(8 * n))
+        keep, (p, sz, f, hs_at), out = self._save_arrays(ptrs, nbytes, flags)
         keep_o, o = self._array(out_ptrs)
-        keep_p, p = self._array(ptrs)
-        keep_s, sz = self._array(nbytes)
-        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
         keep_dp, dp = self._array(desc_ptrs)
         keep_d, d = self._texts(descs) if desc_ptrs else (None, None)
-        rc = self._end(self._name(group), o, len(out_ptrs), p, sz, f, n, out.buffer_info()[0] if n else None,
-                       dp, d, len(desc_ptrs))
+        rc = self._end(self._name(group), o, len(out_ptrs), p, sz, f, n, hs_at, dp, d, len(desc_ptrs))
         hs = out.tolist()
         if rc < 0 and not any(hs):  # refused as a whole: nothing saved, the region still open
             self.check("region_end(%s)" % group, rc)
