@@ -69,9 +69,19 @@ func TestMsrunWorkersTracedAndDiagnosedPerRank(t *testing.T) {
 // runMsrun runs the job under swapagent as the report did: msrun, two workers, outputs-only. It must fail.
 func runMsrun(t *testing.T, cli, msrun, sim, dir, logs, out string) {
 	t.Helper()
-	// msrun starts `python SCRIPT ARGS` in every role; the script becomes decoder-sim.
+	// msrun starts `python SCRIPT ARGS` in every role; the script becomes decoder-sim. msrun stops every
+	// worker once one fails, so the workers first wait for each other (a file per worker in dir): both then
+	// reach the fault at about the same time however late msrun started one of them.
 	script := filepath.Join(dir, "worker.py")
-	if err := os.WriteFile(script, []byte("import os, sys\nos.execv(sys.argv[1], sys.argv[1:])\n"), 0o600); err != nil {
+	src := `import glob, os, sys, time
+if os.environ.get("MS_ROLE") != "MS_SCHED":
+    open(os.path.join(sys.argv[1], "ready.%d" % os.getpid()), "w").close()
+    deadline = time.time() + 60
+    while len(glob.glob(os.path.join(sys.argv[1], "ready.*"))) < 2 and time.time() < deadline:
+        time.sleep(0.01)
+os.execv(sys.argv[2], sys.argv[2:])
+`
+	if err := os.WriteFile(script, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -85,7 +95,7 @@ func runMsrun(t *testing.T, cli, msrun, sim, dir, logs, out string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, cli, "run", "--policy", "outputs-only", "--out", out, "--", msrun,
 		"--worker_num=2", "--local_worker_num=2", "--master_port="+strconv.Itoa(port), "--log_dir="+logs,
-		"--join=True", script, sim, "--steps", "1")
+		"--join=True", script, dir, sim, "--steps", "1")
 	cmd.WaitDelay = 10 * time.Second
 	runOut, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
