@@ -9,6 +9,8 @@ Configurations, taking turns in that process:
     none       no hooks
     hooks      empty hooks of the companion's kinds: forward pre-hooks with kwargs, forward hooks, saved-tensor
                hooks, a gradient hook per tensor crossing a layer
+    null       the companion, compiled hot path, against a null agent (companions.NullAgent: the agent's
+               Python interface with nothing behind it): the companion's own cost, no agent's
     off-py     the companion, pure-Python hot path
     off        the companion, compiled hot path (_hot.c)
 
@@ -28,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
-CONFIGS = ("none", "hooks", "off-py", "off")
+CONFIGS = ("none", "hooks", "null", "off-py", "off")
 
 
 def model():
@@ -90,6 +92,8 @@ def child(args):
             return companions.Removable([])
         if config == "hooks":
             return fw.install_hooks()
+        if config == "null":
+            return fw.install_null()
         from swapagent import core
         core.hot_module()
         hot = core._hot  # pylint: disable=protected-access
@@ -149,11 +153,11 @@ def main():
           "inputs, layers 0-10 wrapped, %d saved tensors per step; least of %d interleaved runs of best of %d x %d steps"
           % (per_step, args.runs, args.blocks, args.steps))
     print("  %-28s %9s %9s %12s" % ("", "ms/step", "vs hooks", "us/saved*"))
-    for c, name in zip(CONFIGS, ("none", "empty hooks (the floor)", "companion, off, python",
-                                 "companion, off, compiled")):
+    for c, name in zip(CONFIGS, ("none", "empty hooks (the floor)", "companion, null agent",
+                                 "companion, off, python", "companion, off, compiled")):
         above = (least[c] - least["hooks"]) / per_step * 1e6
         print("  %-28s %9.2f %8.2fx %12s" % (name, least[c] * 1e3, least[c] / least["hooks"],
-                                              "%.1f" % above if c.startswith("off") else ""))
+                                              "%.1f" % above if c not in ("none", "hooks") else ""))
     print("  * above the floor, per saved tensor; target: the companion within 1.3x of the empty hooks")
     print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
 
