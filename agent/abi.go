@@ -85,10 +85,14 @@ func (a *Agent) Invalid(call, detail string) int {
 // HostMaps is the index of the process's readable memory, for the C glue's conversions.
 func (a *Agent) HostMaps() *tracker.HostMaps { return a.hostMem }
 
-// begin drains and returns the engine; record appends an ABI event.
-func (a *Agent) begin() *offload.Engine {
-	a.mu.Lock()
-	a.drainLocked()
+// begin drains (a live call: deferred calls before it included) and returns the engine; record appends an
+// ABI event.
+func (a *Agent) begin(o origin) *offload.Engine {
+	if o == live {
+		a.lockDrained()
+	} else {
+		a.mu.Lock()
+	}
 	a.sink.open()
 	e := a.engine
 	a.mu.Unlock()
@@ -111,8 +115,8 @@ func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptr
 	if a.closed || !a.sink.tracing() {
 		return
 	}
-	ev := trace.Event{Kind: kind, TS: a.ts(), TID: a.native.ThreadID(), Handle: handle, Ret: ret, Ptrs: ptrs,
-		Text: text}
+	ts, tid := a.stampLocked()
+	ev := trace.Event{Kind: kind, TS: ts, TID: tid, Handle: handle, Ret: ret, Ptrs: ptrs, Text: text}
 	if group != "" {
 		ev.Group = a.sink.group(group)
 	}
@@ -167,6 +171,10 @@ func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int 
 // nil when none were given): fault reports name the argument, its dtype and shape
 // (swapagent_region_enter_desc).
 func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, descs []string) int {
+	return a.regionEnterDesc(live, group, inputs, nPositional, descs)
+}
+
+func (a *Agent) regionEnterDesc(o origin, group string, inputs []uint64, nPositional int, descs []string) int {
 	if err := checkGroup(group); err != nil {
 		return a.result("region_enter", err)
 	}
@@ -181,7 +189,7 @@ func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, 
 	if a.cfg.InjectPanic == "region_enter" {
 		panic("injected by SWAPAGENT_TEST_PANIC")
 	}
-	e := a.begin()
+	e := a.begin(o)
 	a.checkInputs(group, inputs, nPositional, tensors)
 	err = errNoEngine
 	if e != nil {
@@ -206,14 +214,15 @@ func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
 	if err != nil {
 		return a.result("describe", err)
 	}
-	return a.result("describe", a.describeTensors(group, ptrs, descs, tensors))
+	return a.result("describe", a.describeTensors(live, group, ptrs, descs, tensors))
 }
 
 // describeTensors is Describe once the descriptions were read (tensors: descs parsed), without counting
 // or logging a failure: that is the caller's.
-func (a *Agent) describeTensors(group string, ptrs []uint64, descs []string, tensors []trace.Tensor) error {
+func (a *Agent) describeTensors(o origin, group string, ptrs []uint64, descs []string,
+	tensors []trace.Tensor) error {
 	err := errNoEngine
-	if e := a.begin(); e != nil {
+	if e := a.begin(o); e != nil {
 		err = a.tracker.Describe(group, ptrs, tensors)
 	}
 	a.recordText(trace.KindDescribe, group, 0, int64(Code(err)), ptrs, wireText(descs))
@@ -279,7 +288,7 @@ func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
 	if err := checkGroup(group); err != nil {
 		return int64(a.result("save", err))
 	}
-	e := a.begin()
+	e := a.begin(live)
 	var h int64
 	err := errNoEngine
 	if e != nil {
@@ -301,6 +310,11 @@ func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
 // else the first refused entry's code. A bad group or mismatched lengths refuse the whole call (EINVAL,
 // out untouched).
 func (a *Agent) SaveN(group string, ptrs, sizes []uint64, flags []uint32, out []int64) int {
+	return a.saveN(live, group, ptrs, sizes, flags, out, false)
+}
+
+// saveN is SaveN; preset: out holds the handles the saves are to get (deferred saves, given theirs in C).
+func (a *Agent) saveN(o origin, group string, ptrs, sizes []uint64, flags []uint32, out []int64, preset bool) int {
 	if err := checkGroup(group); err != nil {
 		return a.result("save_n", err)
 	}
@@ -311,7 +325,10 @@ func (a *Agent) SaveN(group string, ptrs, sizes []uint64, flags []uint32, out []
 	if len(ptrs) == 0 {
 		return OK
 	}
-	e := a.begin()
+	if !preset {
+		clear(out)
+	}
+	e := a.begin(o)
 	errs := make([]error, len(ptrs))
 	if e != nil {
 		e.SaveN(group, ptrs, sizes, flags, out, errs)
@@ -340,7 +357,8 @@ func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, 
 	if a.closed || !a.sink.tracing() {
 		return
 	}
-	ev := trace.Event{Kind: trace.KindSave, TS: a.ts(), TID: a.native.ThreadID(), Group: a.sink.group(group)}
+	ts, tid := a.stampLocked()
+	ev := trace.Event{Kind: trace.KindSave, TS: ts, TID: tid, Group: a.sink.group(group)}
 	for i, p := range ptrs {
 		var f uint32
 		if flags != nil {
@@ -354,13 +372,13 @@ func (a *Agent) recordSaves(group string, ptrs, sizes []uint64, flags []uint32, 
 
 // groupCall is the skeleton of the calls that take a group: the group rule, a drain, the engine's method
 // (EDISABLED without an engine), the code, and the call's trace event (kind 0: none).
-func (a *Agent) groupCall(call string, kind trace.Kind, group string, ptrs []uint64,
+func (a *Agent) groupCall(o origin, call string, kind trace.Kind, group string, ptrs []uint64,
 	do func(*offload.Engine) error) int {
 	if err := checkGroup(group); err != nil {
 		return a.result(call, err)
 	}
 	err := errNoEngine
-	if e := a.begin(); e != nil {
+	if e := a.begin(o); e != nil {
 		err = do(e)
 	}
 	c := a.result(call, err)
@@ -372,7 +390,11 @@ func (a *Agent) groupCall(call string, kind trace.Kind, group string, ptrs []uin
 
 // RegionExit closes a region with its output storages.
 func (a *Agent) RegionExit(group string, outputs []uint64) int {
-	return a.groupCall("region_exit", trace.KindRegionExit, group, outputs,
+	return a.regionExit(live, group, outputs)
+}
+
+func (a *Agent) regionExit(o origin, group string, outputs []uint64) int {
+	return a.groupCall(o, "region_exit", trace.KindRegionExit, group, outputs,
 		func(e *offload.Engine) error { return e.RegionExit(group, outputs) })
 }
 
@@ -382,43 +404,51 @@ func (a *Agent) RegionExit(group string, outputs []uint64) int {
 // description fails only where the exit does), and each save's is in out.
 func (a *Agent) RegionEnd(group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
 	descPtrs []uint64, descs []string) int {
+	rc, _ := a.regionEnd(live, group, outputs, ptrs, sizes, flags, out, descPtrs, descs)
+	return rc
+}
+
+// regionEnd is RegionEnd; a replayed one's out holds the handles its saves are to get. whole: the call was
+// refused whole (nothing saved).
+func (a *Agent) regionEnd(o origin, group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
+	descPtrs []uint64, descs []string) (rc int, whole bool) {
 	if err := checkGroup(group); err != nil {
-		return a.result("region_end", err)
+		return a.result("region_end", err), true
 	}
 	tensors, err := a.parseTensors(descs, len(descPtrs))
 	if err != nil {
-		return a.result("region_end", err)
+		return a.result("region_end", err), true
 	}
 	if len(ptrs) > 0 {
-		a.SaveN(group, ptrs, sizes, flags, out)
+		a.saveN(o, group, ptrs, sizes, flags, out, o == replayed)
 	}
 	if len(descPtrs) > 0 {
-		_ = a.describeTensors(group, descPtrs, descs, tensors) // where it fails, the exit fails and says why
+		_ = a.describeTensors(o, group, descPtrs, descs, tensors) // where it fails, the exit fails and says why
 	}
-	return a.RegionExit(group, outputs)
+	return a.regionExit(o, group, outputs), false
 }
 
 // Protect keeps ptrs on device for group.
 func (a *Agent) Protect(group string, ptrs []uint64) int {
-	return a.groupCall("protect", trace.KindProtect, group, ptrs,
+	return a.groupCall(live, "protect", trace.KindProtect, group, ptrs,
 		func(e *offload.Engine) error { return e.Protect(group, ptrs) })
 }
 
 // GroupStreams states the streams group's kernels run on (swapagent_group_streams).
 func (a *Agent) GroupStreams(group string, streams []uint64) int {
-	return a.groupCall("group_streams", 0, group, nil,
+	return a.groupCall(live, "group_streams", 0, group, nil,
 		func(e *offload.Engine) error { return e.SetGroupStreams(group, streams) })
 }
 
 // BackwardEnter marks the start of group's backward.
 func (a *Agent) BackwardEnter(group string) int {
-	return a.groupCall("backward_enter", trace.KindBackwardEnter, group, nil,
+	return a.groupCall(live, "backward_enter", trace.KindBackwardEnter, group, nil,
 		func(e *offload.Engine) error { return e.BackwardEnter(group) })
 }
 
 // Unpack ensures handle's storage is on device and returns its base (0 on error).
 func (a *Agent) Unpack(handle int64) uint64 {
-	e := a.begin()
+	e := a.begin(live)
 	var base uint64
 	err := errNoEngine
 	if e != nil {
@@ -435,14 +465,14 @@ func (a *Agent) Unpack(handle int64) uint64 {
 
 // BackwardExit marks the end of group's backward.
 func (a *Agent) BackwardExit(group string) int {
-	return a.groupCall("backward_exit", trace.KindBackwardExit, group, nil,
+	return a.groupCall(live, "backward_exit", trace.KindBackwardExit, group, nil,
 		func(e *offload.Engine) error { return e.BackwardExit(group) })
 }
 
 // handleQuery is the skeleton of the calls that ask about a handle: a drain, the engine's answer or the
 // code of its error (EDISABLED without an engine). Not traced: they change nothing.
 func (a *Agent) handleQuery(call string, handle int64, ask func(*offload.Engine, int64) (int, error)) int {
-	e := a.begin()
+	e := a.begin(live)
 	if e == nil {
 		return a.result(call, errNoEngine)
 	}

@@ -126,12 +126,12 @@ func BenchmarkParts(b *testing.B) {
 	b.Run("drain", func(b *testing.B) {
 		a, _ := benchAgent(b, "off", 0)
 		for i := 0; i < b.N; i++ {
-			a.begin()
+			a.begin(live)
 		}
 	})
 	b.Run("record", func(b *testing.B) {
 		a, _ := benchAgent(b, "off", 0)
-		a.begin()
+		a.begin(live)
 		for i := 0; i < b.N; i++ {
 			a.record(trace.KindSave, "layer.0", 1, 1, nil, addr(host), 4096, 0, 0)
 		}

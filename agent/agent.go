@@ -80,12 +80,18 @@ type Agent struct {
 	closed    bool
 	crashDone bool
 	buf       []Raw
+	bufAt     int // buf[bufAt:bufN]: drained from the ring, not fed yet (they follow a deferred call)
+	bufN      int
+	replayAt  *stamp // the deferred call running now (stampLocked)
 	ev        trace.Event
 	calls     []uint64
 	events    uint64
 	lost      uint64
 	stop      chan struct{}
 	failOnce  sync.Once
+	// replayMu is held while deferred calls are drained and run (lockDrained): they run one at a time,
+	// in host order. Lock order: replayMu, then the engine's lock, then mu.
+	replayMu sync.Mutex
 }
 
 // New builds an agent. problems are the configuration problems LoadConfig found: each is printed once
@@ -96,9 +102,10 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 		host = "localhost"
 	}
 	a := &Agent{cfg: cfg, native: native, stderr: stderr, host: host, pid: os.Getpid(), argv: os.Args,
-		t0: time.Now(), buf: make([]Raw, drainBatch), calls: make([]uint64, 1024), stop: make(chan struct{}),
+		buf: make([]Raw, drainBatch), calls: make([]uint64, 1024), stop: make(chan struct{}),
 		hostMem: tracker.NewHostMaps(tracker.ProcMaps), tracker: tracker.New(), noted: map[string]bool{}}
-	a.off = native.Now() - native.StartMono()
+	// Both clocks read together: the ABI's events (ts) and the ring's (CLOCK_MONOTONIC) interleave in the trace.
+	a.t0, a.off = time.Now(), native.Now()-native.StartMono()
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))
 	var pending []string
@@ -214,15 +221,15 @@ func (a *Agent) tick() {
 	if a.native.CrashPending() != 0 {
 		es = a.engineStats()
 	}
-	a.mu.Lock()
+	a.lockDrained()
 	defer a.mu.Unlock()
 	if a.closed {
 		return
 	}
-	a.drainLocked()
 	if sig := a.native.CrashPending(); sig != 0 && !a.crashDone {
 		a.crashDone = true
-		a.drainLocked()
+		a.mu.Unlock()
+		a.lockDrained() // what the crashing thread did last
 		a.sink.addLog(fmt.Sprintf("error: fatal signal %d (%s) in pid %d; trace flushed", sig,
 			syscall.Signal(sig).String(), a.pid))
 		a.addStatsLocked(es)
@@ -239,8 +246,17 @@ func (a *Agent) tick() {
 
 // Drain moves every event already in the ring into the trace (control calls do this first).
 func (a *Agent) Drain() {
+	a.lockDrained()
+	a.mu.Unlock()
+}
+
+// drainUpToDeferred drains as far as the next deferred call, which it leaves for lockDrained: for a caller
+// that may hold the engine's lock (a storage op), which a deferred call takes.
+func (a *Agent) drainUpToDeferred() {
 	a.mu.Lock()
-	a.drainLocked()
+	if !a.closed {
+		a.drainLocked()
+	}
 	a.mu.Unlock()
 }
 
@@ -250,12 +266,11 @@ func (a *Agent) Shutdown() {
 		fmt.Fprint(a.stderr, line)
 	}
 	es := a.engineStats()
-	a.mu.Lock()
+	a.lockDrained()
 	defer a.mu.Unlock()
 	if a.closed {
 		return
 	}
-	a.drainLocked()
 	a.notePythonAbsent()
 	a.sink.flush()
 	if a.cfg.InjectHang == "shutdown" {
@@ -274,27 +289,39 @@ func (a *Agent) Shutdown() {
 func (a *Agent) ts() int64 { return int64(time.Since(a.t0)) + a.off }
 
 // drainLocked feeds the ring to the tracker and counts it, then copies it into the trace (what the trace
-// level keeps of it); it returns the number of runtime events.
-func (a *Agent) drainLocked() int {
+// level keeps). It stops at a deferred call and returns it with its stamp (the events after it wait in buf
+// for the next drain): the caller runs it outside mu (lockDrained) before anything later is drained.
+func (a *Agent) drainLocked() (*Deferred, stamp) {
 	total := 0
+	start := a.native.StartMono()
 	for total < maxDrainLoop {
-		n := a.native.Drain(a.buf)
-		if n == 0 {
-			break
+		if a.bufAt == a.bufN {
+			a.bufAt, a.bufN = 0, a.native.Drain(a.buf)
+			if a.bufN == 0 {
+				break
+			}
 		}
 		if total == 0 {
 			a.sink.open()
 		}
-		start := a.native.StartMono()
+		from, n := a.bufAt, a.bufN
 		served := 0
-		for i := range a.buf[:n] {
+		var d *Deferred
+		var at stamp
+		i := from
+		for ; i < n && d == nil; i++ {
 			r := &a.buf[i]
-			if r.Fn == FnUnpack { // a control call the C side answered: the unpack it is, not a runtime call
+			switch r.Fn {
+			case FnUnpack: // a control call the C side answered: the unpack it is, not a runtime call
 				served++
 				if a.sink.tracing() {
 					a.sink.add(&trace.Event{Kind: trace.KindUnpack, TS: r.TS - start, TID: r.TID,
 						Handle: int64(r.Args[0]), Ret: r.Ret})
 				}
+				continue
+			case FnDefer: // a deferred control call: it runs now, before the events after it
+				served++
+				d, at = a.native.Deferred(r.Args[0]), stamp{TS: r.TS - start, TID: r.TID}
 				continue
 			}
 			if int(r.Fn) < len(a.calls) {
@@ -309,8 +336,13 @@ func (a *Agent) drainLocked() int {
 				Args: r.Args}
 			a.sink.add(ev)
 		}
-		a.events += uint64(n - served)
-		total += n
+		a.bufAt = i
+		a.events += uint64(i - from - served)
+		total += i - from
+		if d != nil {
+			a.sink.addLogs(a.takeLogs())
+			return d, at
+		}
 		if n < len(a.buf) {
 			break
 		}
@@ -323,5 +355,5 @@ func (a *Agent) drainLocked() int {
 		}
 	}
 	a.sink.addLogs(a.takeLogs())
-	return total
+	return nil, stamp{}
 }

@@ -15,7 +15,7 @@ import (
 
 // Guard declares group moved by its framework (swapagent_guard).
 func (a *Agent) Guard(group string) int {
-	return a.groupCall("guard", trace.KindGuarded, group, nil,
+	return a.groupCall(live, "guard", trace.KindGuarded, group, nil,
 		func(e *offload.Engine) error { return e.Guard(group) })
 }
 
@@ -28,7 +28,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, toke
 			return a.result("guard_release", err), 0
 		}
 	}
-	e := a.begin()
+	e := a.begin(live)
 	if e == nil {
 		return a.result("guard_release", errNoEngine), 0
 	}
@@ -58,7 +58,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, toke
 func (a *Agent) GuardRestore(token int64, newPtr, nbytes uint64) int {
 	err := errNoEngine
 	group := ""
-	if e := a.begin(); e != nil {
+	if e := a.begin(live); e != nil {
 		group, err = e.GuardRestore(token, newPtr, nbytes)
 	}
 	c := a.result("guard_restore", err)

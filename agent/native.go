@@ -42,4 +42,6 @@ type Native interface {
 	// handle. The C side answers an unpack of a resident handle itself and records it in the ring as
 	// FnUnpack (the drain traces it as the unpack it is).
 	SetResident(handle int64, base uint64)
+	// Deferred reads the copy of a deferred control call whose address a FnDefer event holds, and frees it.
+	Deferred(addr uint64) *Deferred
 }

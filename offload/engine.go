@@ -305,11 +305,12 @@ func (e *Engine) Save(name string, ptr, nbytes uint64, flags uint32) (int64, err
 	if err != nil {
 		return 0, err
 	}
-	return e.saved(g, name, sv, nbytes), nil
+	return e.saved(g, name, sv, nbytes, 0), nil
 }
 
 // SaveN is Save of each entry (ptrs[i], sizes[i], flags[i]; flags nil: all 0) in order, under one lock:
-// hs[i] is entry i's handle, or 0 with errs[i] its error.
+// hs[i] is entry i's handle, or 0 with errs[i] its error. An entry of hs above 0 on the call is the handle
+// that save gets (a deferred save, given its handle by the C side; unique, never an engine's own).
 func (e *Engine) SaveN(name string, ptrs, sizes []uint64, flags []uint32, hs []int64, errs []error) {
 	e.lock()
 	defer e.unlock()
@@ -324,16 +325,20 @@ func (e *Engine) SaveN(name string, ptrs, sizes []uint64, flags []uint32, hs []i
 	svs := make([]tracker.Saved, len(ptrs))
 	e.tr.SaveN(name, ptrs, sizes, flags, svs, errs)
 	for i := range ptrs {
+		id := hs[i]
 		hs[i] = 0
 		if errs[i] == nil {
-			hs[i] = e.saved(g, name, svs[i], sizes[i])
+			hs[i] = e.saved(g, name, svs[i], sizes[i], id)
 		}
 	}
 }
 
-// saved makes the handle of a save the tracker registered.
-func (e *Engine) saved(g *group, name string, sv tracker.Saved, nbytes uint64) int64 {
-	h := &handle{id: lastHandle.Add(1), g: g, sid: sv.Storage, size: nbytes, dup: sv.Duplicate}
+// saved makes the handle of a save the tracker registered: id, or the next of the engine's own when 0.
+func (e *Engine) saved(g *group, name string, sv tracker.Saved, nbytes uint64, id int64) int64 {
+	if id <= 0 {
+		id = lastHandle.Add(1)
+	}
+	h := &handle{id: id, g: g, sid: sv.Storage, size: nbytes, dup: sv.Duplicate}
 	if h.dup {
 		h.reason, h.truth = tracker.Duplicate, tracker.Duplicate
 	}

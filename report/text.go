@@ -119,6 +119,9 @@ func writeTextOne(w io.Writer, s *Summary) {
 	if v, ok := s.Meta[trace.MetaCompanionPath]; ok {
 		fmt.Fprintf(w, "  companion hot path: %s\n", cli.Escape(v))
 	}
+	if v, ok := s.Meta[trace.MetaControlCalls]; ok {
+		fmt.Fprintf(w, "  companion control calls: %s\n", cli.Escape(v))
+	}
 	if a := s.ABI; a.RegionEnters+a.Saves+a.Unpacks > 0 || len(a.Groups) > 0 {
 		fmt.Fprintf(w, "  abi: %d groups, %d regions, %d saves, %d unpacks, %d backward; classified %s\n",
 			len(a.Groups), a.RegionEnters, a.Saves, a.Unpacks, a.BackwardEnters,

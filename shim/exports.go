@@ -772,3 +772,22 @@ func sa_go_sync_fault(fn, code C.int) {
 		a.SyncFault(native{}.FnName(uint16(fn)), int(code))
 	}
 }
+
+//export sa_go_deferred
+func sa_go_deferred() (ret C.int) {
+	defer guard("swapagent_deferred", &ret, 0)
+	if a := theAgent; a != nil && a.Deferrable() {
+		return 1
+	}
+	return 0
+}
+
+//export sa_go_defer_refused
+func sa_go_defer_refused(call, detail *C.char) (ret C.int) {
+	defer guard("swapagent_deferred", &ret, agent.EInvalid)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	return C.int(a.Invalid(C.GoString(call), C.GoString(detail)))
+}

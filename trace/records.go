@@ -276,6 +276,9 @@ const (
 	// MetaCompanionPath is the hot path a framework companion or the guard runs (swapagent_note): "compiled"
 	// (python/swapagent/_hot.c) or "python: <why the compiled one is not running>".
 	MetaCompanionPath = "companion_path"
+	// MetaControlCalls is how a companion or the guard reaches the agent (swapagent_note): "deferred" (the
+	// deferred calls of swapagent.h, answered in C under policy off) or "plain".
+	MetaControlCalls = "control_calls"
 )
 
 // IsPython says whether argv runs a Python interpreter (python, python3, python3.11, ...: a script with a

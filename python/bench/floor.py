@@ -12,7 +12,8 @@ Configurations, taking turns in that process:
     null       the companion, compiled hot path, against a null agent (companions.NullAgent: the agent's
                Python interface with nothing behind it): the companion's own cost, no agent's
     off-py     the companion, pure-Python hot path
-    off        the companion, compiled hot path (_hot.c)
+    off-plain  the companion, compiled hot path, by the plain control calls (each one runs in the agent)
+    off        the companion, compiled hot path (_hot.c), by the deferred calls (answered in C, run later)
 
 Each figure is the least of 3 interleaved runs, each run the best of 5 blocks of 20 steps. The issue's
 target: the companion within 1.3x of the empty hooks' step time.
@@ -30,7 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
-CONFIGS = ("none", "hooks", "null", "off-py", "off")
+CONFIGS = ("none", "hooks", "null", "off-py", "off-plain", "off")
 
 
 def model():
@@ -99,10 +100,18 @@ def child(args):
         hot = core._hot  # pylint: disable=protected-access
         if config.endswith("-py"):
             core._hot = None  # pylint: disable=protected-access
+        agent = core.load()
+        agent.set_deferred(config != "off-plain")
         try:
-            return fw.companion().layer_swap(fw.layers, swap=swap, prefetch=None, include_cpu=True)
+            h = fw.companion().layer_swap(fw.layers, swap=swap, prefetch=None, include_cpu=True)
         finally:
             core._hot = hot  # pylint: disable=protected-access
+
+        class Undo:  # the plain calls until the companion is removed
+            def remove(self):
+                h.remove()
+                agent.set_deferred(True)
+        return Undo()
 
     h = fw.install_hooks()  # its pack hook counts the saved tensors
     fw.step()
@@ -154,7 +163,8 @@ def main():
           % (per_step, args.runs, args.blocks, args.steps))
     print("  %-28s %9s %9s %12s" % ("", "ms/step", "vs hooks", "us/saved*"))
     for c, name in zip(CONFIGS, ("none", "empty hooks (the floor)", "companion, null agent",
-                                 "companion, off, python", "companion, off, compiled")):
+                                 "companion, off, python", "companion, off, plain calls",
+                                 "companion, off, compiled")):
         above = (least[c] - least["hooks"]) / per_step * 1e6
         print("  %-28s %9.2f %8.2fx %12s" % (name, least[c] * 1e3, least[c] / least["hooks"],
                                               "%.1f" % above if c not in ("none", "hooks") else ""))

@@ -185,6 +185,34 @@ class Agent:
         self.unpack_address = ctypes.cast(self._unpack_c, ctypes.c_void_p).value or 0
         self._benter_c = lib.swapagent_backward_enter
         self._bexit_c = lib.swapagent_backward_exit
+        # Deferred calls (additive): under policy off the library answers a region's calls at once and the
+        # agent runs them later, in their place; a misuse is then logged, not returned (swapagent.h).
+        self.deferred = False  # set_deferred
+        ask = getattr(lib, "swapagent_deferred", None)
+        if ask is not None:
+            ask.restype, ask.argtypes = c.c_int, []
+            if ask() == 1:
+                self._enter_d = lib.swapagent_region_enter_deferred
+                self._enter_d.restype = c.c_int
+                self._enter_d.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_size_t, c.c_void_p, c.c_size_t]
+                self._end_d = lib.swapagent_region_end_deferred
+                self._end_d.restype = c.c_int64
+                self._end_d.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p,
+                                        c.c_size_t, c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t]
+                self._bcalls = {False: (self._benter_c, self._bexit_c),
+                                True: (lib.swapagent_backward_enter_deferred, lib.swapagent_backward_exit_deferred)}
+                for fn in self._bcalls[True]:
+                    fn.restype, fn.argtypes = c.c_int, [c.c_char_p]
+                self.set_deferred(True)
+
+    def set_deferred(self, on):
+        """Whether the region calls go by the deferred calls (on from the start where the agent answers them:
+        under policy off). Off: the plain calls, whose misuse codes come back at once. Returns the setting."""
+        on = bool(on) and hasattr(self, "_bcalls")
+        self.deferred = on
+        if hasattr(self, "_bcalls"):
+            self._benter_c, self._bexit_c = self._bcalls[on]
+        return on
 
     @staticmethod
     def _array(values, code=_U64):
@@ -226,6 +254,12 @@ class Agent:
         array's address). str items are encoded; bytes (saved_desc's, cached) are passed as they are. A
         layer describes the same arguments and saved shapes every step, so the arrays are kept by their
         lines (bounded: a caller whose lines never repeat starts the cache over); the agent only reads them."""
+        keep, _blob, _size, starts = self._text(descs)
+        return keep, starts
+
+    def _text(self, descs):
+        """descs as the cached (what to keep alive, the buffer's address and size, the address of the array
+        of its lines' addresses): the buffer holds each line ended by a NUL (the deferred calls' text)."""
         key = tuple(descs)
         got = self._text_arrays.get(key)
         if got is None:
@@ -235,14 +269,18 @@ class Agent:
                                                             initial=ctypes.addressof(blob)))
             if len(self._text_arrays) >= 1024:
                 self._text_arrays.clear()
-            got = self._text_arrays[key] = ((blob, starts), starts.buffer_info()[0])
+            got = self._text_arrays[key] = ((blob, starts), ctypes.addressof(blob), ctypes.sizeof(blob),
+                                            starts.buffer_info()[0])
         return got
 
     def region_enter(self, group, ptrs, n_positional, descs=None):
         """descs: one description line per pointer (describe_line), or None."""
         g = self._name(group)
         keep, a = self._array(ptrs)
-        if descs is not None and self._enter_desc is not None:
+        if self.deferred:
+            keep_d, t, t_len, _ = self._text(descs) if descs else (None, None, 0, None)
+            rc = self._enter_d(g, a, len(ptrs), n_positional, t if descs is not None else None, t_len)
+        elif descs is not None and self._enter_desc is not None:
             keep_d, d = self._texts(descs) if descs else (None, None)
             rc = self._enter_desc(g, a, d, len(ptrs), n_positional)
         elif self._enter_kw is not None:
@@ -295,6 +333,8 @@ class Agent:
         descs), region_exit(group, out_ptrs), in one swapagent_region_end (the three calls with a library
         that lacks it). Returns save_n's list (each code warned of once, as save's); a failed exit is
         warned of as region_end's."""
+        if self.deferred:
+            return self._region_end_deferred(group, out_ptrs, ptrs, nbytes, flags, desc_ptrs, descs)
         if self._end is None:
             hs = self.save_n(group, ptrs, nbytes, flags) if ptrs else []
             self.describe(group, desc_ptrs, descs)
@@ -315,6 +355,21 @@ class Agent:
         if rc < 0:
             self.check("region_end(%s)" % group, rc)
         return hs
+
+    def _region_end_deferred(self, group, out_ptrs, ptrs, nbytes, flags, desc_ptrs, descs):
+        """region_end by swapagent_region_end_deferred: the saves' handles follow the first one it gives."""
+        n = len(ptrs)
+        keep_p, p = self._array(ptrs)
+        keep_s, sz = self._array(nbytes)
+        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
+        keep_o, o = self._array(out_ptrs)
+        keep_dp, dp = self._array(desc_ptrs)
+        keep_d, t, t_len, _ = self._text(descs) if desc_ptrs else (None, None, 0, None)
+        first = self._end_d(self._name(group), o, len(out_ptrs), p, sz, f, n, dp, len(desc_ptrs), t, t_len)
+        if first < 0:
+            self.check("region_end(%s)" % group, first)
+            return [first] * n
+        return list(range(first, first + n))
 
     def region_exit(self, group, ptrs):
         keep, a = self._array(ptrs)
@@ -813,6 +868,7 @@ def note_hot_path(agent):
     """Decides the hot path (hot_module) and notes it in agent's trace (companion_path)."""
     hot_module()
     agent.note("companion_path", _hot_path_ran[:1024])
+    agent.note("control_calls", "deferred" if agent.deferred else "plain")
 
 
 def is_packed(x):

@@ -118,10 +118,12 @@ def main():
     handle, sa, rec = None, None, None
     if opt.mode == "swap":
         sa = fw.companion()
+        if os.environ.get("SWAPAGENT_TEST_PLAIN_CALLS") == "1":  # the test's switch: no deferred calls
+            sa.core.load().set_deferred(False)
         handle = sa.layer_swap(layers, swap=models.SWAP, prefetch=1, include_cpu=True)
         res["groups_wrapped"] = handle.groups
         agent = sa.core.load()
-        res["agent"] = {"preloaded": agent.preloaded, "path": agent.path}
+        res["agent"] = {"preloaded": agent.preloaded, "path": agent.path, "deferred": agent.deferred}
         rec = Recorder(agent)
         res["backward_module_hooks"] = fw.backward_hooks(layers)
     elif opt.mode in ("fullhooks", "tensorhooks"):

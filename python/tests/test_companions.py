@@ -43,6 +43,8 @@ def run(framework, mode, policy, out, steps=STEPS, preload=True, model="decoder"
     if preload:
         env["LD_PRELOAD"] = LIB
         env["SWAPAGENT_POLICY"] = policy
+        if policy == "off-plain":  # off, by the plain control calls instead of the deferred ones
+            env["SWAPAGENT_POLICY"], env["SWAPAGENT_TEST_PLAIN_CALLS"] = "off", "1"
     else:
         env.pop("LD_PRELOAD", None)
     cmd = [sys.executable, os.path.join(HERE, "run_case.py"), "--framework", framework, "--mode", mode,
@@ -245,12 +247,12 @@ def test_dry_run_without_preload(case, tmp_path, fw):
     """Not preloaded: the companion loads build/lib/libswapagent.so itself (tests, dry runs)."""
     base = ok(*case(fw, "noswap")[:2])
     res = ok(*run(fw, "swap", "safe", str(tmp_path), steps=1, preload=False))
-    assert res["agent"] == {"preloaded": False, "path": LIB}
+    assert res["agent"] == {"preloaded": False, "path": LIB, "deferred": False}
     assert res["steps"][0]["loss_hex"] == base["steps"][0]["loss_hex"]
     assert res["steps"][0]["grad_digest"] == base["steps"][0]["grad_digest"]
     assert res["stats"]["offloaded_bytes"] > 0 and res["stats"]["released_external"] == 0
     p, res2, _ = case(fw, "swap", "safe")
-    assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)"}
+    assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)", "deferred": False}
 
 
 # ---- backward enter/exit without module backward hooks (models.py's fan-out model) ---------------
@@ -614,3 +616,46 @@ def test_region_end_one_call_or_three(monkeypatch, tmp_path):
         assert agent.backward_enter(group) == 0
         assert all(agent.unpack(h) for h in hs)
         assert agent.backward_exit(group) == 0
+
+
+def replay_json(trace_dir, policy):
+    """`swapagent replay --format json` of the one trace in trace_dir, without what names the process or
+    was timed."""
+    p = subprocess.run([CLI, "replay", trace_dir, "--policy", policy, "--format", "json"], capture_output=True,
+                       text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    (r,) = json.loads(p.stdout)["replays"]
+    r["stats"] = {k: v for k, v in r["stats"].items() if not k.endswith("_ns")}  # the replay's own clock
+    return {k: v for k, v in r.items() if k not in ("file", "argv", "pid")}
+
+
+def decisions(groups):
+    """What the agent made of each save (reason, state, size, flags, role), without what differs between
+    processes: handles and addresses."""
+    return {g: [{k: v for k, v in e.items() if k not in ("handle", "ptr")} for e in es] for g, es in groups.items()}
+
+
+@pytest.mark.parametrize("model", ["decoder", FAN])
+@pytest.mark.parametrize("fw", FRAMEWORKS)
+def test_deferred_calls_match_plain(case, fw, model):
+    """Under off the companion reaches the agent by the deferred calls (answered in C, run by the agent later
+    in their place): the agent must make of them what it makes of the plain calls. Every save's keep reason
+    and state, the stats, the what-if of the trace under safe, and the numerics (bit-identical to no
+    companion) are the same as by the plain calls."""
+    base_p, base, base_out = case(fw, "noswap", model=model)
+    base = ok(base_p, base)
+    runs = {}
+    for policy in ("off", "off-plain"):
+        p, res, out = case(fw, "swap", policy, model=model)
+        runs[policy] = (ok(p, res), out)
+        assert_same_numerics(fw, base, base_out, runs[policy][0], out)
+    (dres, dout), (pres, pout) = runs["off"], runs["off-plain"]
+    assert dres["agent"]["deferred"] is True and pres["agent"]["deferred"] is False
+    assert decisions(dres["groups"]) == decisions(pres["groups"])
+    ignore = ("runtime", "peak_device_bytes")  # the process's own runtime calls and memory differ slightly
+    assert {k: v for k, v in dres["stats"].items() if k not in ignore} == \
+        {k: v for k, v in pres["stats"].items() if k not in ignore}
+    assert dres["stats"]["saves"] > 0 and dres["stats"]["rejected"] == pres["stats"]["rejected"]
+    assert [w for w in dres["warnings"] if "swapagent" in w] == []
+    what_if = [replay_json(os.path.join(o, "trace"), "safe") for o in (dout, pout)]
+    assert what_if[0] == what_if[1] and what_if[0]["bytes_moved_out"] > 0, what_if

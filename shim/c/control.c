@@ -97,13 +97,6 @@ void sa_set_inert(void) {
 int sa_is_forked(void) { return atomic_load(&sa_forked); }
 
 /* ---- Control ABI. ---- */
-/* Refused in a forked child (it must never enter Go) and once the agent is inert (msrun's scheduler, a
- * contained internal error, process exit). */
-static inline int sa_refuse(void) {
-  return atomic_load_explicit(&sa_forked, memory_order_relaxed) != 0 ||
-         atomic_load_explicit(&sa_mode, memory_order_relaxed) == SA_INERT;
-}
-
 SA_EXPORT int swapagent_abi_version(void) { return SWAPAGENT_ABI_VERSION; }
 
 SA_EXPORT int swapagent_set_storage_ops(swapagent_release_fn release, swapagent_restore_fn restore, void *ctx) {

@@ -60,6 +60,13 @@ SA_HIDDEN extern _Atomic int sa_forked;
 SA_HIDDEN extern _Atomic int sa_go_ready;
 SA_HIDDEN extern SA_TLS int sa_depth; /* >0 while this thread is inside an interposer or a hook */
 
+/* Control calls are refused in a forked child (it must never enter Go) and once the agent is inert (msrun's
+ * scheduler, a contained internal error, process exit). */
+static inline int sa_refuse(void) {
+  return atomic_load_explicit(&sa_forked, memory_order_relaxed) != 0 ||
+         atomic_load_explicit(&sa_mode, memory_order_relaxed) == SA_INERT;
+}
+
 /* Real functions and names, indexed by id (< SA_NFN). */
 SA_HIDDEN extern void *_Atomic sa_real[SA_NFN];
 SA_HIDDEN extern void *const sa_interposer[SA_NFN];
@@ -97,6 +104,10 @@ SA_HIDDEN extern _Atomic uint64_t sa_lost;
  * handle, ret the base. */
 #define SA_FN_UNPACK 0xFFFF
 SA_HIDDEN uintptr_t sa_resident_get(int64_t handle);
+
+/* Deferred control calls (defer.c): recorded in the ring as SA_FN_DEFER (agent.FnDefer), args[0] the
+ * sa_deferred copy of their arguments. */
+#define SA_FN_DEFER 0xFFFE
 
 /* The tensors a launch reads and writes (tensors.c): its executor's, else those its thread created since
  * its previous launch. At most SA_TENSORS per launch are checked. */

@@ -60,6 +60,27 @@ void sa_set_dead(const uint64_t *ranges, int n);
 /* Resident handles (resident.c): base != 0 puts the handle in the table of those swapagent_unpack answers
  * in C, base 0 takes it out. */
 void sa_resident_set(int64_t handle, uintptr_t base);
+/* A deferred control call (defer.c), as the C side copied it at the call, for the drain to run in its place
+ * (the ring event SA_FN_DEFER, args[0] its address; sa_deferred_free gives it back). */
+enum { SA_DEFER_ENTER = 1, SA_DEFER_END, SA_DEFER_BACKWARD_ENTER, SA_DEFER_BACKWARD_EXIT };
+typedef struct sa_deferred {
+  uint32_t call;      /* SA_DEFER_* */
+  uint32_t has_text;  /* the caller gave descriptions (descs_text not NULL) */
+  uint64_t group_len; /* bytes of the group name (without NUL; MaxGroup+1 when it ran on) */
+  uint64_t n_ptrs;    /* inputs (enter) or outputs (end) */
+  uint64_t n_pos;     /* enter: how many inputs are positional */
+  uint64_t n_save;    /* end: saves */
+  uint64_t n_desc;    /* end: described pointers */
+  uint64_t text_len;  /* bytes of descs_text, as given */
+  int64_t first;      /* end: the handle of the first save (the others follow it) */
+  /* ptrs[n_ptrs], save_ptrs[n_save], save_nbytes[n_save], desc_ptrs[n_desc] as uint64_t, then
+   * save_flags[n_save] as uint32_t, then the text, then the group name. */
+  uint64_t data[];
+} sa_deferred;
+void sa_deferred_free(uintptr_t d);
+/* Whether the deferred calls are answered in C (swapagent_deferred): Go says so once it knows the policy. */
+void sa_defer_enable(int on);
+
 /* The runtime's error message captured at the last failed sync ("" when none). */
 const char *sa_err_msg(void);
 

@@ -1,0 +1,143 @@
+// deferred.go owns the agent's side of the deferred control calls (swapagent.h, "Deferred calls"): the C
+// side answered them at once and put a copy of their arguments into the ring; the drain runs each one in
+// its place, as the plain call would have run then, stamped with the call's own time and thread. Deferred
+// calls run one at a time (replayMu), outside mu, because a call takes the engine's lock and then mu.
+package agent
+
+import (
+	"swapagent/offload"
+	"swapagent/trace"
+)
+
+// FnDefer is the function ID of a deferred control call in the ring (shim/c/sa.h, SA_FN_DEFER): Args[0]
+// the address of its copy, for Native.Deferred.
+const FnDefer = 0xFFFE
+
+// DeferredCall says which call a Deferred is.
+type DeferredCall int
+
+// The deferred calls (shim/c/sa_go.h's SA_DEFER_*).
+const (
+	DeferRegionEnter DeferredCall = iota + 1
+	DeferRegionEnd
+	DeferBackwardEnter
+	DeferBackwardExit
+)
+
+// deferredNames are the calls' names in misuse lines and counts.
+var deferredNames = map[DeferredCall]string{DeferRegionEnter: "region_enter_deferred",
+	DeferRegionEnd: "region_end_deferred", DeferBackwardEnter: "backward_enter_deferred",
+	DeferBackwardExit: "backward_exit_deferred"}
+
+// Deferred is one deferred call's arguments as the C side copied them.
+type Deferred struct {
+	Call  DeferredCall
+	Group string
+	Ptrs  []uint64 // the inputs (region enter) or outputs (region end)
+	NPos  int      // region enter: how many inputs are positional
+	// Region end: the saves (Flags all 0 when none were given), the handle the first one was given (the
+	// others follow it) and the described pointers.
+	Saves, Sizes []uint64
+	Flags        []uint32
+	First        int64
+	DescPtrs     []uint64
+	// Descs is one description per input (region enter) or described pointer (region end); nil when none
+	// were given. Bad, when not "", is why the description text could not be split into lines.
+	Descs []string
+	Bad   string
+}
+
+// origin says how a control call reaches the agent: from its caller now (the ring is drained first) or
+// deferred, run by the drain in its place (everything before it was drained already).
+type origin bool
+
+const (
+	live     origin = false
+	replayed origin = true
+)
+
+// Deferrable is whether the deferred calls are answered in C (swapagent_deferred): under policy off, with an
+// engine.
+func (a *Agent) Deferrable() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.engine != nil && a.cfg.Policy == trace.PolicyOff
+}
+
+// lockDrained drains the ring, running every deferred call it finds in its place, and returns with mu held
+// (a closed agent: at once).
+func (a *Agent) lockDrained() {
+	a.replayMu.Lock()
+	defer a.replayMu.Unlock()
+	for {
+		a.mu.Lock()
+		a.replayAt = nil
+		if a.closed {
+			return
+		}
+		d, at := a.drainLocked()
+		if d == nil {
+			return
+		}
+		a.replayAt = &at
+		a.mu.Unlock()
+		a.replay(d)
+	}
+}
+
+// stampLocked is the time and thread of the call being recorded: the calling thread now, or the deferred
+// call's own while one runs.
+func (a *Agent) stampLocked() (int64, uint32) {
+	if at := a.replayAt; at != nil {
+		return at.TS, at.TID
+	}
+	return a.ts(), a.native.ThreadID()
+}
+
+// stamp is a deferred call's time (on the trace's clock) and thread.
+type stamp struct {
+	TS  int64
+	TID uint32
+}
+
+// replay runs a deferred call as its plain call, and takes a refused save's handle back out of the C side's
+// resident table (it answered the save's unpacks until now).
+func (a *Agent) replay(d *Deferred) {
+	if d.Bad != "" {
+		a.Invalid(deferredNames[d.Call], d.Bad)
+		a.unresident(d.First, len(d.Saves), nil)
+		return
+	}
+	switch d.Call {
+	case DeferRegionEnter:
+		a.regionEnterDesc(replayed, d.Group, d.Ptrs, d.NPos, d.Descs)
+	case DeferRegionEnd:
+		out := make([]int64, len(d.Saves))
+		for i := range out {
+			out[i] = d.First + int64(i)
+		}
+		if _, whole := a.regionEnd(replayed, d.Group, d.Ptrs, d.Saves, d.Sizes, d.Flags, out, d.DescPtrs,
+			d.Descs); whole {
+			out = nil
+		}
+		a.unresident(d.First, len(d.Saves), out)
+	case DeferBackwardEnter:
+		a.groupCall(replayed, "backward_enter", trace.KindBackwardEnter, d.Group, nil,
+			func(e *offload.Engine) error { return e.BackwardEnter(d.Group) })
+	case DeferBackwardExit:
+		a.groupCall(replayed, "backward_exit", trace.KindBackwardExit, d.Group, nil,
+			func(e *offload.Engine) error { return e.BackwardExit(d.Group) })
+	default:
+		a.Invalid("deferred", "unknown deferred call")
+	}
+}
+
+// unresident withdraws the deferred handles first..first+n-1 that were not saved: every one when out is
+// nil (the call was refused whole), else those whose entry in out is a code.
+func (a *Agent) unresident(first int64, n int, out []int64) {
+	for i := 0; i < n; i++ {
+		if out == nil || out[i] <= 0 {
+			a.native.SetResident(first+int64(i), 0)
+		}
+	}
+}

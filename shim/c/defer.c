@@ -1,0 +1,228 @@
+/* defer.c: the deferred control calls of swapagent.h. Under policy off nothing a caller waits for depends
+ * on the agent's answers, so a region's enter and end and its backward's enter and exit are answered here:
+ * their arguments are copied in one read through the kernel (process_vm_readv: a bad pointer fails the
+ * read instead of faulting the host), the saves get handles from a counter of this library and stay
+ * resident (resident.c answers their unpacks), and the copy goes into the ring as one SA_FN_DEFER event.
+ * The drain runs it in its place, in host order, as the plain call (agent.Deferred). No call into Go on
+ * this path but the first swapagent_deferred and a refusal (logged by the agent). */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "sa.h"
+#include "swapagent.h"
+
+/* Implemented in Go (shim/exports.go). */
+extern int sa_go_deferred(void);
+extern int sa_go_defer_refused(char *call, char *detail);
+
+#define SA_MAX_GROUP 4096      /* agent.MaxGroup */
+#define SA_MAX_PTRS (1u << 18) /* trace.MaxPtrs */
+#define SA_MAX_TEXT (1u << 28) /* SA_MAX_PTRS descriptions of their longest (shim's maxDesc) */
+/* Deferred handles start far above the engine's own, which count from 1: both kinds can live together. */
+#define SA_DEFER_HANDLES (1LL << 40)
+
+static _Atomic int defer_on; /* 0 not asked yet, 1 on, 2 off */
+static _Atomic int64_t defer_next;
+
+static const char *const call_names[] = {"", "region_enter_deferred", "region_end_deferred",
+                                         "backward_enter_deferred", "backward_exit_deferred"};
+
+/* The kernel lets this process read its own memory through process_vm_readv (a seccomp filter may not). */
+static int self_read_works(void) {
+  static const char probe = 1;
+  char got = 0;
+  struct iovec l = {&got, 1}, r = {(void *)&probe, 1};
+  return process_vm_readv(getpid(), &l, 1, &r, 1, 0) == 1 && got == 1;
+}
+
+SA_EXPORT int swapagent_deferred(void) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  int on = atomic_load_explicit(&defer_on, memory_order_acquire);
+  if (on == 0) {
+    on = SA_GO(sa_go_deferred()) == 1 && self_read_works() ? 1 : 2;
+    atomic_store_explicit(&defer_on, on, memory_order_release);
+  }
+  return on == 1;
+}
+
+void sa_deferred_free(uintptr_t d) { free((void *)d); }
+
+static int refuse(int call, const char *detail) {
+  return SA_GO(sa_go_defer_refused((char *)call_names[call], (char *)detail));
+}
+
+/* A piece of the caller's memory to copy: n elements of size bytes at p, into the copy at off (rounded up
+ * to 8 bytes); zeros where p is NULL and the piece is optional. */
+typedef struct {
+  const void *p;
+  size_t n, size;
+  int optional;
+  const char *what;
+  size_t off;
+} piece;
+
+/* Reads the group name into buf (SA_MAX_GROUP+1 bytes) as far as its NUL, in pieces bounded by its pages;
+ * its length (SA_MAX_GROUP+1: it ran on), or -1 when it runs into memory that cannot be read. */
+static long read_group(const char *g, char *buf) {
+  static size_t page;
+  if (page == 0) page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t done = 0;
+  while (done < SA_MAX_GROUP + 1) {
+    uintptr_t at = (uintptr_t)g + done;
+    size_t want = page - at % page;
+    if (want > SA_MAX_GROUP + 1 - done) want = SA_MAX_GROUP + 1 - done;
+    struct iovec l = {buf + done, want}, r = {(void *)at, want};
+    if (process_vm_readv(getpid(), &l, 1, &r, 1, 0) != (ssize_t)want) return -1;
+    char *nul = memchr(buf + done, 0, want);
+    if (nul != NULL) return nul - buf;
+    done += want;
+  }
+  return SA_MAX_GROUP + 1;
+}
+
+/* Copies a call's arguments: the group and the pieces (after the header and the group's room), in one read.
+ * NULL with n > 0, n above the limits and unreadable memory are refused: *rc gets the code. */
+static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, int *rc) {
+  char gbuf[SA_MAX_GROUP + 1];
+  if (group == NULL) {
+    *rc = refuse(call, "NULL group");
+    return NULL;
+  }
+  long glen = read_group(group, gbuf);
+  if (glen < 0) {
+    *rc = refuse(call, "group: not readable memory, or it runs into unreadable memory");
+    return NULL;
+  }
+  size_t total = 0;
+  struct iovec l[8], r[8];
+  int nv = 0;
+  for (int i = 0; i < np; i++) {
+    piece *p = &ps[i];
+    if (p->n > (p->size == 1 ? SA_MAX_TEXT : SA_MAX_PTRS)) {
+      *rc = refuse(call, p->what);
+      return NULL;
+    }
+    p->off = total;
+    total += (p->n * p->size + 7) & ~(size_t)7;
+  }
+  sa_deferred *d = malloc(sizeof *d + total + (size_t)glen + 1);
+  if (d == NULL) {
+    *rc = SWAPAGENT_ERUNTIME;
+    return NULL;
+  }
+  char *base = (char *)d->data;
+  size_t want = 0;
+  for (int i = 0; i < np; i++) {
+    piece *p = &ps[i];
+    if (p->n == 0) continue;
+    if (p->p == NULL && p->optional) {
+      memset(base + p->off, 0, p->n * p->size);
+      continue;
+    }
+    if (p->p == NULL) {
+      free(d);
+      *rc = refuse(call, p->what);
+      return NULL;
+    }
+    l[nv] = (struct iovec){base + p->off, p->n * p->size};
+    r[nv] = (struct iovec){(void *)p->p, p->n * p->size};
+    want += p->n * p->size;
+    nv++;
+  }
+  if (nv > 0 && process_vm_readv(getpid(), l, (unsigned long)nv, r, (unsigned long)nv, 0) != (ssize_t)want) {
+    free(d);
+    *rc = refuse(call, "an array or the description text is not readable memory");
+    return NULL;
+  }
+  memcpy(base + total, gbuf, (size_t)glen);
+  base[total + (size_t)glen] = 0;
+  d->call = (uint32_t)call;
+  d->group_len = (uint64_t)glen;
+  d->has_text = 0;
+  d->n_ptrs = d->n_pos = d->n_save = d->n_desc = d->text_len = 0;
+  d->first = 0;
+  return d;
+}
+
+/* Queues d for the drain. */
+static void defer_call(sa_deferred *d) { sa_record(SA_FN_DEFER, 0, (uint64_t)(uintptr_t)d, d->call, 0, 0, 0, 0); }
+
+static int defer_ready(void) {
+  return !sa_refuse() && atomic_load_explicit(&defer_on, memory_order_acquire) == 1;
+}
+
+SA_EXPORT int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n,
+                                              size_t n_positional, const char *descs_text, size_t text_len) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  if (!defer_ready()) return SWAPAGENT_ESTATE;
+  piece ps[] = {{input_ptrs, n, 8, 0, "input_ptrs: NULL with n > 0, or n above 262144", 0},
+                {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
+  int rc = SWAPAGENT_OK;
+  sa_deferred *d = copy_call(SA_DEFER_ENTER, group, ps, 2, &rc);
+  if (d == NULL) return rc;
+  d->n_ptrs = n;
+  d->n_pos = n_positional;
+  d->has_text = descs_text != NULL;
+  d->text_len = text_len;
+  defer_call(d);
+  return SWAPAGENT_OK;
+}
+
+SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
+                                                const uintptr_t *save_ptrs, const size_t *save_nbytes,
+                                                const uint32_t *save_flags, size_t n_save,
+                                                const uintptr_t *desc_ptrs, size_t n_desc, const char *descs_text,
+                                                size_t text_len) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  if (!defer_ready()) return SWAPAGENT_ESTATE;
+  /* In sa_deferred's order; flags NULL: all 0. */
+  piece ps[] = {{output_ptrs, n_out, 8, 0, "output_ptrs: NULL with n_out > 0, or n_out above 262144", 0},
+                {save_ptrs, n_save, 8, 0, "save_ptrs: NULL with n_save > 0, or n_save above 262144", 0},
+                {save_nbytes, n_save, 8, 0, "save_nbytes: NULL with n_save > 0", 0},
+                {desc_ptrs, n_desc, 8, 0, "desc_ptrs: NULL with n_desc > 0, or n_desc above 262144", 0},
+                {save_flags, n_save, 4, 1, "save_flags", 0},
+                {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
+  int rc = SWAPAGENT_OK;
+  if (n_desc > 0 && descs_text == NULL) return refuse(SA_DEFER_END, "descs_text: NULL with n_desc > 0");
+  sa_deferred *d = copy_call(SA_DEFER_END, group, ps, 6, &rc);
+  if (d == NULL) return rc;
+  d->n_ptrs = n_out;
+  d->n_save = n_save;
+  d->n_desc = n_desc;
+  d->has_text = descs_text != NULL;
+  d->text_len = text_len;
+  int64_t first = 0;
+  if (n_save > 0) {
+    first = SA_DEFER_HANDLES + atomic_fetch_add_explicit(&defer_next, (int64_t)n_save, memory_order_relaxed) + 1;
+    const uint64_t *ptrs = (const uint64_t *)((char *)d->data + ps[1].off);
+    /* Nothing moves under off: each storage stays where it is until the agent forgets the handle. */
+    for (size_t i = 0; i < n_save; i++) sa_resident_set(first + (int64_t)i, (uintptr_t)ptrs[i]);
+  }
+  d->first = first;
+  defer_call(d);
+  return first;
+}
+
+static int defer_group_call(int call, const char *group) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  if (!defer_ready()) return SWAPAGENT_ESTATE;
+  int rc = SWAPAGENT_OK;
+  sa_deferred *d = copy_call(call, group, NULL, 0, &rc);
+  if (d == NULL) return rc;
+  defer_call(d);
+  return SWAPAGENT_OK;
+}
+
+SA_EXPORT int swapagent_backward_enter_deferred(const char *group) {
+  return defer_group_call(SA_DEFER_BACKWARD_ENTER, group);
+}
+
+SA_EXPORT int swapagent_backward_exit_deferred(const char *group) {
+  return defer_group_call(SA_DEFER_BACKWARD_EXIT, group);
+}
