@@ -394,6 +394,9 @@ func (a *Agent) RegionExit(group string, outputs []uint64) int {
 }
 
 func (a *Agent) regionExit(o origin, group string, outputs []uint64) int {
+	if o == live {
+		a.mayMove()
+	}
 	return a.groupCall(o, "region_exit", trace.KindRegionExit, group, outputs,
 		func(e *offload.Engine) error { return e.RegionExit(group, outputs) })
 }
@@ -404,14 +407,14 @@ func (a *Agent) regionExit(o origin, group string, outputs []uint64) int {
 // description fails only where the exit does), and each save's is in out.
 func (a *Agent) RegionEnd(group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
 	descPtrs []uint64, descs []string) int {
-	rc, _ := a.regionEnd(live, group, outputs, ptrs, sizes, flags, out, descPtrs, descs)
+	rc, _ := a.regionEnd(live, group, outputs, ptrs, sizes, flags, out, false, descPtrs, descs)
 	return rc
 }
 
-// regionEnd is RegionEnd; a replayed one's out holds the handles its saves are to get. whole: the call was
-// refused whole (nothing saved).
+// regionEnd is RegionEnd; preset: out holds the handles its saves are to get (a deferred call's). whole: the
+// call was refused whole (nothing saved).
 func (a *Agent) regionEnd(o origin, group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
-	descPtrs []uint64, descs []string) (rc int, whole bool) {
+	preset bool, descPtrs []uint64, descs []string) (rc int, whole bool) {
 	if err := checkGroup(group); err != nil {
 		return a.result("region_end", err), true
 	}
@@ -420,7 +423,7 @@ func (a *Agent) regionEnd(o origin, group string, outputs, ptrs, sizes []uint64,
 		return a.result("region_end", err), true
 	}
 	if len(ptrs) > 0 {
-		a.saveN(o, group, ptrs, sizes, flags, out, o == replayed)
+		a.saveN(o, group, ptrs, sizes, flags, out, preset)
 	}
 	if len(descPtrs) > 0 {
 		_ = a.describeTensors(o, group, descPtrs, descs, tensors) // where it fails, the exit fails and says why

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,7 +92,8 @@ type Agent struct {
 	failOnce  sync.Once
 	// replayMu is held while deferred calls are drained and run (lockDrained): they run one at a time,
 	// in host order. Lock order: replayMu, then the engine's lock, then mu.
-	replayMu sync.Mutex
+	replayMu    sync.Mutex
+	deferClosed atomic.Bool // mayMove ended the deferred calls under safe
 }
 
 // New builds an agent. problems are the configuration problems LoadConfig found: each is printed once

@@ -56,12 +56,42 @@ const (
 	replayed origin = true
 )
 
-// Deferrable is whether the deferred calls are answered in C (swapagent_deferred): under policy off, with an
-// engine.
-func (a *Agent) Deferrable() bool {
+// Deferrable says how the C side answers the deferred calls (swapagent_deferred): 1 under policy off (every
+// one is deferred), 2 under safe (deferred while nothing has moved, a region end only when each save is
+// below minBytes, which keeps it on device; else run at once: RunDeferred), 0 otherwise (refused).
+func (a *Agent) Deferrable() (mode int, minBytes uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.engine != nil && a.cfg.Policy == trace.PolicyOff
+	if a.engine == nil {
+		return 0, 0
+	}
+	switch a.cfg.Policy {
+	case trace.PolicyOff:
+		return 1, 0
+	case trace.PolicySafe:
+		return 2, a.cfg.MinBytes
+	}
+	return 0, 0
+}
+
+// mayMove comes before a live call that may make the engine move a storage (a region exit, a guarded
+// release): under safe it ends the deferred calls for good, so that none runs after a storage moved (the
+// drain must never call the framework's storage ops); the call's drain then runs those already queued.
+func (a *Agent) mayMove() {
+	if !a.deferClosed.Load() && a.cfg.Policy == trace.PolicySafe {
+		a.native.DeferClose()
+		a.deferClosed.Store(true)
+	}
+}
+
+// RunDeferred runs a deferred call now, as the plain call (the C side found that under safe it may move a
+// storage), and returns what the deferred call returns: a region end its first handle (0 with no saves)
+// or the code that refused it whole, the others their code.
+func (a *Agent) RunDeferred(d *Deferred) int64 {
+	if d.Bad != "" {
+		return int64(a.Invalid(deferredNames[d.Call], d.Bad))
+	}
+	return a.run(live, d)
 }
 
 // lockDrained drains the ring, running every deferred call it finds in its place, and returns with mu held
@@ -108,28 +138,38 @@ func (a *Agent) replay(d *Deferred) {
 		a.unresident(d.First, len(d.Saves), nil)
 		return
 	}
+	a.run(replayed, d)
+}
+
+// run runs d as its plain call (see RunDeferred for what it returns).
+func (a *Agent) run(o origin, d *Deferred) int64 {
 	switch d.Call {
 	case DeferRegionEnter:
-		a.regionEnterDesc(replayed, d.Group, d.Ptrs, d.NPos, d.Descs)
+		return int64(a.regionEnterDesc(o, d.Group, d.Ptrs, d.NPos, d.Descs))
 	case DeferRegionEnd:
 		out := make([]int64, len(d.Saves))
 		for i := range out {
 			out[i] = d.First + int64(i)
 		}
-		if _, whole := a.regionEnd(replayed, d.Group, d.Ptrs, d.Saves, d.Sizes, d.Flags, out, d.DescPtrs,
-			d.Descs); whole {
-			out = nil
+		rc, whole := a.regionEnd(o, d.Group, d.Ptrs, d.Saves, d.Sizes, d.Flags, out, true, d.DescPtrs, d.Descs)
+		if o == replayed {
+			if whole {
+				out = nil
+			}
+			a.unresident(d.First, len(d.Saves), out)
 		}
-		a.unresident(d.First, len(d.Saves), out)
+		if whole {
+			return int64(rc)
+		}
+		return d.First
 	case DeferBackwardEnter:
-		a.groupCall(replayed, "backward_enter", trace.KindBackwardEnter, d.Group, nil,
-			func(e *offload.Engine) error { return e.BackwardEnter(d.Group) })
+		return int64(a.groupCall(o, "backward_enter", trace.KindBackwardEnter, d.Group, nil,
+			func(e *offload.Engine) error { return e.BackwardEnter(d.Group) }))
 	case DeferBackwardExit:
-		a.groupCall(replayed, "backward_exit", trace.KindBackwardExit, d.Group, nil,
-			func(e *offload.Engine) error { return e.BackwardExit(d.Group) })
-	default:
-		a.Invalid("deferred", "unknown deferred call")
+		return int64(a.groupCall(o, "backward_exit", trace.KindBackwardExit, d.Group, nil,
+			func(e *offload.Engine) error { return e.BackwardExit(d.Group) }))
 	}
+	return int64(a.Invalid("deferred", "unknown deferred call"))
 }
 
 // unresident withdraws the deferred handles first..first+n-1 that were not saved: every one when out is

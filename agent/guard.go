@@ -28,6 +28,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, toke
 			return a.result("guard_release", err), 0
 		}
 	}
+	a.mayMove()
 	e := a.begin(live)
 	if e == nil {
 		return a.result("guard_release", errNoEngine), 0

@@ -44,4 +44,7 @@ type Native interface {
 	SetResident(handle int64, base uint64)
 	// Deferred reads the copy of a deferred control call whose address a FnDefer event holds, and frees it.
 	Deferred(addr uint64) *Deferred
+	// DeferClose ends the deferred calls under policy safe for good and returns once every call that saw
+	// them open is in the ring.
+	DeferClose()
 }

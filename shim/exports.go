@@ -774,12 +774,25 @@ func sa_go_sync_fault(fn, code C.int) {
 }
 
 //export sa_go_deferred
-func sa_go_deferred() (ret C.int) {
+func sa_go_deferred(minBytes *C.uint64_t) (ret C.int) {
 	defer guard("swapagent_deferred", &ret, 0)
-	if a := theAgent; a != nil && a.Deferrable() {
-		return 1
+	a := theAgent
+	if a == nil {
+		return 0
 	}
-	return 0
+	mode, min := a.Deferrable()
+	*minBytes = C.uint64_t(min)
+	return C.int(mode)
+}
+
+//export sa_go_run_deferred
+func sa_go_run_deferred(d C.uintptr_t) (ret C.int64_t) {
+	defer guard("swapagent_deferred", &ret, agent.EDisabled)
+	if a := theAgent; a != nil {
+		return C.int64_t(a.RunDeferred(native{}.Deferred(uint64(d))))
+	}
+	native{}.Deferred(uint64(d)) // frees it
+	return agent.EDisabled
 }
 
 //export sa_go_defer_refused

@@ -112,6 +112,7 @@ func (native) MarkDrainerThread()   { C.sa_drainer_thread() }
 func (native) RecentErrMsg() string { return C.GoString(C.sa_err_msg()) }
 func (native) Disable()             { C.sa_set_inert() }
 func (native) ThreadID() uint32     { return uint32(C.sa_ctl_thread()) }
+func (native) DeferClose()          { C.sa_defer_close() }
 func (native) SetResident(h int64, base uint64) {
 	C.sa_resident_set(C.int64_t(h), C.uintptr_t(base))
 }

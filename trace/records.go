@@ -277,7 +277,7 @@ const (
 	// (python/swapagent/_hot.c) or "python: <why the compiled one is not running>".
 	MetaCompanionPath = "companion_path"
 	// MetaControlCalls is how a companion or the guard reaches the agent (swapagent_note): "deferred" (the
-	// deferred calls of swapagent.h, answered in C under policy off) or "plain".
+	// deferred calls of swapagent.h, answered in C where nothing can move) or "plain".
 	MetaControlCalls = "control_calls"
 )
 

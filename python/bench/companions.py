@@ -299,8 +299,8 @@ class Profile:
     ENTRY = ("forward_pre", "forward_post", "pack", "unpack", "backward_end")
     ABI = ("swapagent_region_enter_kw", "swapagent_region_enter_desc", "swapagent_save", "swapagent_save_n",
            "swapagent_describe", "swapagent_region_exit", "swapagent_region_end", "swapagent_backward_enter",
-           "swapagent_unpack",
-           "swapagent_backward_exit")
+           "swapagent_unpack", "swapagent_backward_exit", "swapagent_region_enter_deferred",
+           "swapagent_region_end_deferred", "swapagent_backward_enter_deferred", "swapagent_backward_exit_deferred")
 
     def __init__(self):
         from swapagent import core
@@ -371,11 +371,14 @@ class Profile:
             if fn is None:
                 continue
             w = self.timed(fn, self.calls[name].append)
+            # The backward calls the agent binds: the deferred ones where it uses them.
+            backward = "_deferred" if agent.deferred else ""
             attr = {"swapagent_region_enter_kw": "_enter_kw", "swapagent_region_enter_desc": "_enter_desc",
                     "swapagent_save": "save_c", "swapagent_save_n": "_save_n", "swapagent_describe": "_describe",
-                    "swapagent_region_end": "_end",
-                    "swapagent_unpack": "_unpack_c", "swapagent_backward_enter": "_benter_c",
-                    "swapagent_backward_exit": "_bexit_c"}.get(name)
+                    "swapagent_region_end": "_end", "swapagent_region_enter_deferred": "_enter_d",
+                    "swapagent_region_end_deferred": "_end_d", "swapagent_unpack": "_unpack_c",
+                    "swapagent_backward_enter" + backward: "_benter_c",
+                    "swapagent_backward_exit" + backward: "_bexit_c"}.get(name)
             if attr and hasattr(agent, attr):
                 old = getattr(agent, attr)
                 setattr(agent, attr, w)

@@ -185,8 +185,9 @@ class Agent:
         self.unpack_address = ctypes.cast(self._unpack_c, ctypes.c_void_p).value or 0
         self._benter_c = lib.swapagent_backward_enter
         self._bexit_c = lib.swapagent_backward_exit
-        # Deferred calls (additive): under policy off the library answers a region's calls at once and the
-        # agent runs them later, in their place; a misuse is then logged, not returned (swapagent.h).
+        # Deferred calls (additive): where nothing can move (policy off; safe until something does) the
+        # library answers a region's calls at once and the agent runs them later, in their place; a misuse
+        # is then logged, not returned (swapagent.h).
         self.deferred = False  # set_deferred
         ask = getattr(lib, "swapagent_deferred", None)
         if ask is not None:
@@ -207,7 +208,8 @@ class Agent:
 
     def set_deferred(self, on):
         """Whether the region calls go by the deferred calls (on from the start where the agent answers them:
-        under policy off). Off: the plain calls, whose misuse codes come back at once. Returns the setting."""
+        under policies off and safe). Off: the plain calls, whose misuse codes come back at once. Returns the
+        setting."""
         on = bool(on) and hasattr(self, "_bcalls")
         self.deferred = on
         if hasattr(self, "_bcalls"):

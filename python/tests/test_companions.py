@@ -43,8 +43,13 @@ def run(framework, mode, policy, out, steps=STEPS, preload=True, model="decoder"
     if preload:
         env["LD_PRELOAD"] = LIB
         env["SWAPAGENT_POLICY"] = policy
-        if policy == "off-plain":  # off, by the plain control calls instead of the deferred ones
-            env["SWAPAGENT_POLICY"], env["SWAPAGENT_TEST_PLAIN_CALLS"] = "off", "1"
+        # "-plain": by the plain control calls instead of the deferred ones; "safe-still": safe with every
+        # storage below SWAPAGENT_MIN_BYTES, so that nothing moves.
+        if policy.endswith("-plain"):
+            policy = env["SWAPAGENT_POLICY"] = policy[:-len("-plain")]
+            env["SWAPAGENT_TEST_PLAIN_CALLS"] = "1"
+        if policy == "safe-still":
+            env["SWAPAGENT_POLICY"], env["SWAPAGENT_MIN_BYTES"] = "safe", str(1 << 40)
     else:
         env.pop("LD_PRELOAD", None)
     cmd = [sys.executable, os.path.join(HERE, "run_case.py"), "--framework", framework, "--mode", mode,
@@ -247,12 +252,12 @@ def test_dry_run_without_preload(case, tmp_path, fw):
     """Not preloaded: the companion loads build/lib/libswapagent.so itself (tests, dry runs)."""
     base = ok(*case(fw, "noswap")[:2])
     res = ok(*run(fw, "swap", "safe", str(tmp_path), steps=1, preload=False))
-    assert res["agent"] == {"preloaded": False, "path": LIB, "deferred": False}
+    assert res["agent"] == {"preloaded": False, "path": LIB, "deferred": True}
     assert res["steps"][0]["loss_hex"] == base["steps"][0]["loss_hex"]
     assert res["steps"][0]["grad_digest"] == base["steps"][0]["grad_digest"]
     assert res["stats"]["offloaded_bytes"] > 0 and res["stats"]["released_external"] == 0
     p, res2, _ = case(fw, "swap", "safe")
-    assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)", "deferred": False}
+    assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)", "deferred": True}
 
 
 # ---- backward enter/exit without module backward hooks (models.py's fan-out model) ---------------
@@ -593,7 +598,7 @@ def test_group_streams_reaches_the_agent(monkeypatch, tmp_path):
         assert agent.group_streams("", [0x1000]) == core.EINVAL
 
 
-def test_region_end_one_call_or_three(monkeypatch, tmp_path):
+def test_region_end_one_call_or_three(monkeypatch, tmp_path, request):
     """Agent.region_end: one swapagent_region_end, or save_n, describe and region_exit with a library that
     lacks it. Either way every save gets a handle and the region is exited (ending it again is the exit's
     EORDER, warned of)."""
@@ -601,6 +606,8 @@ def test_region_end_one_call_or_three(monkeypatch, tmp_path):
     monkeypatch.setenv("SWAPAGENT_OUT", str(tmp_path))
     from swapagent import core
     agent = core.load()
+    request.addfinalizer(lambda prev=agent.deferred: agent.set_deferred(prev))
+    agent.set_deferred(False)  # the plain calls, whose codes come back at once
     bufs = [ctypes.create_string_buffer(4096) for _ in range(3)]
     ptrs = [ctypes.addressof(b) for b in bufs]
     descs = ["output\tfloat32\t1024", b"\tfloat32\t1024", b"\tfloat32\t1024"]
@@ -621,8 +628,8 @@ def test_region_end_one_call_or_three(monkeypatch, tmp_path):
 def replay_json(trace_dir, policy):
     """`swapagent replay --format json` of the one trace in trace_dir, without what names the process or
     was timed."""
-    p = subprocess.run([CLI, "replay", trace_dir, "--policy", policy, "--format", "json"], capture_output=True,
-                       text=True, timeout=TIMEOUT)
+    p = subprocess.run([CLI, "replay", trace_dir, "--policy", policy, "--min-bytes", "1024", "--format", "json"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
     assert p.returncode == 0, p.stderr
     (r,) = json.loads(p.stdout)["replays"]
     r["stats"] = {k: v for k, v in r["stats"].items() if not k.endswith("_ns")}  # the replay's own clock
@@ -635,21 +642,22 @@ def decisions(groups):
     return {g: [{k: v for k, v in e.items() if k not in ("handle", "ptr")} for e in es] for g, es in groups.items()}
 
 
-@pytest.mark.parametrize("model", ["decoder", FAN])
+@pytest.mark.parametrize("policy,model", [("off", "decoder"), ("off", FAN), ("safe-still", "decoder")])
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_deferred_calls_match_plain(case, fw, model):
-    """Under off the companion reaches the agent by the deferred calls (answered in C, run by the agent later
-    in their place): the agent must make of them what it makes of the plain calls. Every save's keep reason
-    and state, the stats, the what-if of the trace under safe, and the numerics (bit-identical to no
-    companion) are the same as by the plain calls."""
+def test_deferred_calls_match_plain(case, fw, policy, model):
+    """Where nothing moves (off; safe with every storage below SWAPAGENT_MIN_BYTES) the companion reaches the
+    agent by the deferred calls (answered in C, run by the agent later in their place): the agent must make
+    of them what it makes of the plain calls. Every save's keep reason and state, the stats, the what-if of
+    the trace under safe, and the numerics (bit-identical to no companion) are the same as by the plain
+    calls."""
     base_p, base, base_out = case(fw, "noswap", model=model)
     base = ok(base_p, base)
     runs = {}
-    for policy in ("off", "off-plain"):
+    for policy in (policy, policy + "-plain"):
         p, res, out = case(fw, "swap", policy, model=model)
         runs[policy] = (ok(p, res), out)
         assert_same_numerics(fw, base, base_out, runs[policy][0], out)
-    (dres, dout), (pres, pout) = runs["off"], runs["off-plain"]
+    (dres, dout), (pres, pout) = runs.values()
     assert dres["agent"]["deferred"] is True and pres["agent"]["deferred"] is False
     assert decisions(dres["groups"]) == decisions(pres["groups"])
     ignore = ("runtime", "peak_device_bytes")  # the process's own runtime calls and memory differ slightly

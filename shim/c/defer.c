@@ -1,10 +1,14 @@
-/* defer.c: the deferred control calls of swapagent.h. Under policy off nothing a caller waits for depends
- * on the agent's answers, so a region's enter and end and its backward's enter and exit are answered here:
- * their arguments are copied in one read through the kernel (process_vm_readv: a bad pointer fails the
- * read instead of faulting the host), the saves get handles from a counter of this library and stay
- * resident (resident.c answers their unpacks), and the copy goes into the ring as one SA_FN_DEFER event.
- * The drain runs it in its place, in host order, as the plain call (agent.Deferred). No call into Go on
- * this path but the first swapagent_deferred and a refusal (logged by the agent). */
+/* defer.c: the deferred control calls of swapagent.h. Where nothing a caller waits for depends on the
+ * agent's answers (policy off; policy safe while no storage has moved and a region end saves only storages
+ * below SWAPAGENT_MIN_BYTES, which stay), a region's enter and end and its backward's enter and exit are
+ * answered here: their arguments are copied in one read through the kernel (process_vm_readv: a bad pointer
+ * fails the read instead of faulting the host), the saves get handles from a counter of this library and
+ * stay resident (resident.c answers their unpacks), and the copy goes into the ring as one SA_FN_DEFER
+ * event. The drain runs it in its place, in host order, as the plain call (agent.Deferred). Under safe,
+ * a call that may move something runs in the agent at once instead (sa_go_run_deferred), and before the
+ * agent first moves a storage it ends deferral for good (sa_defer_close): the drain never runs a call that
+ * would call the framework's storage ops. No call into Go on the deferred path but the first
+ * swapagent_deferred and a refusal (logged by the agent). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -18,8 +22,9 @@
 #include "swapagent.h"
 
 /* Implemented in Go (shim/exports.go). */
-extern int sa_go_deferred(void);
+extern int sa_go_deferred(uint64_t *min_bytes);
 extern int sa_go_defer_refused(char *call, char *detail);
+extern int64_t sa_go_run_deferred(uintptr_t d);
 
 #define SA_MAX_GROUP 4096      /* agent.MaxGroup */
 #define SA_MAX_PTRS (1u << 18) /* trace.MaxPtrs */
@@ -27,7 +32,11 @@ extern int sa_go_defer_refused(char *call, char *detail);
 /* Deferred handles start far above the engine's own, which count from 1: both kinds can live together. */
 #define SA_DEFER_HANDLES (1LL << 40)
 
-static _Atomic int defer_on; /* 0 not asked yet, 1 on, 2 off */
+/* What the deferred calls do (swapagent_deferred asks the agent once). */
+enum { DEFER_UNKNOWN, DEFER_OFF_POLICY, DEFER_NONE, DEFER_SAFE, DEFER_SAFE_CLOSED };
+static _Atomic int defer_on;
+static uint64_t defer_min_bytes;  /* under safe: a region end whose saves are all below it moves nothing */
+static _Atomic int defer_inflight; /* calls between their look at defer_on and their event in the ring */
 static _Atomic int64_t defer_next;
 
 static const char *const call_names[] = {"", "region_enter_deferred", "region_end_deferred",
@@ -44,11 +53,24 @@ static int self_read_works(void) {
 SA_EXPORT int swapagent_deferred(void) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   int on = atomic_load_explicit(&defer_on, memory_order_acquire);
-  if (on == 0) {
-    on = SA_GO(sa_go_deferred()) == 1 && self_read_works() ? 1 : 2;
-    atomic_store_explicit(&defer_on, on, memory_order_release);
+  if (on == DEFER_UNKNOWN) {
+    uint64_t min = 0;
+    int mode = SA_GO(sa_go_deferred(&min));
+    defer_min_bytes = min;
+    on = !self_read_works() ? DEFER_NONE : mode == 1 ? DEFER_OFF_POLICY : mode == 2 ? DEFER_SAFE : DEFER_NONE;
+    int expected = DEFER_UNKNOWN;
+    if (!atomic_compare_exchange_strong(&defer_on, &expected, on)) on = expected;
   }
-  return on == 1;
+  return on != DEFER_NONE;
+}
+
+/* Ends deferral under safe for good, and waits until every call that looked at it while it was open has its
+ * event in the ring: the agent is about to move a storage (its next drain runs those calls first). */
+void sa_defer_close(void) {
+  int expected = DEFER_UNKNOWN; /* not asked yet: it never opens */
+  if (!atomic_compare_exchange_strong(&defer_on, &expected, DEFER_SAFE_CLOSED) && expected == DEFER_SAFE)
+    atomic_compare_exchange_strong(&defer_on, &expected, DEFER_SAFE_CLOSED);
+  while (atomic_load_explicit(&defer_inflight, memory_order_acquire) != 0) sa_cpu_relax();
 }
 
 void sa_deferred_free(uintptr_t d) { free((void *)d); }
@@ -150,28 +172,62 @@ static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, in
   return d;
 }
 
-/* Queues d for the drain. */
-static void defer_call(sa_deferred *d) { sa_record(SA_FN_DEFER, 0, (uint64_t)(uintptr_t)d, d->call, 0, 0, 0, 0); }
+/* How a deferred call goes, once it is counted in flight (defer_begin): queued, run at once, or refused. */
+enum { GO_QUEUE, GO_NOW, GO_REFUSE };
 
-static int defer_ready(void) {
-  return !sa_refuse() && atomic_load_explicit(&defer_on, memory_order_acquire) == 1;
+static int defer_begin(void) {
+  atomic_fetch_add_explicit(&defer_inflight, 1, memory_order_acq_rel);
+  switch (atomic_load_explicit(&defer_on, memory_order_acquire)) {
+  case DEFER_OFF_POLICY:
+  case DEFER_SAFE:
+    return GO_QUEUE;
+  case DEFER_SAFE_CLOSED:
+    return GO_NOW;
+  default:
+    return GO_REFUSE;
+  }
+}
+
+static void defer_end(void) { atomic_fetch_sub_explicit(&defer_inflight, 1, memory_order_acq_rel); }
+
+/* Ends a call with its copy d: queued for the drain, or (now) run in the agent at once. */
+static int64_t finish(sa_deferred *d, int now) {
+  if (now) {
+    defer_end(); /* first: the run may close deferral, which waits for the calls in flight */
+    return SA_GO(sa_go_run_deferred((uintptr_t)d));
+  }
+  sa_record(SA_FN_DEFER, 0, (uint64_t)(uintptr_t)d, d->call, 0, 0, 0, 0);
+  defer_end();
+  return SWAPAGENT_OK;
+}
+
+/* Starts a call: SWAPAGENT_OK with *how set, or the code that refuses it (nothing counted in flight). */
+static int start(int *how) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  *how = defer_begin();
+  if (*how == GO_REFUSE) {
+    defer_end();
+    return SWAPAGENT_ESTATE;
+  }
+  return SWAPAGENT_OK;
 }
 
 SA_EXPORT int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n,
                                               size_t n_positional, const char *descs_text, size_t text_len) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  if (!defer_ready()) return SWAPAGENT_ESTATE;
+  int how, rc = start(&how);
+  if (rc != SWAPAGENT_OK) return rc;
   piece ps[] = {{input_ptrs, n, 8, 0, "input_ptrs: NULL with n > 0, or n above 262144", 0},
                 {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
-  int rc = SWAPAGENT_OK;
   sa_deferred *d = copy_call(SA_DEFER_ENTER, group, ps, 2, &rc);
-  if (d == NULL) return rc;
+  if (d == NULL) {
+    defer_end();
+    return rc;
+  }
   d->n_ptrs = n;
   d->n_pos = n_positional;
   d->has_text = descs_text != NULL;
   d->text_len = text_len;
-  defer_call(d);
-  return SWAPAGENT_OK;
+  return (int)finish(d, how == GO_NOW);
 }
 
 SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
@@ -179,8 +235,12 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
                                                 const uint32_t *save_flags, size_t n_save,
                                                 const uintptr_t *desc_ptrs, size_t n_desc, const char *descs_text,
                                                 size_t text_len) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  if (!defer_ready()) return SWAPAGENT_ESTATE;
+  int how, rc = start(&how);
+  if (rc != SWAPAGENT_OK) return rc;
+  if (n_desc > 0 && descs_text == NULL) {
+    defer_end();
+    return refuse(SA_DEFER_END, "descs_text: NULL with n_desc > 0");
+  }
   /* In sa_deferred's order; flags NULL: all 0. */
   piece ps[] = {{output_ptrs, n_out, 8, 0, "output_ptrs: NULL with n_out > 0, or n_out above 262144", 0},
                 {save_ptrs, n_save, 8, 0, "save_ptrs: NULL with n_save > 0, or n_save above 262144", 0},
@@ -188,35 +248,42 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
                 {desc_ptrs, n_desc, 8, 0, "desc_ptrs: NULL with n_desc > 0, or n_desc above 262144", 0},
                 {save_flags, n_save, 4, 1, "save_flags", 0},
                 {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
-  int rc = SWAPAGENT_OK;
-  if (n_desc > 0 && descs_text == NULL) return refuse(SA_DEFER_END, "descs_text: NULL with n_desc > 0");
   sa_deferred *d = copy_call(SA_DEFER_END, group, ps, 6, &rc);
-  if (d == NULL) return rc;
+  if (d == NULL) {
+    defer_end();
+    return rc;
+  }
   d->n_ptrs = n_out;
   d->n_save = n_save;
   d->n_desc = n_desc;
   d->has_text = descs_text != NULL;
   d->text_len = text_len;
+  const uint64_t *ptrs = (const uint64_t *)((char *)d->data + ps[1].off);
+  const uint64_t *sizes = (const uint64_t *)((char *)d->data + ps[2].off);
+  /* Under safe a storage at or above the threshold may move at this exit: the agent decides now. */
+  int now = how == GO_NOW;
+  if (!now && atomic_load_explicit(&defer_on, memory_order_relaxed) == DEFER_SAFE)
+    for (size_t i = 0; i < n_save && !now; i++) now = sizes[i] >= defer_min_bytes;
   int64_t first = 0;
-  if (n_save > 0) {
+  if (n_save > 0)
     first = SA_DEFER_HANDLES + atomic_fetch_add_explicit(&defer_next, (int64_t)n_save, memory_order_relaxed) + 1;
-    const uint64_t *ptrs = (const uint64_t *)((char *)d->data + ps[1].off);
-    /* Nothing moves under off: each storage stays where it is until the agent forgets the handle. */
-    for (size_t i = 0; i < n_save; i++) sa_resident_set(first + (int64_t)i, (uintptr_t)ptrs[i]);
-  }
   d->first = first;
-  defer_call(d);
+  if (now) return finish(d, 1);
+  /* What stays on device stays where it is until the agent forgets the handle. */
+  for (size_t i = 0; i < n_save; i++) sa_resident_set(first + (int64_t)i, (uintptr_t)ptrs[i]);
+  finish(d, 0);
   return first;
 }
 
 static int defer_group_call(int call, const char *group) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  if (!defer_ready()) return SWAPAGENT_ESTATE;
-  int rc = SWAPAGENT_OK;
+  int how, rc = start(&how);
+  if (rc != SWAPAGENT_OK) return rc;
   sa_deferred *d = copy_call(call, group, NULL, 0, &rc);
-  if (d == NULL) return rc;
-  defer_call(d);
-  return SWAPAGENT_OK;
+  if (d == NULL) {
+    defer_end();
+    return rc;
+  }
+  return (int)finish(d, how == GO_NOW);
 }
 
 SA_EXPORT int swapagent_backward_enter_deferred(const char *group) {

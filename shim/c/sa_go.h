@@ -78,8 +78,9 @@ typedef struct sa_deferred {
   uint64_t data[];
 } sa_deferred;
 void sa_deferred_free(uintptr_t d);
-/* Whether the deferred calls are answered in C (swapagent_deferred): Go says so once it knows the policy. */
-void sa_defer_enable(int on);
+/* Ends the deferred calls under policy safe, for good, before the agent first moves a storage; returns once
+ * every call that saw them open has its event in the ring. */
+void sa_defer_close(void);
 
 /* The runtime's error message captured at the last failed sync ("" when none). */
 const char *sa_err_msg(void);

@@ -145,26 +145,30 @@ int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes);
  * '_'; value: at most 1024 bytes, no control character. */
 int swapagent_note(const char *key, const char *value);
 
-/* Deferred calls (additive). Under policy off the agent moves and releases nothing, so nothing a caller waits
- * for depends on its answers but their codes. A caller that accepts a misuse being logged and counted rather
- * than returned can use these forms of a region's calls: the library checks at once that their arguments
- * can be read, copies them, gives the saves their handles and returns without entering the agent; the agent
- * runs each call later, in its place among the process's runtime calls and control calls, as the plain call
- * would have run then (the same trace events at the call's time and thread, classification, counts and
- * fault reports). A refusal found then (an unknown group, a call out of order, a malformed description) is
- * logged once and counted in the stats' "rejected"; at the call only unreadable memory, NULL with n > 0 and
- * n above 262144 are refused (SWAPAGENT_EINVAL). Descriptions come as one buffer: one line per described
- * tensor (the lines of swapagent_describe, "" for nothing known), each ended by a NUL, text_len bytes in
- * all; descs_text NULL: none given. */
-/* 1 when the deferred calls are answered at once (the policy is off), 0 when not: they then return
+/* Deferred calls (additive). Where nothing a caller waits for depends on the agent's answers but their
+ * codes, the library answers a region's calls itself: it checks at once that their arguments can be read,
+ * copies them, gives the saves their handles and returns without entering the agent; the agent runs each
+ * call later, in its place among the process's runtime calls and control calls, as the plain call would
+ * have run then (the same trace events at the call's time and thread, classification, counts and fault
+ * reports). That holds under policy off, where nothing moves, and under safe while nothing has moved yet
+ * and a region end saves only storages below SWAPAGENT_MIN_BYTES (which stay on device). Under safe a call
+ * that may move a storage runs in the agent at once instead, as the plain call, and from the first such
+ * call on every deferred call does. A refusal found when a queued call runs (an unknown group, a call out
+ * of order, a malformed description) is logged once and counted in the stats' "rejected"; at the call only
+ * unreadable memory, NULL with n > 0 and n above 262144 are refused (SWAPAGENT_EINVAL), so a caller opts in
+ * by using these forms. Descriptions come as one buffer: one line per described tensor (the lines of
+ * swapagent_describe, "" for nothing known), each ended by a NUL, text_len bytes in all; descs_text NULL:
+ * none given. */
+/* 1 when the deferred calls are answered (policy off or safe), 0 when not: they then return
  * SWAPAGENT_ESTATE and do nothing, and the caller uses the plain calls. */
 int swapagent_deferred(void);
 /* region_enter_desc, deferred: descs_text holds one line per input (or is NULL). */
 int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n, size_t n_positional,
                                     const char *descs_text, size_t text_len);
 /* region_end, deferred: returns the handle of the first of the n_save saves (the others follow it, in order:
- * first + i), 0 when n_save is 0, or a negative code. A save the agent refuses when it runs the call leaves
- * its handle unknown (swapagent_unpack of it returns 0). descs_text holds one line per desc_ptrs entry. */
+ * first + i), 0 when n_save is 0, or the negative code that refused the call whole. A save the agent
+ * refuses leaves its handle unknown (swapagent_unpack of it returns 0). descs_text holds one line per
+ * desc_ptrs entry. */
 int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
                                       const uintptr_t *save_ptrs, const size_t *save_nbytes,
                                       const uint32_t *save_flags, size_t n_save, const uintptr_t *desc_ptrs,

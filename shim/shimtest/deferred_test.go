@@ -1,7 +1,7 @@
 // deferred_test.go owns the tests of the deferred control calls (swapagent.h, "Deferred calls") against the
 // real agent: sa-deferred (shim/c/test/sa_deferred.c) runs each layer by the plain calls and by the deferred
-// ones under policy off and compares what the agent made of them; under safe the deferred calls must be
-// refused. The trace must hold the deferred calls as the plain ones: the same events per group, in the
+// ones under policy off and compares what the agent made of them; under safe they are deferred only while
+// nothing can move; under outputs-only they are refused. The trace must hold the deferred calls as the plain ones: the same events per group, in the
 // order the program made the calls, each stamped with its caller's thread and time.
 package shimtest
 
@@ -32,8 +32,8 @@ func runDeferred(t *testing.T, policy string) (testenv.Result, string) {
 
 func TestDeferredCallsMatchPlain(t *testing.T) {
 	r, path := runDeferred(t, "off")
-	for _, must := range []string{"ok   deferred:", "ok   step2 layer 2 save 5 reason and state:",
-		"ok   step2 deferred.1 save 4 reason: 0", "ok   stats deferred.2 kept:", "ok   misuse counted:",
+	for _, must := range []string{"ok   deferred:", "ok   off step2 layer 2 save 5 reason and state:",
+		"ok   off step2 deferred.1 save 4 reason: 0", "ok   off stats deferred.2 kept:", "ok   misuse counted:",
 		"ok   refused unmapped input_ptrs:", "ok   refusals counted:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
@@ -112,9 +112,23 @@ func equalKinds(a, b []trace.Kind) bool {
 	return true
 }
 
-func TestDeferredCallsRefusedUnderSafe(t *testing.T) {
+// Under safe the calls are queued while nothing can move, and run at once for good from the first call
+// that may move a storage.
+func TestDeferredCallsUnderSafe(t *testing.T) {
 	r, _ := runDeferred(t, "safe")
-	for _, must := range []string{"ok   not deferred under safe:", "ok   end refused:", "ok   nothing done:"} {
+	for _, must := range []string{"ok   small step2 layer 2 save 5 reason and state:",
+		"ok   small step2 deferred.1 save 4 reason: 6", "ok   queued misuse:", "ok   queued misuse counted:",
+		"ok   big region end runs now:", "ok   closed for good:", "ok   after step2 layer 2 save 5 reason and state:",
+		"ok   after stats after-deferred.2 kept:"} {
+		if !strings.Contains(r.Stdout, must) {
+			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
+		}
+	}
+}
+
+func TestDeferredCallsRefusedUnderOutputsOnly(t *testing.T) {
+	r, _ := runDeferred(t, "outputs-only")
+	for _, must := range []string{"ok   not deferred under outputs-only:", "ok   end refused:", "ok   nothing done:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}

@@ -6,10 +6,13 @@
  * storage's base, and the groups' stats agree. Then misuse: what the C side can see (unreadable memory,
  * NULL with n > 0, n too large) is EINVAL at once and the process lives on; what only the agent can see (a
  * region end without its enter, a description text without its final NUL) is counted in the stats'
- * "rejected" once the agent has run the call. Under any other policy the deferred calls are refused with
- * ESTATE. One line per check (`ok   NAME: ...` / `FAIL NAME: ...`), then `N passed, N failed`; exit 1 on a
+ * "rejected" once the agent has run the call. Under safe the same twins run with every save below
+ * SWAPAGENT_MIN_BYTES (deferred: nothing can move); then a region end that saves a large internal storage
+ * runs in the agent at once, and from then on every deferred call does (a misuse's code comes back at
+ * once). Under outputs-only the deferred calls are refused with ESTATE. One line per check (`ok   NAME: ...` / `FAIL NAME: ...`), then `N passed, N failed`; exit 1 on a
  * failure, 2 when the agent or the runtime is missing.
- * Usage: sa-deferred off|safe|outputs-only   (the policy the agent was started with) */
+ * Usage: sa-deferred off|safe|outputs-only   (the policy the agent was started with; safe expects
+ * SWAPAGENT_MIN_BYTES between 4097 and 262144) */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -48,6 +51,9 @@ static struct {
   __typeof__(&swapagent_backward_enter_deferred) bwd_enter;
   __typeof__(&swapagent_backward_exit_deferred) bwd_exit;
 } dfr;
+
+static size_t save_size = BIG; /* of every save but the small one */
+static int with_plain = 1;     /* twins runs the plain twins too */
 
 static uintptr_t dev(size_t n) {
   void *p = NULL;
@@ -88,7 +94,7 @@ static void forward(int deferred, const char *g, uintptr_t x, uintptr_t rope, ui
                     uintptr_t act, uintptr_t out, int64_t *hs) {
   uintptr_t in[2] = {x, rope};
   uintptr_t saves[NSAVE] = {x, rope, w, tiny, act, out};
-  size_t sizes[NSAVE] = {BIG, BIG, BIG, TINY, BIG, BIG};
+  size_t z = save_size, sizes[NSAVE] = {z, z, z, TINY, z, z};
   uint32_t flags[NSAVE] = {0, 0, SWAPAGENT_SAVE_PARAM, 0, 0, 0};
   uintptr_t outs[1] = {out}, dps[2] = {out, tiny};
   char name[96];
@@ -126,8 +132,11 @@ static void backward(int deferred, const char *g, const int64_t *hs, const uintp
   check(rc == 0, name, "rc %d", rc);
 }
 
-static void run_off(void) {
-  check(dfr.deferred() == 1, "deferred", "swapagent_deferred() under off");
+/* Each layer by the plain calls and by the deferred ones, STEPS steps: the deferred handles must be what
+ * their plain twins are (with_plain 0: the deferred ones alone). */
+static void twins(const char *phase) {
+  char pre[32] = ""; /* groups plain.N and deferred.N under off, PHASE-plain.N and PHASE-deferred.N else */
+  if (strcmp(phase, "off") != 0) snprintf(pre, sizeof pre, "%s-", phase);
   uintptr_t rope[2] = {dev(BIG), dev(BIG)}, w[2][LAYERS], tiny[2][LAYERS];
   for (int m = 0; m < 2; m++)
     for (int i = 0; i < LAYERS; i++) w[m][i] = dev(BIG), tiny[m][i] = dev(TINY);
@@ -135,9 +144,9 @@ static void run_off(void) {
     int64_t hs[2][LAYERS][NSAVE];
     uintptr_t bases[2][LAYERS][NSAVE], x[2] = {dev(BIG), dev(BIG)}, acts[2][LAYERS], outs[2][LAYERS];
     for (int i = 0; i < LAYERS; i++) {
-      for (int m = 0; m < 2; m++) { /* plain first, then its deferred twin */
+      for (int m = !with_plain; m < 2; m++) { /* plain first, then its deferred twin */
         char g[32];
-        snprintf(g, sizeof g, "%s.%d", m ? "deferred" : "plain", i);
+        snprintf(g, sizeof g, "%s%s.%d", pre, m ? "deferred" : "plain", i);
         uintptr_t in = i == 0 ? x[m] : outs[m][i - 1];
         acts[m][i] = dev(BIG), outs[m][i] = dev(BIG);
         uintptr_t b[NSAVE] = {in, rope[m], w[m][i], tiny[m][i], acts[m][i], outs[m][i]};
@@ -148,48 +157,55 @@ static void run_off(void) {
         char name[96];
         int rp = abi.reason(hs[0][i][k]), rd = abi.reason(hs[1][i][k]);
         int sp = abi.state(hs[0][i][k]), sd = abi.state(hs[1][i][k]);
-        snprintf(name, sizeof name, "step%d layer %d save %d reason and state", step, i, k);
+        snprintf(name, sizeof name, "%s step%d layer %d save %d reason and state", phase, step, i, k);
+        if (!with_plain) rp = rd, sp = sd;
         check(rp >= 0 && rp == rd && sp == sd && sd == SWAPAGENT_STATE_DEVICE, name,
               "deferred reason %d state %d, plain reason %d state %d", rd, sd, rp, sp);
         if (k > 0) {
-          snprintf(name, sizeof name, "step%d layer %d handle %d follows", step, i, k);
+          snprintf(name, sizeof name, "%s step%d layer %d handle %d follows", phase, step, i, k);
           check(hs[1][i][k] == hs[1][i][k - 1] + 1, name, "%lld after %lld", (long long)hs[1][i][k],
                 (long long)hs[1][i][k - 1]);
         }
       }
     }
     /* The classification the comparison rests on: each kind of storage has its own reason. */
-    static const int want[NSAVE] = {SWAPAGENT_KEEP_INPUT, SWAPAGENT_KEEP_INPUT, SWAPAGENT_KEEP_PARAM,
-                                    SWAPAGENT_KEEP_SMALL, SWAPAGENT_KEEP_INTERNAL, SWAPAGENT_KEEP_OUTPUT};
+    int act = save_size < TINY * 2 ? SWAPAGENT_KEEP_SMALL : SWAPAGENT_KEEP_INTERNAL;
+    const int want[NSAVE] = {SWAPAGENT_KEEP_INPUT, SWAPAGENT_KEEP_INPUT, SWAPAGENT_KEEP_PARAM,
+                             SWAPAGENT_KEEP_SMALL, act,                  SWAPAGENT_KEEP_OUTPUT};
     for (int k = 0; k < NSAVE; k++) {
       char name[96];
       int r = abi.reason(hs[1][1][k]);
-      snprintf(name, sizeof name, "step%d deferred.1 save %d reason", step, k);
+      snprintf(name, sizeof name, "%s step%d deferred.1 save %d reason", phase, step, k);
       check(r == want[k], name, "%d (want %d)", r, want[k]);
     }
     for (int i = LAYERS - 1; i >= 0; i--)
-      for (int m = 0; m < 2; m++) {
+      for (int m = !with_plain; m < 2; m++) {
         char g[32];
-        snprintf(g, sizeof g, "%s.%d", m ? "deferred" : "plain", i);
+        snprintf(g, sizeof g, "%s%s.%d", pre, m ? "deferred" : "plain", i);
         backward(m, g, hs[m][i], bases[m][i]);
       }
-    for (int m = 0; m < 2; m++) {
+    for (int m = !with_plain; m < 2; m++) {
       aclrtFree((void *)x[m]);
       for (int i = 0; i < LAYERS; i++) aclrtFree((void *)acts[m][i]), aclrtFree((void *)outs[m][i]);
     }
   }
   for (int i = 0; i < LAYERS; i++) {
     char pg[32], dg[32], name[96];
-    snprintf(pg, sizeof pg, "plain.%d", i);
-    snprintf(dg, sizeof dg, "deferred.%d", i);
+    snprintf(pg, sizeof pg, "%splain.%d", pre, i);
+    snprintf(dg, sizeof dg, "%sdeferred.%d", pre, i);
     static const char *const keys[] = {"saves", "internal", "kept"};
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; with_plain && k < 3; k++) {
       long long p = group_stat(pg, keys[k]), d = group_stat(dg, keys[k]);
-      snprintf(name, sizeof name, "stats %s %s", dg, keys[k]);
+      snprintf(name, sizeof name, "%s stats %s %s", phase, dg, keys[k]);
       check(p > 0 ? d == p : (p == 0 && d == 0), name, "%lld, plain %lld", d, p);
     }
   }
 
+}
+
+static void run_off(void) {
+  check(dfr.deferred() == 1, "deferred", "swapagent_deferred() under off");
+  twins("off");
   /* Misuse only the agent sees: refused when it runs the call, counted as the plain call's refusals are,
    * and the handle unknown. */
   uintptr_t p = dev(BIG);
@@ -237,6 +253,37 @@ static void run_off(void) {
   check(e4 == want, "refusals counted", "rejected.einval %lld (want %lld)", e4, want);
 }
 
+static void run_safe(void) {
+  check(dfr.deferred() == 1, "deferred", "swapagent_deferred() under safe");
+  /* Deferred calls alone (a plain region exit ends deferral: it may move a storage), every save below
+   * SWAPAGENT_MIN_BYTES: nothing can move, and the calls are queued. */
+  save_size = TINY, with_plain = 0;
+  twins("small");
+  long long egroup = stat_of("rejected", "egroup");
+  int rc = dfr.bwd_exit("no.such.group");
+  check(rc == 0, "queued misuse", "backward_exit_deferred of an unknown group: rc %d at once", rc);
+  long long e1 = stat_of("rejected", "egroup");
+  check(e1 == egroup + 1, "queued misuse counted", "rejected.egroup %lld, was %lld", e1, egroup);
+  /* A large internal storage: this region end may move it, so it runs in the agent at once. */
+  uintptr_t in = dev(BIG), act = dev(BIG), out = dev(BIG);
+  size_t n = BIG;
+  rc = dfr.enter("big", &in, 1, 1, NULL, 0);
+  check(rc == 0, "big region_enter_deferred", "rc %d", rc);
+  int64_t h = dfr.end("big", &out, 1, &act, &n, NULL, 1, NULL, 0, NULL, 0);
+  int r = abi.reason(h);
+  check(h > 0 && r == SWAPAGENT_KEEP_INTERNAL, "big region end runs now", "handle %lld, reason %d (want 0 internal)",
+        (long long)h, r);
+  rc = dfr.bwd_exit("no.such.group");
+  check(rc == SWAPAGENT_EGROUP, "closed for good", "backward_exit_deferred of an unknown group: rc %d (want EGROUP "
+        "at once)", rc);
+  rc = dfr.bwd_enter("big");
+  check(rc == 0 && abi.unpack(h) == act, "big backward", "rc %d", rc);
+  rc = dfr.bwd_exit("big");
+  check(rc == 0, "big backward_exit", "rc %d", rc);
+  save_size = BIG, with_plain = 1;
+  twins("after");
+}
+
 static void run_other(const char *policy) {
   char name[96];
   snprintf(name, sizeof name, "not deferred under %s", policy);
@@ -275,6 +322,8 @@ int main(int argc, char **argv) {
   }
   if (strcmp(argv[1], "off") == 0)
     run_off();
+  else if (strcmp(argv[1], "safe") == 0)
+    run_safe();
   else
     run_other(argv[1]);
   printf("%d passed, %d failed\n", passed, failed);
