@@ -89,12 +89,16 @@ typedef struct {
   size_t off;
 } piece;
 
+static size_t page_size(void) {
+  static size_t page;
+  if (page == 0) page = (size_t)sysconf(_SC_PAGESIZE);
+  return page;
+}
+
 /* Reads the group name into buf (SA_MAX_GROUP+1 bytes) as far as its NUL, in pieces bounded by its pages;
  * its length (SA_MAX_GROUP+1: it ran on), or -1 when it runs into memory that cannot be read. */
 static long read_group(const char *g, char *buf) {
-  static size_t page;
-  if (page == 0) page = (size_t)sysconf(_SC_PAGESIZE);
-  size_t done = 0;
+  size_t page = page_size(), done = 0;
   while (done < SA_MAX_GROUP + 1) {
     uintptr_t at = (uintptr_t)g + done;
     size_t want = page - at % page;
@@ -108,62 +112,62 @@ static long read_group(const char *g, char *buf) {
   return SA_MAX_GROUP + 1;
 }
 
-/* Copies a call's arguments: the group and the pieces (after the header and the group's room), in one read.
- * NULL with n > 0, n above the limits and unreadable memory are refused: *rc gets the code. */
+/* Copies a call's arguments: the pieces (after the header) and the group name (after them), in one read
+ * through the kernel, which takes the name as far as the end of its page (a name that runs on is read again
+ * by read_group). NULL with n > 0, n above the limits and unreadable memory are refused: *rc gets the code. */
 static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, int *rc) {
-  char gbuf[SA_MAX_GROUP + 1];
   if (group == NULL) {
     *rc = refuse(call, "NULL group");
     return NULL;
   }
-  long glen = read_group(group, gbuf);
-  if (glen < 0) {
-    *rc = refuse(call, "group: not readable memory, or it runs into unreadable memory");
-    return NULL;
-  }
   size_t total = 0;
-  struct iovec l[8], r[8];
-  int nv = 0;
   for (int i = 0; i < np; i++) {
     piece *p = &ps[i];
-    if (p->n > (p->size == 1 ? SA_MAX_TEXT : SA_MAX_PTRS)) {
+    if (p->n > (p->size == 1 ? SA_MAX_TEXT : SA_MAX_PTRS) || (p->n > 0 && p->p == NULL && !p->optional)) {
       *rc = refuse(call, p->what);
       return NULL;
     }
     p->off = total;
     total += (p->n * p->size + 7) & ~(size_t)7;
   }
-  sa_deferred *d = malloc(sizeof *d + total + (size_t)glen + 1);
+  sa_deferred *d = malloc(sizeof *d + total + SA_MAX_GROUP + 2);
   if (d == NULL) {
     *rc = SWAPAGENT_ERUNTIME;
     return NULL;
   }
-  char *base = (char *)d->data;
-  size_t want = 0;
+  char *base = (char *)d->data, *gbuf = base + total;
+  size_t chunk = page_size() - (uintptr_t)group % page_size();
+  if (chunk > SA_MAX_GROUP + 1) chunk = SA_MAX_GROUP + 1;
+  struct iovec l[8] = {{gbuf, chunk}}, r[8] = {{(void *)group, chunk}};
+  size_t want = chunk;
+  int nv = 1;
   for (int i = 0; i < np; i++) {
     piece *p = &ps[i];
     if (p->n == 0) continue;
-    if (p->p == NULL && p->optional) {
+    if (p->p == NULL) { /* optional */
       memset(base + p->off, 0, p->n * p->size);
       continue;
-    }
-    if (p->p == NULL) {
-      free(d);
-      *rc = refuse(call, p->what);
-      return NULL;
     }
     l[nv] = (struct iovec){base + p->off, p->n * p->size};
     r[nv] = (struct iovec){(void *)p->p, p->n * p->size};
     want += p->n * p->size;
     nv++;
   }
-  if (nv > 0 && process_vm_readv(getpid(), l, (unsigned long)nv, r, (unsigned long)nv, 0) != (ssize_t)want) {
+  long glen = -1;
+  if (process_vm_readv(getpid(), l, (unsigned long)nv, r, (unsigned long)nv, 0) == (ssize_t)want) {
+    char *nul = memchr(gbuf, 0, chunk);
+    glen = nul != NULL ? nul - gbuf : chunk == SA_MAX_GROUP + 1 ? (long)chunk : read_group(group, gbuf);
+  } else if (read_group(group, gbuf) >= 0) { /* which one could not be read */
     free(d);
     *rc = refuse(call, "an array or the description text is not readable memory");
     return NULL;
   }
-  memcpy(base + total, gbuf, (size_t)glen);
-  base[total + (size_t)glen] = 0;
+  if (glen < 0) {
+    free(d);
+    *rc = refuse(call, "group: not readable memory, or it runs into unreadable memory");
+    return NULL;
+  }
+  gbuf[glen] = 0;
   d->call = (uint32_t)call;
   d->group_len = (uint64_t)glen;
   d->has_text = 0;
@@ -270,7 +274,7 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
   d->first = first;
   if (now) return finish(d, 1);
   /* What stays on device stays where it is until the agent forgets the handle. */
-  for (size_t i = 0; i < n_save; i++) sa_resident_set(first + (int64_t)i, (uintptr_t)ptrs[i]);
+  sa_resident_set_n(first, ptrs, n_save);
   finish(d, 0);
   return first;
 }

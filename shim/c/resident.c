@@ -87,6 +87,15 @@ void sa_resident_set(int64_t handle, uintptr_t base) {
   pthread_mutex_unlock(&res_mu);
 }
 
+void sa_resident_set_n(int64_t first, const uint64_t *bases, size_t n) {
+  if (first <= 0 || n == 0) return;
+  pthread_mutex_lock(&res_mu);
+  for (size_t i = 0; i < n; i++)
+    if (bases[i] != 0) res_put(first + (int64_t)i, (uintptr_t)bases[i]);
+  atomic_store_explicit(&res_live, res_n, memory_order_relaxed);
+  pthread_mutex_unlock(&res_mu);
+}
+
 uintptr_t sa_resident_get(int64_t handle) {
   if (handle <= 0 || atomic_load_explicit(&res_live, memory_order_relaxed) == 0) return 0;
   uintptr_t base = 0;

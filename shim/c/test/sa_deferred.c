@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "acl/acl.h"
 #include "swapagent.h"
@@ -248,8 +250,19 @@ static void run_off(void) {
     snprintf(name, sizeof name, "refused %s", cases[k].what);
     check(cases[k].rc == SWAPAGENT_EINVAL, name, "rc %lld (want EINVAL)", cases[k].rc);
   }
+  /* A group name across a page boundary is read whole; one that runs into an unmapped page is refused. */
+  long pg = sysconf(_SC_PAGESIZE);
+  char *two = mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (two == MAP_FAILED) exit(2);
+  strcpy(two + pg - 4, "across.pages");
+  rc = dfr.bwd_enter(two + pg - 4);
+  check(rc == 0, "group across pages", "rc %d", rc);
+  memset(two + pg - 8, 'a', 8);
+  mprotect(two + pg, (size_t)pg, PROT_NONE);
+  rc = dfr.bwd_enter(two + pg - 8);
+  check(rc == SWAPAGENT_EINVAL, "refused group into an unmapped page", "rc %d (want EINVAL)", rc);
   long long e4 = stat_of("rejected", "einval");
-  long long want = e3 + (long long)(sizeof cases / sizeof cases[0]);
+  long long want = e3 + (long long)(sizeof cases / sizeof cases[0]) + 1;
   check(e4 == want, "refusals counted", "rejected.einval %lld (want %lld)", e4, want);
 }
 
