@@ -3,12 +3,12 @@
 # (12 layers, hidden 64, CPU), µs per saved tensor and step time with the companion under off and safe
 # against no companion, each measured side by side in one run (best of N), and the profile of where a
 # saved tensor's time goes (framework hooks, the companion's Python, ABI and agent). Then issue 26's own
-# check (python/bench/floor.py): on a 12-layer hidden-96 model, the companion under off on both hot paths and
-# against a null agent (its own cost), each against the empty hooks of its kinds, least of 3 interleaved runs
-# of best of 5 x 20 steps. Then the agent's own part alone (agent/abi_bench_test.go): a region of 38 saves
-# per iteration through the agent's control methods, with one save call per storage against one batched
-# call, and the parts a call is made of. And the
-# guard's cost (python/bench/guard.py): the same decoder swapped by the hyper-parallel stand-in under
+# check (python/bench/floor.py): on a 12-layer hidden-96 model, the companion under off on both hot paths,
+# by the plain control calls and against a null agent (its own cost), each against the empty hooks of its
+# kinds, least of 3 interleaved runs of best of 5 x 20 steps. Then the agent's own part alone
+# (agent/abi_bench_test.go): a region of 38 saves per iteration through the agent's control methods, with
+# one save call per storage against one batched call, and the parts a call is made of. And the guard's
+# cost (python/bench/guard.py): the same decoder swapped by the hyper-parallel stand-in under
 # `swapagent run --policy safe`, blocks with the guard on and in pass-through taking turns in one process.
 # Figures, no assertions. Needs .venv (scripts/venv.sh; `make bench` bootstraps it) and the agent library.
 BENCHES += bench-companions
