@@ -8,6 +8,8 @@
 #   - the outputs-only scenario of issue 294: the agent's fault block names the 1048576-byte RoPE storage,
 #     its releasing group and its owner before the runtime's addr:0 error;
 #   - the shim's fork, fatal-signal and concurrency programs (sa-fork, sa-crash, sa-stress).
+#   - the deferred control calls (sa-deferred): qemu-user refuses process_vm_readv, so they must say they
+#     are not answered and refuse, and the companions use the plain calls.
 # Small configurations keep it short under emulation. Prints one line per check and "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -154,6 +156,15 @@ for mode in abort segv; do
     ok "sa-crash $mode: all 2000 malloc/free pairs and the fatal-signal record in the trace (exit $rc, $(($(date +%s) - s))s)"
   fi
 done
+
+s=$(date +%s)
+arm LD_PRELOAD="$LIB" SWAPAGENT_POLICY=off SWAPAGENT_OUT="$tmp/deferred" -- "$T/sa-deferred" unavailable > deferred.out 2> deferred.err
+rc=$?
+if [ "$rc" -ne 0 ] || ! grep -q '^ok   not deferred under unavailable:' deferred.out; then
+  fail "sa-deferred: exit $rc" deferred.out deferred.err
+else
+  ok "sa-deferred: without process_vm_readv the deferred calls are not answered: ESTATE, nothing done ($(($(date +%s) - s))s)"
+fi
 
 s=$(date +%s)
 arm LD_PRELOAD="$LIB" SWAPAGENT_OUT="$tmp/stress" ACLSIM_QUARANTINE=0 -- "$T/sa-stress" 4 20000 > stress.out 2> stress.err
