@@ -20,7 +20,11 @@ import (
 func runDeferred(t *testing.T, policy string) (testenv.Result, string) {
 	t.Helper()
 	dir := t.TempDir()
-	env := testenv.AgentEnv(t, dir, "SWAPAGENT_POLICY="+policy, "SWAPAGENT_MIN_BYTES=65536")
+	pol := policy
+	if policy == "threads" {
+		pol = "off"
+	}
+	env := testenv.AgentEnv(t, dir, "SWAPAGENT_POLICY="+pol, "SWAPAGENT_MIN_BYTES=65536")
 	r := testenv.Run(t, time.Minute, env, testenv.Path(t, "build/test/sa-deferred"), policy)
 	passed, failed := regressCounts(t, r.Stdout)
 	if r.Err != nil || failed != 0 || passed == 0 {
@@ -132,5 +136,21 @@ func TestDeferredCallsRefusedUnderOutputsOnly(t *testing.T) {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
+	}
+}
+
+// Threads making deferred calls at once: every call reaches the trace, none is refused.
+func TestDeferredCallsFromThreads(t *testing.T) {
+	r, path := runDeferred(t, "threads")
+	if strings.Contains(r.Stderr, "WARN") {
+		t.Errorf("the agent refused calls:\n%s", testenv.Tail(r.Stderr, 20))
+	}
+	s := readSummary(t, path)
+	// 4 threads x 2000 regions, 3 saves each (sa_deferred.c's THREADS, ROUNDS).
+	if s.kinds[trace.KindRegionEnter] != 8000 || s.kinds[trace.KindSave] != 24000 ||
+		s.kinds[trace.KindUnpack] != 24000 || s.kinds[trace.KindBackwardExit] != 8000 || s.lost != 0 {
+		t.Errorf("trace: %d region enters, %d saves, %d unpacks, %d backward exits, %d lost; want 8000, 24000, "+
+			"24000, 8000, 0", s.kinds[trace.KindRegionEnter], s.kinds[trace.KindSave], s.kinds[trace.KindUnpack],
+			s.kinds[trace.KindBackwardExit], s.lost)
 	}
 }

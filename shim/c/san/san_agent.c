@@ -7,7 +7,7 @@
  * launch check's watched ranges every few drains (addresses no launch uses, so the seqlock's readers and
  * its writer race without a fault); the control calls answer as policy off does (handles numbered from 1,
  * unpack returns the saved pointer, nothing moves) after reading every argument array the way the Go side
- * does. At exit it drains what is left and prints, on stderr:
+ * does; the deferred calls are answered as under policy off, and the drain gives their copies back. At exit it drains what is left and prints, on stderr:
  *   san-agent: events N lost L bad B launch-faults F sync-faults S
  *   san-agent: fn NAME COUNT        (one line per function seen)
  * bad counts events with an unknown function id, no timestamp, or a timestamp older than the same thread's
@@ -40,6 +40,11 @@ static struct {
 
 static void check(const sa_event *e) {
   events++;
+  if (e->fn == SA_FN_DEFER) { /* a deferred control call: the Go side would run it; its copy goes back */
+    sa_deferred_free((uintptr_t)e->args[0]);
+    return;
+  }
+  if (e->fn == SA_FN_UNPACK) return; /* an unpack the resident table answered */
   int known = (e->fn > 0 && e->fn < SA_NFN) || (e->fn >= SA_TRAMP_BASE && e->fn < SA_TRAMP_BASE + SA_TRAMP_SLOTS);
   if (!known || e->ts <= 0) {
     bad++;
@@ -168,6 +173,20 @@ int sa_go_protect(char *group, uintptr_t *ptrs, size_t n) { return touch(group, 
 int sa_go_group_streams(char *group, uintptr_t *streams, size_t n) { return touch(group, streams, n); }
 int sa_go_backward_enter(char *group) { return touch(group, NULL, 0); }
 int sa_go_backward_exit(char *group) { return touch(group, NULL, 0); }
+/* The deferred calls, answered in C as under policy off (nothing runs them later but the free above). */
+int sa_go_deferred(uint64_t *min_bytes) {
+  *min_bytes = 0;
+  return 1;
+}
+int sa_go_defer_refused(char *call, char *detail) {
+  (void)call;
+  (void)detail;
+  return SWAPAGENT_EINVAL;
+}
+int64_t sa_go_run_deferred(uintptr_t d) {
+  sa_deferred_free(d);
+  return SWAPAGENT_OK;
+}
 int sa_go_note(char *key, char *value) { return key != NULL && value != NULL ? SWAPAGENT_OK : SWAPAGENT_EINVAL; }
 int sa_go_guard(char *group) { return touch(group, NULL, 0); }
 int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {

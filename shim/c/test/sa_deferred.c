@@ -12,9 +12,12 @@
  * once). Under outputs-only, and under any policy where the kernel refuses process_vm_readv (a seccomp
  * filter, qemu-user: mode "unavailable"), the deferred calls are refused with ESTATE. One line per check (`ok   NAME: ...` / `FAIL NAME: ...`), then `N passed, N failed`; exit 1 on a
  * failure, 2 when the agent or the runtime is missing.
- * Usage: sa-deferred off|safe|outputs-only|unavailable   (the policy the agent was started with; safe expects
+ * Mode "threads" (policy off): concurrent deferred calls from several threads, for the sanitizers.
+ * Usage: sa-deferred off|safe|outputs-only|unavailable|threads   (the policy the agent was started with; safe expects
  * SWAPAGENT_MIN_BYTES between 4097 and 262144) */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -138,7 +141,7 @@ static void backward(int deferred, const char *g, const int64_t *hs, const uintp
 /* Each layer by the plain calls and by the deferred ones, STEPS steps: the deferred handles must be what
  * their plain twins are (with_plain 0: the deferred ones alone). */
 static void twins(const char *phase) {
-  char pre[32] = ""; /* groups plain.N and deferred.N under off, PHASE-plain.N and PHASE-deferred.N else */
+  char pre[16] = ""; /* groups plain.N and deferred.N under off, PHASE-plain.N and PHASE-deferred.N else */
   if (strcmp(phase, "off") != 0) snprintf(pre, sizeof pre, "%s-", phase);
   uintptr_t rope[2] = {dev(BIG), dev(BIG)}, w[2][LAYERS], tiny[2][LAYERS];
   for (int m = 0; m < 2; m++)
@@ -148,7 +151,7 @@ static void twins(const char *phase) {
     uintptr_t bases[2][LAYERS][NSAVE], x[2] = {dev(BIG), dev(BIG)}, acts[2][LAYERS], outs[2][LAYERS];
     for (int i = 0; i < LAYERS; i++) {
       for (int m = !with_plain; m < 2; m++) { /* plain first, then its deferred twin */
-        char g[32];
+        char g[64];
         snprintf(g, sizeof g, "%s%s.%d", pre, m ? "deferred" : "plain", i);
         uintptr_t in = i == 0 ? x[m] : outs[m][i - 1];
         acts[m][i] = dev(BIG), outs[m][i] = dev(BIG);
@@ -183,7 +186,7 @@ static void twins(const char *phase) {
     }
     for (int i = LAYERS - 1; i >= 0; i--)
       for (int m = !with_plain; m < 2; m++) {
-        char g[32];
+        char g[64];
         snprintf(g, sizeof g, "%s%s.%d", pre, m ? "deferred" : "plain", i);
         backward(m, g, hs[m][i], bases[m][i]);
       }
@@ -193,7 +196,7 @@ static void twins(const char *phase) {
     }
   }
   for (int i = 0; i < LAYERS; i++) {
-    char pg[32], dg[32], name[96];
+    char pg[64], dg[64], name[128];
     snprintf(pg, sizeof pg, "%splain.%d", pre, i);
     snprintf(dg, sizeof dg, "%sdeferred.%d", pre, i);
     static const char *const keys[] = {"saves", "internal", "kept"};
@@ -314,9 +317,41 @@ static void run_other(const char *policy) {
   check(saves == 0, "nothing done", "saves %lld (want 0)", saves);
 }
 
+/* Mode "threads": THREADS threads make deferred calls at once, each on its own group, for the sanitizers
+ * (the copy, the handle counter, the resident table, the ring) and the agent's drain of them. */
+#define THREADS 4
+#define ROUNDS 2000
+static _Atomic int thread_failures;
+
+static void *calls(void *arg) {
+  char g[32];
+  snprintf(g, sizeof g, "thread.%d", (int)(intptr_t)arg);
+  uintptr_t in = dev(TINY), saves[3] = {in, dev(TINY), dev(TINY)};
+  size_t sizes[3] = {TINY, TINY, TINY};
+  for (int r = 0; r < ROUNDS; r++) {
+    int64_t first = -1;
+    int ok = dfr.enter(g, &in, 1, 1, NULL, 0) == 0;
+    ok = ok && (first = dfr.end(g, saves + 2, 1, saves, sizes, NULL, 3, NULL, 0, NULL, 0)) > 0;
+    ok = ok && dfr.bwd_enter(g) == 0;
+    for (int k = 0; ok && k < 3; k++) ok = abi.unpack(first + k) == saves[k];
+    ok = ok && dfr.bwd_exit(g) == 0;
+    if (!ok) atomic_fetch_add(&thread_failures, 1);
+  }
+  return NULL;
+}
+
+static void run_threads(void) {
+  check(dfr.deferred() == 1, "deferred", "swapagent_deferred()");
+  pthread_t t[THREADS];
+  for (intptr_t i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, calls, (void *)i);
+  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  check(atomic_load(&thread_failures) == 0, "threads", "%d threads x %d regions: %d failed", THREADS, ROUNDS,
+        atomic_load(&thread_failures));
+}
+
 int main(int argc, char **argv) {
   if (argc != 2) {
-    fprintf(stderr, "usage: sa-deferred off|safe|outputs-only|unavailable\n");
+    fprintf(stderr, "usage: sa-deferred off|safe|outputs-only|unavailable|threads\n");
     return 2;
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
@@ -334,7 +369,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "sa-deferred: aclInit/aclrtSetDevice failed\n");
     return 2;
   }
-  if (strcmp(argv[1], "off") == 0)
+  if (strcmp(argv[1], "threads") == 0)
+    run_threads();
+  else if (strcmp(argv[1], "off") == 0)
     run_off();
   else if (strcmp(argv[1], "safe") == 0)
     run_safe();
