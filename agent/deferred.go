@@ -109,25 +109,28 @@ func (a *Agent) lockDrained() {
 		if d == nil {
 			return
 		}
+		at.by = a.native.ThreadID()
 		a.replayAt = &at
 		a.mu.Unlock()
 		a.replay(d)
 	}
 }
 
-// stampLocked is the time and thread of the call being recorded: the calling thread now, or the deferred
-// call's own while one runs.
+// stampLocked is the time and thread of the call being recorded: the calling thread now, or, on the thread
+// running a deferred call (the drainer's, or a live caller's whose drain found it; a goroutine that runs
+// one stays on its OS thread), that call's own. Another thread's call meanwhile keeps its own stamp.
 func (a *Agent) stampLocked() (int64, uint32) {
-	if at := a.replayAt; at != nil {
+	tid := a.native.ThreadID()
+	if at := a.replayAt; at != nil && at.by == tid {
 		return at.TS, at.TID
 	}
-	return a.ts(), a.native.ThreadID()
+	return a.ts(), tid
 }
 
-// stamp is a deferred call's time (on the trace's clock) and thread.
+// stamp is a deferred call's time (on the trace's clock) and thread, and the thread running it (by).
 type stamp struct {
-	TS  int64
-	TID uint32
+	TS      int64
+	TID, by uint32
 }
 
 // replay runs a deferred call as its plain call, and takes a refused save's handle back out of the C side's

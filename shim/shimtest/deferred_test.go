@@ -43,15 +43,6 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rd, err := trace.NewReader(bufio.NewReader(f))
-	if err != nil {
-		t.Fatal(err)
-	}
 	abiKinds := map[trace.Kind]bool{trace.KindRegionEnter: true, trace.KindSave: true, trace.KindDescribe: true,
 		trace.KindRegionExit: true, trace.KindClassify: true, trace.KindBackwardEnter: true,
 		trace.KindUnpack: true, trace.KindBackwardExit: true}
@@ -60,22 +51,14 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 	var order []string                    // groups of the region enters, in file order
 	var lastTS int64
 	tids := map[uint32]bool{}
-	var ev trace.Event
-	for {
-		err := rd.Next(&ev)
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachEvent(t, path, func(ev *trace.Event) {
 		if ev.Kind == trace.KindGroup {
 			names[ev.Group] = ev.Text
-			continue
+			return
 		}
 		g := names[ev.Group]
 		if !abiKinds[ev.Kind] || !(strings.HasPrefix(g, "plain.") || strings.HasPrefix(g, "deferred.")) {
-			continue
+			return
 		}
 		perGroup[g] = append(perGroup[g], ev.Kind)
 		if ev.Kind == trace.KindRegionEnter {
@@ -88,7 +71,7 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 			lastTS = ev.TS
 			tids[ev.TID] = true
 		}
-	}
+	})
 	if len(tids) != 1 {
 		t.Errorf("the calls come from threads %v, want the program's one thread", tids)
 	}
@@ -101,6 +84,29 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 	want := strings.Repeat("plain.0 deferred.0 plain.1 deferred.1 plain.2 deferred.2 ", 2)
 	if got := strings.Join(order, " ") + " "; !strings.HasPrefix(got, want) {
 		t.Errorf("region enters in the trace: %s, want %s first", got, want)
+	}
+}
+
+// eachEvent calls fn with each event of the trace at path, in file order.
+func eachEvent(t *testing.T, path string, fn func(*trace.Event)) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rd, err := trace.NewReader(bufio.NewReader(f))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev trace.Event
+	for {
+		if err := rd.Next(&ev); err == io.EOF {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		fn(&ev)
 	}
 }
 
@@ -144,6 +150,15 @@ func TestDeferredCallsFromThreads(t *testing.T) {
 	r, path := runDeferred(t, "threads")
 	if strings.Contains(r.Stderr, "WARN") {
 		t.Errorf("the agent refused calls:\n%s", testenv.Tail(r.Stderr, 20))
+	}
+	tids := map[uint32]bool{}
+	eachEvent(t, path, func(ev *trace.Event) {
+		if ev.Kind == trace.KindRegionEnter {
+			tids[ev.TID] = true
+		}
+	})
+	if len(tids) != 4 {
+		t.Errorf("region enters from threads %v, want the program's 4 calling threads", tids)
 	}
 	s := readSummary(t, path)
 	// 4 threads x 2000 regions, 3 saves each (sa_deferred.c's THREADS, ROUNDS).
