@@ -444,8 +444,10 @@ func (a *Agent) GroupStreams(group string, streams []uint64) int {
 }
 
 // BackwardEnter marks the start of group's backward.
-func (a *Agent) BackwardEnter(group string) int {
-	return a.groupCall(live, "backward_enter", trace.KindBackwardEnter, group, nil,
+func (a *Agent) BackwardEnter(group string) int { return a.backwardEnter(live, group) }
+
+func (a *Agent) backwardEnter(o origin, group string) int {
+	return a.groupCall(o, "backward_enter", trace.KindBackwardEnter, group, nil,
 		func(e *offload.Engine) error { return e.BackwardEnter(group) })
 }
 
@@ -467,8 +469,10 @@ func (a *Agent) Unpack(handle int64) uint64 {
 }
 
 // BackwardExit marks the end of group's backward.
-func (a *Agent) BackwardExit(group string) int {
-	return a.groupCall(live, "backward_exit", trace.KindBackwardExit, group, nil,
+func (a *Agent) BackwardExit(group string) int { return a.backwardExit(live, group) }
+
+func (a *Agent) backwardExit(o origin, group string) int {
+	return a.groupCall(o, "backward_exit", trace.KindBackwardExit, group, nil,
 		func(e *offload.Engine) error { return e.BackwardExit(group) })
 }
 

@@ -4,10 +4,7 @@
 // calls run one at a time (replayMu), outside mu, because a call takes the engine's lock and then mu.
 package agent
 
-import (
-	"swapagent/offload"
-	"swapagent/trace"
-)
+import "swapagent/trace"
 
 // FnDefer is the function ID of a deferred control call in the ring (shim/c/sa.h, SA_FN_DEFER): Args[0]
 // the address of its copy, for Native.Deferred.
@@ -166,11 +163,9 @@ func (a *Agent) run(o origin, d *Deferred) int64 {
 		}
 		return d.First
 	case DeferBackwardEnter:
-		return int64(a.groupCall(o, "backward_enter", trace.KindBackwardEnter, d.Group, nil,
-			func(e *offload.Engine) error { return e.BackwardEnter(d.Group) }))
+		return int64(a.backwardEnter(o, d.Group))
 	case DeferBackwardExit:
-		return int64(a.groupCall(o, "backward_exit", trace.KindBackwardExit, d.Group, nil,
-			func(e *offload.Engine) error { return e.BackwardExit(d.Group) }))
+		return int64(a.backwardExit(o, d.Group))
 	}
 	return int64(a.Invalid("deferred", "unknown deferred call"))
 }

@@ -6,15 +6,17 @@
  * storage's base, and the groups' stats agree. Then misuse: what the C side can see (unreadable memory,
  * NULL with n > 0, n too large) is EINVAL at once and the process lives on; what only the agent can see (a
  * region end without its enter, a description text without its final NUL) is counted in the stats'
- * "rejected" once the agent has run the call. Under safe the same twins run with every save below
- * SWAPAGENT_MIN_BYTES (deferred: nothing can move); then a region end that saves a large internal storage
- * runs in the agent at once, and from then on every deferred call does (a misuse's code comes back at
- * once). Under outputs-only, and under any policy where the kernel refuses process_vm_readv (a seccomp
- * filter, qemu-user: mode "unavailable"), the deferred calls are refused with ESTATE. One line per check (`ok   NAME: ...` / `FAIL NAME: ...`), then `N passed, N failed`; exit 1 on a
- * failure, 2 when the agent or the runtime is missing.
- * Mode "threads" (policy off): concurrent deferred calls from several threads, for the sanitizers.
- * Usage: sa-deferred off|safe|outputs-only|unavailable|threads   (the policy the agent was started with; safe expects
- * SWAPAGENT_MIN_BYTES between 4097 and 262144) */
+ * "rejected" once the agent has run the call. Under safe the deferred calls run alone first, every save
+ * below SWAPAGENT_MIN_BYTES (queued: nothing can move; a plain region exit would end deferral); then a
+ * region end that saves a large internal storage runs in the agent at once, from then on every deferred
+ * call does (a misuse's code comes back at once), and the twins run as under off. Under outputs-only, and
+ * under any policy where the kernel refuses process_vm_readv (a seccomp filter, qemu-user: mode
+ * "unavailable"), the deferred calls are refused with ESTATE. Mode "threads" (policy off): deferred calls
+ * from several threads at once, for the sanitizers. One line per check (`ok   NAME: ...` /
+ * `FAIL NAME: ...`), then `N passed, N failed`; exit 1 on a failure, 2 when the agent or the runtime is
+ * missing.
+ * Usage: sa-deferred off|safe|outputs-only|unavailable|threads   (the policy the agent runs under; safe
+ * expects SWAPAGENT_MIN_BYTES between 4097 and 262144) */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -34,21 +36,6 @@
 #define NSAVE 6
 #define BIG (256u * 1024u)
 #define TINY 4096u
-
-static int passed, failed;
-
-static void check(int ok, const char *name, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s %s: ", ok ? "ok  " : "FAIL", name);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (ok)
-    passed++;
-  else
-    failed++;
-}
 
 static struct {
   __typeof__(&swapagent_deferred) deferred;
@@ -377,6 +364,6 @@ int main(int argc, char **argv) {
     run_safe();
   else
     run_other(argv[1]);
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  printf("%d passed, %d failed\n", sa_passed, sa_failed);
+  return sa_failed ? 1 : 0;
 }

@@ -47,21 +47,6 @@ static struct {
 static int nh;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER; /* the agent may call the ops from any thread */
 
-static int passed, failed;
-
-static void check(int ok, const char *name, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s %s: ", ok ? "ok  " : "FAIL", name);
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  if (ok)
-    passed++;
-  else
-    failed++;
-}
-
 static unsigned char pattern(const storage *s, size_t i) {
   return (unsigned char)((s->seed * 2654435761u + (unsigned)i * 40503u) >> 13);
 }
@@ -400,6 +385,6 @@ int main(int argc, char **argv) {
     if (st[k].live) free_storage(k);
   aclrtResetDevice(0);
   aclFinalize();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  printf("%d passed, %d failed\n", sa_passed, sa_failed);
+  return sa_failed ? 1 : 0;
 }

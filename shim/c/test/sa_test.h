@@ -1,13 +1,30 @@
-/* sa_test.h: helpers the C test programs share (included by sa_regress.c and sa_fuzz.c). */
+/* sa_test.h: helpers the C test programs share (included by sa_regress.c, sa_fuzz.c and sa_deferred.c). */
 #ifndef SWAPAGENT_SA_TEST_H_
 #define SWAPAGENT_SA_TEST_H_
 
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "swapagent.h"
+
+/* check prints one check's line (`ok   NAME: ...` or `FAIL NAME: ...`, the rest as printf's fmt) and counts
+ * it in sa_passed or sa_failed, for the program's closing `N passed, N failed`. */
+static int sa_passed __attribute__((unused)), sa_failed __attribute__((unused));
+__attribute__((unused, format(printf, 3, 4))) static void check(int ok, const char *name, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  printf("%s %s: ", ok ? "ok  " : "FAIL", name);
+  vprintf(fmt, ap);
+  printf("\n");
+  va_end(ap);
+  if (ok)
+    sa_passed++;
+  else
+    sa_failed++;
+}
 
 /* json_num returns the number under key in the stats object (obj NULL) or in its member object obj; -1 when
  * absent. Keys are matched at their own depth only, so "offloaded_bytes" of a group never answers for the
