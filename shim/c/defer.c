@@ -36,7 +36,7 @@ extern int64_t sa_go_run_deferred(uintptr_t d);
 enum { DEFER_UNKNOWN, DEFER_OFF_POLICY, DEFER_NONE, DEFER_SAFE, DEFER_SAFE_CLOSED };
 static _Atomic int defer_on;
 static uint64_t defer_min_bytes;  /* under safe: a region end whose saves are all below it moves nothing */
-static _Atomic int defer_inflight; /* calls between their look at defer_on and their event in the ring */
+static _Atomic int defer_inflight; /* calls between their look at defer_on and their event in the ring (finish) */
 static _Atomic int64_t defer_next;
 
 static const char *const call_names[] = {"", "region_enter_deferred", "region_end_deferred",
@@ -70,7 +70,7 @@ void sa_defer_close(void) {
   int expected = DEFER_UNKNOWN; /* not asked yet: it never opens */
   if (!atomic_compare_exchange_strong(&defer_on, &expected, DEFER_SAFE_CLOSED) && expected == DEFER_SAFE)
     atomic_compare_exchange_strong(&defer_on, &expected, DEFER_SAFE_CLOSED);
-  while (atomic_load_explicit(&defer_inflight, memory_order_acquire) != 0) sa_cpu_relax();
+  while (atomic_load(&defer_inflight) != 0) sa_cpu_relax();
 }
 
 void sa_deferred_free(uintptr_t d) { free((void *)d); }
@@ -89,10 +89,12 @@ typedef struct {
   size_t off;
 } piece;
 
+/* The page size, read once (any thread may be first: every one stores the same value). */
 static size_t page_size(void) {
-  static size_t page;
-  if (page == 0) page = (size_t)sysconf(_SC_PAGESIZE);
-  return page;
+  static _Atomic size_t page;
+  size_t p = atomic_load_explicit(&page, memory_order_relaxed);
+  if (p == 0) atomic_store_explicit(&page, p = (size_t)sysconf(_SC_PAGESIZE), memory_order_relaxed);
+  return p;
 }
 
 /* Reads the group name into buf (SA_MAX_GROUP+1 bytes) as far as its NUL, in pieces bounded by its pages;
@@ -176,62 +178,46 @@ static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, in
   return d;
 }
 
-/* How a deferred call goes, once it is counted in flight (defer_begin): queued, run at once, or refused. */
-enum { GO_QUEUE, GO_NOW, GO_REFUSE };
-
-static int defer_begin(void) {
-  atomic_fetch_add_explicit(&defer_inflight, 1, memory_order_acq_rel);
-  switch (atomic_load_explicit(&defer_on, memory_order_acquire)) {
-  case DEFER_OFF_POLICY:
-  case DEFER_SAFE:
-    return GO_QUEUE;
-  case DEFER_SAFE_CLOSED:
-    return GO_NOW;
-  default:
-    return GO_REFUSE;
-  }
+/* SWAPAGENT_OK when the deferred calls are answered, else the code that refuses a call (nothing done). */
+static int answered(void) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  int on = atomic_load(&defer_on);
+  return on == DEFER_NONE || on == DEFER_UNKNOWN ? SWAPAGENT_ESTATE : SWAPAGENT_OK;
 }
 
-static void defer_end(void) { atomic_fetch_sub_explicit(&defer_inflight, 1, memory_order_acq_rel); }
-
-/* Ends a call with its copy d: queued for the drain, or (now) run in the agent at once. */
-static int64_t finish(sa_deferred *d, int now) {
-  if (now) {
-    defer_end(); /* first: the run may close deferral, which waits for the calls in flight */
+/* Ends a call with its copy d: queued for the drain while deferral is open and, under safe, nothing of the
+ * call may move (may_move); else run in the agent at once. From its look at defer_on until its event is in
+ * the ring the call counts in flight, which sa_defer_close waits for (sequentially consistent: the count
+ * and the look must not pass each other). A queued region end's saves (bases) become resident. Returns the
+ * call's answer: a queued one OK (a region end its first handle), else what the run gives. */
+static int64_t finish(sa_deferred *d, int may_move, const uint64_t *bases) {
+  atomic_fetch_add(&defer_inflight, 1);
+  int on = atomic_load(&defer_on);
+  if (on == DEFER_SAFE_CLOSED || (on == DEFER_SAFE && may_move)) {
+    atomic_fetch_sub(&defer_inflight, 1); /* first: the run may close deferral, which waits for calls in flight */
     return SA_GO(sa_go_run_deferred((uintptr_t)d));
   }
+  /* What stays on device stays where it is until the agent forgets the handle. */
+  if (bases != NULL) sa_resident_set_n(d->first, bases, d->n_save);
+  int64_t answer = d->call == SA_DEFER_END ? d->first : SWAPAGENT_OK;
   sa_record(SA_FN_DEFER, 0, (uint64_t)(uintptr_t)d, d->call, 0, 0, 0, 0);
-  defer_end();
-  return SWAPAGENT_OK;
-}
-
-/* Starts a call: SWAPAGENT_OK with *how set, or the code that refuses it (nothing counted in flight). */
-static int start(int *how) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  *how = defer_begin();
-  if (*how == GO_REFUSE) {
-    defer_end();
-    return SWAPAGENT_ESTATE;
-  }
-  return SWAPAGENT_OK;
+  atomic_fetch_sub(&defer_inflight, 1);
+  return answer;
 }
 
 SA_EXPORT int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n,
                                               size_t n_positional, const char *descs_text, size_t text_len) {
-  int how, rc = start(&how);
+  int rc = answered();
   if (rc != SWAPAGENT_OK) return rc;
   piece ps[] = {{input_ptrs, n, 8, 0, "input_ptrs: NULL with n > 0, or n above 262144", 0},
                 {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
   sa_deferred *d = copy_call(SA_DEFER_ENTER, group, ps, 2, &rc);
-  if (d == NULL) {
-    defer_end();
-    return rc;
-  }
+  if (d == NULL) return rc;
   d->n_ptrs = n;
   d->n_pos = n_positional;
   d->has_text = descs_text != NULL;
   d->text_len = text_len;
-  return (int)finish(d, how == GO_NOW);
+  return (int)finish(d, 0, NULL);
 }
 
 SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
@@ -239,12 +225,9 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
                                                 const uint32_t *save_flags, size_t n_save,
                                                 const uintptr_t *desc_ptrs, size_t n_desc, const char *descs_text,
                                                 size_t text_len) {
-  int how, rc = start(&how);
+  int rc = answered();
   if (rc != SWAPAGENT_OK) return rc;
-  if (n_desc > 0 && descs_text == NULL) {
-    defer_end();
-    return refuse(SA_DEFER_END, "descs_text: NULL with n_desc > 0");
-  }
+  if (n_desc > 0 && descs_text == NULL) return refuse(SA_DEFER_END, "descs_text: NULL with n_desc > 0");
   /* In sa_deferred's order; flags NULL: all 0. */
   piece ps[] = {{output_ptrs, n_out, 8, 0, "output_ptrs: NULL with n_out > 0, or n_out above 262144", 0},
                 {save_ptrs, n_save, 8, 0, "save_ptrs: NULL with n_save > 0, or n_save above 262144", 0},
@@ -253,41 +236,28 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
                 {save_flags, n_save, 4, 1, "save_flags", 0},
                 {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
   sa_deferred *d = copy_call(SA_DEFER_END, group, ps, 6, &rc);
-  if (d == NULL) {
-    defer_end();
-    return rc;
-  }
+  if (d == NULL) return rc;
   d->n_ptrs = n_out;
   d->n_save = n_save;
   d->n_desc = n_desc;
   d->has_text = descs_text != NULL;
   d->text_len = text_len;
-  const uint64_t *ptrs = (const uint64_t *)((char *)d->data + ps[1].off);
-  const uint64_t *sizes = (const uint64_t *)((char *)d->data + ps[2].off);
-  /* Under safe a storage at or above the threshold may move at this exit: the agent decides now. */
-  int now = how == GO_NOW;
-  if (!now && atomic_load_explicit(&defer_on, memory_order_relaxed) == DEFER_SAFE)
-    for (size_t i = 0; i < n_save && !now; i++) now = sizes[i] >= defer_min_bytes;
-  int64_t first = 0;
   if (n_save > 0)
-    first = SA_DEFER_HANDLES + atomic_fetch_add_explicit(&defer_next, (int64_t)n_save, memory_order_relaxed) + 1;
-  d->first = first;
-  if (now) return finish(d, 1);
-  /* What stays on device stays where it is until the agent forgets the handle. */
-  sa_resident_set_n(first, ptrs, n_save);
-  finish(d, 0);
-  return first;
+    d->first = SA_DEFER_HANDLES + atomic_fetch_add_explicit(&defer_next, (int64_t)n_save, memory_order_relaxed) + 1;
+  /* Under safe a storage at or above the threshold may move at this exit: the agent decides now (finish). */
+  const uint64_t *sizes = (const uint64_t *)((char *)d->data + ps[2].off);
+  int may_move = 0;
+  if (atomic_load_explicit(&defer_on, memory_order_relaxed) == DEFER_SAFE)
+    for (size_t i = 0; i < n_save && !may_move; i++) may_move = sizes[i] >= defer_min_bytes;
+  return finish(d, may_move, (const uint64_t *)((char *)d->data + ps[1].off));
 }
 
 static int defer_group_call(int call, const char *group) {
-  int how, rc = start(&how);
+  int rc = answered();
   if (rc != SWAPAGENT_OK) return rc;
   sa_deferred *d = copy_call(call, group, NULL, 0, &rc);
-  if (d == NULL) {
-    defer_end();
-    return rc;
-  }
-  return (int)finish(d, how == GO_NOW);
+  if (d == NULL) return rc;
+  return (int)finish(d, 0, NULL);
 }
 
 SA_EXPORT int swapagent_backward_enter_deferred(const char *group) {
