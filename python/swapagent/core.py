@@ -953,11 +953,11 @@ def chain(fw, t):
         if e is not None and e[0]() is t:
             return e[1]
 
-    def gone(ref, key=key):
-        with _chains_lock:
-            e = _chains.get(key)
+    def gone(ref, key=key, chains=_chains, lock=_chains_lock):  # bound here: it may run at interpreter exit
+        with lock:
+            e = chains.get(key)
             if e is not None and e[0] is ref:
-                del _chains[key]
+                del chains[key]
     try:
         ref = weakref.ref(t, gone)
     except TypeError:
