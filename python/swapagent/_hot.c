@@ -6,6 +6,14 @@
  * interpreter: no bytecode, no frame, no attribute lookup of its own state, a Packed without a Python
  * __del__, and the agent's swapagent_unpack called directly instead of through ctypes.
  *
+ * Two more parts serve the torch companion, when it asks for them:
+ *   - the region hooks (Hot.region, then Hot.pre and Hot.post as the module's forward pre-hook and forward
+ *     hook): Layer.forward_pre and forward_post's common case (the walk of the inputs and outputs, the
+ *     parameter pointers, the gradient hooks, the region's enter and end calls by address, with the GIL
+ *     released); any case they do not cover (a guard, a test's hook, an agent without the C calls) goes to
+ *     the Python methods, so those stay the rule;
+ *   - Chain and Call: core._Chain and core._Call, the one gradient hook per tensor and its calls.
+ *
  * Built by make (python/python.mk) beside libswapagent.so; swapagent.core loads it when it is there and
  * falls back to the pure-Python path when it is not. */
 #define Py_LIMITED_API 0x03090000
@@ -22,7 +30,12 @@ typedef uintptr_t (*unpack_fn)(int64_t handle);
 
 /* Interned attribute names, made once at import. */
 static PyObject *s_latest, *s_params, *s_refs, *s_handles, *s_entered, *s_flush, *s_enter, *s_maybe_exit,
-    *s_agent, *s_unpack, *s_check, *s_dict, *s_dtype, *s_shape;
+    *s_agent, *s_unpack, *s_check, *s_dict, *s_dtype, *s_shape, *s_is_cpu, *s_is_meta, *s_untyped_storage,
+    *s_data_ptr, *s_nbytes, *s_exited, *s_inputs_left, *s_forward_pre, *s_forward_post, *s_c_region,
+    *s_region_enter, *s_region_end, *s_guarded, *s_forward_hook, *s_saves_hook, *s_gen, *s_dicts, *s_key, *s_ptrs,
+    *s_param_ptrs, *s_fw, *s_dataclass_fields, *s_layer, *s_removed, *s_input_grad, *s_output_grad,
+    *s_requires_grad, *s_add;
+static PyObject *zero; /* 0, the handle a save starts with */
 
 static PyTypeObject *PackedType, *HotType;
 
@@ -50,11 +63,34 @@ struct hot_objs {
 #define HOT_NOBJS (sizeof(struct hot_objs) / sizeof(PyObject *))
 _Static_assert(HOT_NOBJS == 12, "Hot()'s argument format parses 12 objects");
 
+/* What the region path (Hot.region) holds besides, in region()'s argument order. */
+struct region_objs {
+  PyObject *module, *tensor_type, *pass_type;  /* the layer's module, the framework's tensor class, core.Pass */
+  PyObject *saved, *handles;                   /* the layer's _saved and _handles lists */
+  PyObject *param_cache, *registered;          /* Torch.param_ptrs's cache dict; _modules_registered or None */
+  PyObject *push, *pop;                        /* torch's saved-tensor default hooks push and pop */
+  PyObject *core;                              /* swapagent.core's globals: forward_hook, saves_hook */
+  PyObject *group;                             /* bytes: the group's name, the C string the calls take */
+  PyObject *descs, *describe, *walk, *is_tensor; /* core._saved_descs, core.saved_desc, walk_named, is_tensor */
+  PyObject *chains, *chain;                    /* core._chains and core.chain: each tensor's gradient hook */
+  PyObject *pack_m, *unpack_m;                 /* this Hot's bound pack and unpack, what push hands torch */
+  PyObject *no_params;                         /* frozenset(): _params outside a forward */
+};
+#define REGION_NOBJS (sizeof(struct region_objs) / sizeof(PyObject *))
+_Static_assert(REGION_NOBJS == 20, "region()'s argument format parses 17 objects, 3 are made");
+
 typedef struct {
   PyObject_HEAD struct hot_objs o;
-  unpack_fn unpack; /* swapagent_unpack, or NULL: the agent's Python method */
+  struct region_objs r; /* all NULL until region() */
+  unpack_fn unpack;     /* swapagent_unpack, or NULL: the agent's Python method */
+  int native;           /* region() ran: torch tensors are read here, the region hooks may run in C */
+  int include_cpu;      /* CPU tensors are reported (Torch.include_cpu) */
+  int active;           /* saved-tensor hooks pushed by pre and not popped yet */
 } Hot;
 
+/* Every object pointer of a Hot, as one array: hot_objs then region_objs, adjacent in the struct. */
+#define HOT_ALL_OBJS (HOT_NOBJS + REGION_NOBJS)
+_Static_assert(offsetof(Hot, r) == offsetof(Hot, o) + sizeof(struct hot_objs), "objs and r are adjacent");
 static PyObject **hot_objs(Hot *h) { return (PyObject **)&h->o; }
 
 static int packed_traverse(PyObject *self, visitproc visit, void *arg) {
@@ -155,13 +191,14 @@ static PyType_Spec packed_spec = {"swapagent._hot.Packed", sizeof(Packed), 0,
 
 static int hot_traverse(PyObject *self, visitproc visit, void *arg) {
   PyObject **o = hot_objs((Hot *)self);
-  for (size_t i = 0; i < HOT_NOBJS; i++) Py_VISIT(o[i]);
+  for (size_t i = 0; i < HOT_ALL_OBJS; i++) Py_VISIT(o[i]);
   return 0;
 }
 
 static int hot_clear(PyObject *self) {
   PyObject **o = hot_objs((Hot *)self);
-  for (size_t i = 0; i < HOT_NOBJS; i++) Py_CLEAR(o[i]);
+  for (size_t i = 0; i < HOT_ALL_OBJS; i++) Py_CLEAR(o[i]);
+  ((Hot *)self)->native = 0;
   return 0;
 }
 
@@ -209,10 +246,50 @@ static long refs_at(PyObject *refs, Py_ssize_t i) {
   return PyLong_AsLong(PyList_GetItem(refs, i));
 }
 
+/* The storage of torch tensor t as Torch.storage finds it (meta: only when asked, Torch.saved does not
+ * check it): 1 and *s, 0 when t is not reported, -1 on an exception. */
+static int torch_storage(Hot *h, PyObject *t, int check_meta, PyObject **s) {
+  *s = NULL;
+  int is = PyObject_IsInstance(t, h->r.tensor_type);
+  if (is <= 0) return is;
+  static PyObject *const *const flags[] = {&s_is_cpu, &s_is_meta};
+  for (int i = h->include_cpu ? 1 : 0; i < (check_meta ? 2 : 1); i++) {
+    PyObject *v = PyObject_GetAttr(t, *flags[i]);
+    int yes = v != NULL ? PyObject_IsTrue(v) : -1;
+    Py_XDECREF(v);
+    if (yes != 0) return yes < 0 ? -1 : 0;
+  }
+  *s = PyObject_CallMethodObjArgs(t, s_untyped_storage, NULL);
+  if (*s != NULL) return 1;
+  /* sparse layouts, functional wrappers: no storage */
+  if (PyErr_ExceptionMatches(PyExc_RuntimeError) || PyErr_ExceptionMatches(PyExc_NotImplementedError)) {
+    PyErr_Clear();
+    return 0;
+  }
+  return -1;
+}
+
+/* Torch.saved(t), natively: the tuple (storage, pointer, nbytes), or None. */
+static PyObject *torch_saved(Hot *h, PyObject *t) {
+  PyObject *s;
+  int rc = torch_storage(h, t, 0, &s);
+  if (rc <= 0) {
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+  }
+  PyObject *ptr = PyObject_CallMethodObjArgs(s, s_data_ptr, NULL);
+  PyObject *nbytes = ptr != NULL ? PyObject_CallMethodObjArgs(s, s_nbytes, NULL) : NULL;
+  PyObject *out = nbytes != NULL ? PyTuple_Pack(3, s, ptr, nbytes) : NULL;
+  Py_DECREF(s);
+  Py_XDECREF(ptr);
+  Py_XDECREF(nbytes);
+  return out;
+}
+
 /* pack(t): Layer._hot_path's pack. */
 static PyObject *hot_pack(PyObject *self, PyObject *t) {
   Hot *h = (Hot *)self;
-  PyObject *info = PyObject_CallFunctionObjArgs(h->o.saved_of, t, NULL);
+  PyObject *info = h->native ? torch_saved(h, t) : PyObject_CallFunctionObjArgs(h->o.saved_of, t, NULL);
   if (info == NULL) return NULL;
   if (info == Py_None || !PyTuple_Check(info) || PyTuple_Size(info) != 3) {
     Py_DECREF(info);
@@ -410,6 +487,1043 @@ done:
   return out;
 }
 
+/* ---- Chain: core._Chain and its calls (core._Call) in C ----
+ *
+ * The one gradient hook the companion puts on a tensor crossing its layers: the same lists, the same order
+ * (a tensor's input calls before its output calls), the same rule of which calls are dead; firing a call
+ * runs the layer's own input_grad or output_grad. */
+
+enum { KIND_INPUT = 0, KIND_OUTPUT = 1 }; /* core.INPUT, core.OUTPUT */
+
+typedef struct {
+  PyObject_HEAD PyObject *pass_; /* core.Pass */
+  int kind;
+  int fired;
+} Call;
+
+typedef struct {
+  PyObject_HEAD PyObject *inputs, *outputs; /* lists of Call, in the order added */
+  PyObject *remove;                         /* the gradient hook's remover (core.chain sets it) */
+  PyObject *failed;                         /* failed(exception): logs a call that raised */
+} Chain;
+
+static PyTypeObject *CallType, *ChainType;
+
+/* The truth of attribute name of o: 1, 0, or -1 on an exception. */
+static int attr_true(PyObject *o, PyObject *name) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  int yes = v == NULL ? -1 : PyObject_IsTrue(v);
+  Py_XDECREF(v);
+  return yes;
+}
+
+/* core._Call.dead: 1, 0, or -1 on an exception. */
+static int call_dead(Call *c) {
+  if (c->fired) return 1;
+  PyObject *layer = PyObject_GetAttr(c->pass_, s_layer);
+  if (layer == NULL) return -1;
+  int dead = attr_true(layer, s_removed);
+  if (dead == 0) dead = attr_true(c->pass_, s_exited);
+  /* An output call only matters until its forward entered backward; an input call only while its forward
+   * is the group's latest. */
+  if (dead == 0 && c->kind == KIND_OUTPUT) dead = attr_true(c->pass_, s_entered);
+  else if (dead == 0) {
+    PyObject *latest = PyObject_GetAttr(layer, s_latest);
+    dead = latest == NULL ? -1 : latest != c->pass_;
+    Py_XDECREF(latest);
+  }
+  Py_DECREF(layer);
+  return dead;
+}
+
+/* core._Call.fire: the layer's input_grad or output_grad of the call's forward, at most once. */
+static int call_fire(Call *c) {
+  if (c->fired) return 0;
+  c->fired = 1;
+  PyObject *layer = PyObject_GetAttr(c->pass_, s_layer);
+  PyObject *r = layer == NULL ? NULL
+                              : PyObject_CallMethodObjArgs(layer, c->kind == KIND_INPUT ? s_input_grad : s_output_grad,
+                                                           c->pass_, NULL);
+  Py_XDECREF(layer);
+  Py_XDECREF(r);
+  return r == NULL ? -1 : 0;
+}
+
+static int call_traverse(PyObject *self, visitproc visit, void *arg) {
+  Py_VISIT(((Call *)self)->pass_);
+  return 0;
+}
+
+static int call_clear(PyObject *self) {
+  Py_CLEAR(((Call *)self)->pass_);
+  return 0;
+}
+
+static void gc_dealloc(PyObject *self, inquiry clear) {
+  PyObject_GC_UnTrack(self);
+  clear(self);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  tp_free(self);
+  Py_DECREF(tp);
+}
+
+static void call_dealloc(PyObject *self) { gc_dealloc(self, call_clear); }
+
+static PyMemberDef call_members[] = {
+    {"pass_", T_OBJECT, offsetof(Call, pass_), READONLY, "the forward (core.Pass) it belongs to"},
+    {"kind", T_INT, offsetof(Call, kind), READONLY, "core.INPUT or core.OUTPUT"},
+    {"fired", T_INT, offsetof(Call, fired), READONLY, "whether it fired"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot call_slots[] = {
+    {Py_tp_dealloc, call_dealloc}, {Py_tp_traverse, call_traverse}, {Py_tp_clear, call_clear},
+    {Py_tp_members, call_members}, {Py_tp_doc, "One forward's call on a gradient (core._Call)."},
+    {0, NULL},
+};
+
+static PyType_Spec call_spec = {"swapagent._hot.Call", sizeof(Call), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                                call_slots};
+
+/* A call that raised: handed to chain.failed, which logs it; a gradient hook never breaks the step. */
+static void chain_failed(Chain *ch) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+  PyObject *r = ch->failed != NULL && value != NULL ? PyObject_CallFunctionObjArgs(ch->failed, value, NULL) : NULL;
+  Py_XDECREF(r);
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+}
+
+/* Drops the dead calls of a list, in place. */
+static int prune_list(PyObject *l) {
+  Py_ssize_t n = PyList_Size(l);
+  PyObject *keep = PyList_New(0);
+  if (keep == NULL) return -1;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *c = PyList_GetItem(l, i);
+    int dead = c == NULL ? -1 : call_dead((Call *)c);
+    if (dead < 0 || (!dead && PyList_Append(keep, c) < 0)) {
+      Py_DECREF(keep);
+      return -1;
+    }
+  }
+  int rc = PyList_Size(keep) == n ? 0 : PyList_SetSlice(l, 0, n, keep);
+  Py_DECREF(keep);
+  return rc;
+}
+
+static int chain_prune(Chain *ch) { return prune_list(ch->inputs) < 0 || prune_list(ch->outputs) < 0 ? -1 : 0; }
+
+static int chain_add(Chain *ch, PyObject *pass, int kind) {
+  if (chain_prune(ch) < 0) return -1;
+  allocfunc alloc = (allocfunc)PyType_GetSlot(CallType, Py_tp_alloc);
+  Call *c = (Call *)alloc(CallType, 0);
+  if (c == NULL) return -1;
+  Py_INCREF(pass);
+  c->pass_ = pass;
+  c->kind = kind;
+  int rc = PyList_Append(kind == KIND_INPUT ? ch->inputs : ch->outputs, (PyObject *)c);
+  Py_DECREF(c);
+  return rc;
+}
+
+/* The gradient hook: a tensor's input calls (the backward exit of the layer it entered) before its output
+ * calls (the backward enter of the layer it left), each on the list as it was at the call. */
+static PyObject *chain_call(PyObject *self, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kw)) {
+  Chain *ch = (Chain *)self;
+  PyObject *const lists[] = {ch->inputs, ch->outputs};
+  for (size_t k = 0; k < 2; k++) {
+    PyObject *calls = PyList_GetSlice(lists[k], 0, PyList_Size(lists[k]));
+    if (calls == NULL) {
+      chain_failed(ch);
+      continue;
+    }
+    for (Py_ssize_t i = 0; i < PyList_Size(calls); i++)
+      if (call_fire((Call *)PyList_GetItem(calls, i)) < 0) chain_failed(ch);
+    Py_DECREF(calls);
+  }
+  if (chain_prune(ch) < 0) chain_failed(ch);
+  Py_RETURN_NONE;
+}
+
+static PyObject *chain_add_m(PyObject *self, PyObject *args) {
+  PyObject *pass;
+  int kind;
+  if (!PyArg_ParseTuple(args, "Oi", &pass, &kind)) return NULL;
+  if (chain_add((Chain *)self, pass, kind) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *chain_prune_m(PyObject *self, PyObject *Py_UNUSED(arg)) {
+  if (chain_prune((Chain *)self) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *chain_empty_m(PyObject *self, PyObject *Py_UNUSED(arg)) {
+  Chain *ch = (Chain *)self;
+  return PyBool_FromLong(PyList_Size(ch->inputs) == 0 && PyList_Size(ch->outputs) == 0);
+}
+
+static int chain_init(PyObject *self, PyObject *args, PyObject *kw) {
+  Chain *ch = (Chain *)self;
+  PyObject *failed;
+  if ((kw != NULL && PyDict_Size(kw) > 0) || !PyArg_ParseTuple(args, "O", &failed)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Chain(failed) takes no keyword arguments");
+    return -1;
+  }
+  PyObject *ins = PyList_New(0), *outs = PyList_New(0);
+  if (ins == NULL || outs == NULL) {
+    Py_XDECREF(ins);
+    Py_XDECREF(outs);
+    return -1;
+  }
+  Py_INCREF(failed);
+  PyObject *old[] = {ch->inputs, ch->outputs, ch->failed};
+  ch->inputs = ins;
+  ch->outputs = outs;
+  ch->failed = failed;
+  for (size_t i = 0; i < 3; i++) Py_XDECREF(old[i]);
+  return 0;
+}
+
+static int chain_traverse(PyObject *self, visitproc visit, void *arg) {
+  Chain *ch = (Chain *)self;
+  Py_VISIT(ch->inputs);
+  Py_VISIT(ch->outputs);
+  Py_VISIT(ch->remove);
+  Py_VISIT(ch->failed);
+  return 0;
+}
+
+static int chain_clear(PyObject *self) {
+  Chain *ch = (Chain *)self;
+  Py_CLEAR(ch->inputs);
+  Py_CLEAR(ch->outputs);
+  Py_CLEAR(ch->remove);
+  Py_CLEAR(ch->failed);
+  return 0;
+}
+
+static void chain_dealloc(PyObject *self) { gc_dealloc(self, chain_clear); }
+
+static PyMemberDef chain_members[] = {
+    {"inputs", T_OBJECT, offsetof(Chain, inputs), READONLY, "input calls (core.INPUT), in the order added"},
+    {"outputs", T_OBJECT, offsetof(Chain, outputs), READONLY, "output calls (core.OUTPUT), in the order added"},
+    {"remove", T_OBJECT, offsetof(Chain, remove), 0, "removes the gradient hook (None: none)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyMethodDef chain_methods[] = {
+    {"add", chain_add_m, METH_VARARGS, "add(pass, kind): a call of forward pass of kind INPUT or OUTPUT."},
+    {"prune", chain_prune_m, METH_NOARGS, "Drops the dead calls."},
+    {"empty", chain_empty_m, METH_NOARGS, "Whether no call is left."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot chain_slots[] = {
+    {Py_tp_init, chain_init},         {Py_tp_new, PyType_GenericNew},   {Py_tp_dealloc, chain_dealloc},
+    {Py_tp_traverse, chain_traverse}, {Py_tp_clear, chain_clear},       {Py_tp_call, chain_call},
+    {Py_tp_members, chain_members},   {Py_tp_methods, chain_methods},
+    {Py_tp_doc, "The companion's gradient hook on one tensor (core._Chain)."},
+    {0, NULL},
+};
+
+static PyType_Spec chain_spec = {"swapagent._hot.Chain", sizeof(Chain), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                                 chain_slots};
+
+/* ---- the region path: Torch's forward pre-hook and forward hook in C (Hot.region, Hot.pre, Hot.post) ----
+ *
+ * What Layer.forward_pre and Layer.forward_post do, for a torch layer whose agent takes its region calls
+ * by address (Agent.c_region) and that no test hook or guard watches (region_calls): the same walks,
+ * pointers, descriptions and Python objects, with the agent's region enter and region end called directly.
+ * Anything else runs those Python methods, so core.py stays the one description of the rule. */
+
+/* core.saved_desc(t): b"\tDTYPE\tSHAPE" from its cache by (t.dtype, t.shape), else describe(t), which fills
+ * the cache (the shape as the framework gives it: torch.Size and MindSpore's tuple hash and compare as the
+ * tuple core.saved_desc keys by). A new reference. */
+static PyObject *desc_of(PyObject *t, PyObject *cache, PyObject *describe) {
+  PyObject *dtype = PyObject_GetAttr(t, s_dtype), *shape = dtype != NULL ? PyObject_GetAttr(t, s_shape) : NULL;
+  PyObject *key = shape != NULL ? PyTuple_Pack(2, dtype, shape) : NULL;
+  Py_XDECREF(dtype);
+  Py_XDECREF(shape);
+  PyObject *d = key != NULL ? PyDict_GetItemWithError(cache, key) : NULL; /* borrowed */
+  Py_XDECREF(key);
+  if (d != NULL) {
+    Py_INCREF(d);
+    return d;
+  }
+  PyErr_Clear(); /* an attribute the framework lacks, an unhashable shape: describe says what is wrong */
+  return PyObject_CallFunctionObjArgs(describe, t, NULL);
+}
+
+/* A growable byte buffer that starts on the stack: a region's pointers, sizes and text fit in it. */
+struct buf {
+  char *p;
+  size_t n, cap;
+  _Alignas(8) char small[512];
+};
+
+static void buf_init(struct buf *b) {
+  b->p = b->small;
+  b->n = 0;
+  b->cap = sizeof b->small;
+}
+
+static void buf_free(struct buf *b) {
+  if (b->p != b->small) PyMem_Free(b->p);
+  buf_init(b);
+}
+
+static int buf_put(struct buf *b, const void *d, size_t k) {
+  if (b->n + k > b->cap) {
+    size_t cap = b->cap * 2;
+    while (cap < b->n + k) cap *= 2;
+    char *p = PyMem_Malloc(cap);
+    if (p == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    memcpy(p, b->p, b->n);
+    if (b->p != b->small) PyMem_Free(b->p);
+    b->p = p;
+    b->cap = cap;
+  }
+  if (k > 0) memcpy(b->p + b->n, d, k);
+  b->n += k;
+  return 0;
+}
+
+#define BUF_PUT(b, T, v) (buf_put((b), &(T){(v)}, sizeof(T)))
+#define BUF_AT(b, T) ((T *)(void *)(b)->p)
+#define BUF_LEN(b, T) ((b)->n / sizeof(T))
+/* The array of a buffer for a C call: NULL when empty, as the Python path passes it. */
+#define BUF_ARG(b, T) ((b)->n > 0 ? (const T *)(const void *)(b)->p : NULL)
+
+/* str's UTF-8 appended to b, through a bounded cache (argument names and dict keys repeat every step). */
+static PyObject *utf8_cache;
+
+static int put_utf8(struct buf *b, PyObject *str) {
+  PyObject *bs = PyDict_GetItemWithError(utf8_cache, str); /* borrowed */
+  if (bs == NULL) {
+    if (PyErr_Occurred() || (bs = PyUnicode_AsUTF8String(str)) == NULL) return -1;
+    if (PyDict_Size(utf8_cache) >= 4096) PyDict_Clear(utf8_cache);
+    int rc = PyDict_SetItem(utf8_cache, str, bs);
+    Py_DECREF(bs); /* the cache holds it */
+    if (rc < 0) return -1;
+  }
+  char *p;
+  Py_ssize_t k;
+  return PyBytes_AsStringAndSize(bs, &p, &k) < 0 ? -1 : buf_put(b, p, (size_t)k);
+}
+
+/* What a walk found: each tensor (a reference held) with its path, in order. */
+struct ent {
+  size_t off, len; /* the path in found.paths */
+  PyObject *t;
+};
+
+struct found {
+  struct buf ents, paths;
+};
+
+static void found_init(struct found *f) {
+  buf_init(&f->ents);
+  buf_init(&f->paths);
+}
+
+static void found_free(struct found *f) {
+  for (size_t i = 0; i < BUF_LEN(&f->ents, struct ent); i++) Py_DECREF(BUF_AT(&f->ents, struct ent)[i].t);
+  buf_free(&f->ents);
+  buf_free(&f->paths);
+}
+
+static int found_add(struct found *f, const char *path, size_t len, PyObject *t) {
+  struct ent e = {f->paths.n, len, t};
+  if (buf_put(&f->paths, path, len) < 0 || buf_put(&f->ents, &e, sizeof e) < 0) return -1;
+  Py_INCREF(t);
+  return 0;
+}
+
+static const char *found_path(struct found *f, size_t i) {
+  return f->paths.p + BUF_AT(&f->ents, struct ent)[i].off;
+}
+
+#define WALK_MAX_DEPTH 64 /* core._MAX_DEPTH */
+
+/* core._ATOMS */
+static int is_atom(PyObject *x) {
+  return x == Py_None || PyUnicode_CheckExact(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) ||
+         PyBytes_CheckExact(x) || PyComplex_CheckExact(x);
+}
+
+static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **seen, struct found *f);
+
+/* One item of a container, as walk_named's loop takes it: a tensor is found, anything else not an atom
+ * walked one level deeper. */
+static int walk_item(Hot *h, PyObject *v, struct buf *path, int depth, PyObject **seen, struct found *f) {
+  int is = PyObject_IsInstance(v, h->r.tensor_type);
+  if (is != 0) return is < 0 ? -1 : found_add(f, path->p, path->n, v);
+  return is_atom(v) ? 0 : walk(h, v, path, depth + 1, seen, f);
+}
+
+/* Subclasses of tuple, list and dict (namedtuples, ModelOutput) and dataclasses: walk_named itself walks
+ * them, with this walk's seen set; anything else holds no tensor it would find. */
+static int walk_other(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **seen, struct found *f) {
+  if (!PyTuple_Check(obj) && !PyList_Check(obj) && !PyDict_Check(obj)) {
+    if (PyType_Check(obj) || !PyObject_HasAttr((PyObject *)Py_TYPE(obj), s_dataclass_fields)) return 0;
+  }
+  if (*seen == NULL && (*seen = PySet_New(NULL)) == NULL) return -1;
+  PyObject *ps = PyUnicode_DecodeUTF8(path->p, (Py_ssize_t)path->n, NULL), *out = PyList_New(0),
+           *d = PyLong_FromLong(depth);
+  PyObject *r = ps && out && d ? PyObject_CallFunctionObjArgs(h->r.walk, obj, h->r.is_tensor, ps, out, d, *seen, NULL)
+                               : NULL;
+  int rc = r == NULL ? -1 : 0;
+  for (Py_ssize_t i = 0; rc == 0 && i < PyList_Size(out); i++) {
+    PyObject *e = PyList_GetItem(out, i), *p = NULL; /* (path, tensor) */
+    char *s;
+    Py_ssize_t k;
+    rc = PyTuple_Check(e) && PyTuple_Size(e) == 2 && (p = PyUnicode_AsUTF8String(PyTuple_GetItem(e, 0))) != NULL &&
+                 PyBytes_AsStringAndSize(p, &s, &k) == 0
+             ? found_add(f, s, (size_t)k, PyTuple_GetItem(e, 1))
+             : -1;
+    Py_XDECREF(p);
+  }
+  Py_XDECREF(r);
+  Py_XDECREF(d);
+  Py_XDECREF(out);
+  Py_XDECREF(ps);
+  return rc;
+}
+
+/* core.walk_named below its top: tuples and lists by index, dicts by key repr, each container once. */
+static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **seen, struct found *f) {
+  if (is_atom(obj) || depth > WALK_MAX_DEPTH) return 0;
+  int kind = PyTuple_CheckExact(obj) ? 1 : PyList_CheckExact(obj) ? 2 : PyDict_CheckExact(obj) ? 3 : 0;
+  if (kind == 0) return walk_other(h, obj, path, depth, seen, f);
+  if (*seen == NULL && (*seen = PySet_New(NULL)) == NULL) return -1;
+  PyObject *id = PyLong_FromVoidPtr(obj);
+  int in = id == NULL ? -1 : PySet_Contains(*seen, id);
+  if (in == 0 && PySet_Add(*seen, id) < 0) in = -1;
+  Py_XDECREF(id);
+  if (in != 0) return in < 0 ? -1 : 0;
+  size_t base = path->n;
+  int rc = 0;
+  if (kind == 3) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (rc == 0 && PyDict_Next(obj, &pos, &k, &v)) {
+      Py_INCREF(k);
+      Py_INCREF(v);
+      PyObject *r = PyObject_Repr(k);
+      path->n = base;
+      rc = r == NULL || buf_put(path, "[", 1) < 0 || put_utf8(path, r) < 0 || buf_put(path, "]", 1) < 0
+               ? -1
+               : walk_item(h, v, path, depth, seen, f);
+      Py_XDECREF(r);
+      Py_DECREF(v);
+      Py_DECREF(k);
+    }
+  } else {
+    for (Py_ssize_t i = 0; rc == 0 && i < (kind == 1 ? PyTuple_Size(obj) : PyList_Size(obj)); i++) {
+      PyObject *v = kind == 1 ? PyTuple_GetItem(obj, i) : PyList_GetItem(obj, i);
+      if (v == NULL) return -1;
+      Py_INCREF(v);
+      char num[32];
+      int k = snprintf(num, sizeof num, "[%zd]", i);
+      path->n = base;
+      rc = buf_put(path, num, (size_t)k) < 0 ? -1 : walk_item(h, v, path, depth, seen, f);
+      Py_DECREF(v);
+    }
+  }
+  path->n = base;
+  return rc;
+}
+
+/* walk_named(obj, is_tensor, path, found): name is a C string, or NULL for the str key. */
+static int walk_top(Hot *h, PyObject *obj, const char *name, PyObject *key, struct found *f) {
+  struct buf path;
+  buf_init(&path);
+  int rc = name != NULL ? buf_put(&path, name, strlen(name)) : put_utf8(&path, key);
+  int is = rc < 0 ? -1 : PyObject_IsInstance(obj, h->r.tensor_type);
+  PyObject *seen = NULL;
+  rc = is < 0 ? -1 : is ? found_add(f, path.p, path.n, obj) : walk(h, obj, &path, 0, &seen, f);
+  Py_XDECREF(seen);
+  buf_free(&path);
+  return rc;
+}
+
+/* Framework.ptr(t): 1 and *ptr (0 for an empty storage), 0 when t is not reported, -1 on an exception. */
+static int tensor_ptr(Hot *h, PyObject *t, uintptr_t *ptr) {
+  PyObject *s;
+  int rc = torch_storage(h, t, 1, &s);
+  if (rc <= 0) return rc;
+  *ptr = 0;
+  PyObject *nb = PyObject_CallMethodObjArgs(s, s_nbytes, NULL), *p = NULL;
+  Py_ssize_t size = nb == NULL ? -1 : PyLong_AsSsize_t(nb);
+  int pos = size == -1 && PyErr_Occurred() ? -1 : size > 0;
+  if (pos > 0 && (p = PyObject_CallMethodObjArgs(s, s_data_ptr, NULL)) != NULL)
+    *ptr = (uintptr_t)PyLong_AsUnsignedLongLong(p);
+  rc = pos < 0 || (pos > 0 && (p == NULL || PyErr_Occurred())) ? -1 : 1;
+  Py_XDECREF(p);
+  Py_XDECREF(nb);
+  Py_DECREF(s);
+  return rc;
+}
+
+/* Description lines as the calls take them: each line ended by a NUL in blob, its offset in starts. */
+struct text {
+  struct buf blob, starts, lines;
+};
+
+static void text_init(struct text *x) {
+  buf_init(&x->blob);
+  buf_init(&x->starts);
+  buf_init(&x->lines);
+}
+
+static void text_free(struct text *x) {
+  buf_free(&x->blob);
+  buf_free(&x->starts);
+  buf_free(&x->lines);
+}
+
+/* Appends PATH + saved_desc(t) ("PATH\tDTYPE\tSHAPE", describe_line's) as one line. */
+static int text_line(Hot *h, struct text *x, const char *path, size_t len, PyObject *t) {
+  PyObject *d = desc_of(t, h->r.descs, h->r.describe);
+  char *s;
+  Py_ssize_t k;
+  int rc = d == NULL || PyBytes_AsStringAndSize(d, &s, &k) < 0 || BUF_PUT(&x->starts, size_t, x->blob.n) < 0 ||
+                   buf_put(&x->blob, path, len) < 0 || buf_put(&x->blob, s, (size_t)k) < 0 ||
+                   buf_put(&x->blob, "", 1) < 0
+               ? -1
+               : 0;
+  Py_XDECREF(d);
+  return rc;
+}
+
+/* The array of line addresses the plain calls take (NULL for none), once blob is complete. */
+static const char *const *text_lines(struct text *x) {
+  x->lines.n = 0;
+  for (size_t i = 0; i < BUF_LEN(&x->starts, size_t); i++)
+    if (BUF_PUT(&x->lines, const char *, x->blob.p + BUF_AT(&x->starts, size_t)[i]) < 0) return NULL;
+  return BUF_ARG(&x->lines, const char *);
+}
+
+typedef __typeof__(&swapagent_region_enter_desc) enter_plain_fn;
+typedef __typeof__(&swapagent_region_end) end_plain_fn;
+typedef __typeof__(&swapagent_region_enter_deferred) enter_deferred_fn;
+typedef __typeof__(&swapagent_region_end_deferred) end_deferred_fn;
+
+/* The agent's region calls, as Agent.c_region gives them: (deferred, enter's address, end's address). */
+struct calls {
+  PyObject *agent;
+  int deferred;
+  void *enter, *end;
+};
+
+/* 1 when this layer's region hooks run here (calls filled, calls->agent a new reference), 0 when they run
+ * through Layer.forward_pre and forward_post: a test's or the guard's hooks (core.forward_hook, saves_hook,
+ * Layer.guarded), an agent object without c_region (a test's, the bench's null agent), or one whose
+ * region_enter or region_end was replaced (a recorder). -1 on an exception. */
+static int region_calls(Hot *h, struct calls *c) {
+  c->agent = NULL;
+  if (!h->native) return 0;
+  PyObject *const names[] = {s_forward_hook, s_saves_hook};
+  for (size_t i = 0; i < 2; i++) {
+    PyObject *v = PyDict_GetItemWithError(h->r.core, names[i]); /* borrowed */
+    if (v == NULL && PyErr_Occurred()) return -1;
+    if (v != NULL && v != Py_None) return 0;
+  }
+  PyObject *g = PyObject_GetAttr(h->o.layer, s_guarded);
+  int guarded = g == NULL ? -1 : PyObject_IsTrue(g);
+  Py_XDECREF(g);
+  if (guarded != 0) return guarded < 0 ? -1 : 0;
+  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
+  if (agent == NULL) return -1;
+  int fast = -1;
+  PyObject *cr = PyObject_GetAttr(agent, s_c_region), *d = NULL;
+  if (cr == NULL || !PyTuple_Check(cr) || PyTuple_Size(cr) != 3) {
+    if (cr == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+    fast = PyErr_Occurred() ? -1 : 0;
+    goto done;
+  }
+  /* an object without a __dict__ cannot have had its methods replaced */
+  if ((d = PyObject_GetAttr(agent, s_dict)) == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
+    PyErr_Clear();
+  } else if (PyDict_Check(d) && (PyDict_GetItemWithError(d, s_region_enter) != NULL ||
+                                 PyDict_GetItemWithError(d, s_region_end) != NULL || PyErr_Occurred())) {
+    fast = PyErr_Occurred() ? -1 : 0;
+    goto done;
+  }
+  c->deferred = PyObject_IsTrue(PyTuple_GetItem(cr, 0));
+  c->enter = PyLong_AsVoidPtr(PyTuple_GetItem(cr, 1));
+  c->end = PyLong_AsVoidPtr(PyTuple_GetItem(cr, 2));
+  fast = PyErr_Occurred() || c->deferred < 0 ? -1 : c->enter != NULL && c->end != NULL;
+done:
+  Py_XDECREF(d);
+  Py_XDECREF(cr);
+  if (fast == 1) c->agent = agent;
+  else Py_DECREF(agent);
+  return fast;
+}
+
+/* agent.check(fmt % group, rc): a failed call warned of once, the job goes on. */
+static int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc) {
+  PyObject *call = PyUnicode_FromFormat(fmt, PyBytes_AsString(h->r.group)), *code = PyLong_FromLongLong(rc);
+  PyObject *r = call && code ? call_method2(agent, s_check, call, code) : NULL;
+  Py_XDECREF(call);
+  Py_XDECREF(code);
+  Py_XDECREF(r);
+  return r == NULL ? -1 : 0;
+}
+
+/* Torch.param_ptrs(module, cache), answered from the cache when it holds (no module registered since it was
+ * made, every parameter and buffer where it was); else the Python method, which makes it again. */
+static PyObject *param_ptrs(Hot *h) {
+  PyObject *c = h->r.param_cache;
+  if (h->r.registered != Py_None && PyList_Check(h->r.registered) && PyList_Size(h->r.registered) > 0) {
+    PyObject *gen = PyDict_GetItemWithError(c, s_gen), *dicts = PyDict_GetItemWithError(c, s_dicts),
+             *key = PyDict_GetItemWithError(c, s_key), *ptrs = PyDict_GetItemWithError(c, s_ptrs);
+    int holds = gen && dicts && key && ptrs && PyList_Check(dicts) && PyTuple_Check(key) &&
+                PyObject_RichCompareBool(gen, PyList_GetItem(h->r.registered, 0), Py_EQ) == 1;
+    Py_ssize_t j = 0, nkey = holds ? PyTuple_Size(key) : 0;
+    for (Py_ssize_t i = 0; holds && i < PyList_Size(dicts); i++) {
+      PyObject *d = PyList_GetItem(dicts, i), *t;
+      Py_ssize_t pos = 0;
+      if (!PyDict_Check(d)) holds = 0;
+      while (holds && PyDict_Next(d, &pos, NULL, &t)) {
+        if (t == Py_None) continue;
+        PyObject *p = j < nkey ? PyObject_CallMethodObjArgs(t, s_data_ptr, NULL) : NULL;
+        holds = p != NULL && PyObject_RichCompareBool(p, PyTuple_GetItem(key, j++), Py_EQ) == 1;
+        Py_XDECREF(p);
+      }
+    }
+    if (holds && j == nkey) {
+      Py_INCREF(ptrs);
+      return ptrs;
+    }
+    PyErr_Clear(); /* the Python method meets whatever went wrong here, and says so */
+  }
+  PyObject *fw = PyObject_GetAttr(h->o.layer, s_fw);
+  PyObject *r = fw != NULL ? call_method2(fw, s_param_ptrs, h->r.module, c) : NULL;
+  Py_XDECREF(fw);
+  return r;
+}
+
+static int list_clear(PyObject *l) { return PyList_SetSlice(l, 0, PyList_Size(l), NULL); }
+
+/* Layer._clear_region */
+static int clear_region(Hot *h) {
+  PyDict_Clear(h->o.region);
+  PyObject *const ls[] = {h->o.bptr, h->o.bsize, h->o.bflag, h->o.bstore};
+  for (size_t i = 0; i < 4; i++)
+    if (list_clear(ls[i]) < 0) return -1;
+  return 0;
+}
+
+/* The gradient hook (Chain) on tensor t, made by core.chain (registered once per tensor) unless core._chains
+ * has it already; None when t takes no hook. A new reference, NULL on an exception. */
+static PyObject *chain_of(Hot *h, PyObject *t) {
+  PyObject *key = PyLong_FromVoidPtr(t);
+  PyObject *e = key != NULL ? PyDict_GetItemWithError(h->r.chains, key) : NULL; /* borrowed: (ref, chain) */
+  Py_XDECREF(key);
+  if (e == NULL && PyErr_Occurred()) return NULL;
+  if (e != NULL && PyTuple_Check(e) && PyTuple_Size(e) == 2) {
+    PyObject *live = PyObject_CallFunctionObjArgs(PyTuple_GetItem(e, 0), NULL);
+    int same = live == t;
+    Py_XDECREF(live);
+    if (live == NULL) return NULL;
+    if (same) {
+      PyObject *ch = PyTuple_GetItem(e, 1);
+      Py_INCREF(ch);
+      return ch;
+    }
+  }
+  PyObject *fw = PyObject_GetAttr(h->o.layer, s_fw);
+  PyObject *ch = fw != NULL ? PyObject_CallFunctionObjArgs(h->r.chain, fw, t, NULL) : NULL;
+  Py_XDECREF(fw);
+  return ch;
+}
+
+/* Layer._hook_grads(p, the first n tensors found, kind): a kind call of forward p on the gradient hook of
+ * each distinct tensor that takes a gradient; how many were hooked, or -1. */
+static Py_ssize_t hook_grads(Hot *h, PyObject *p, struct found *f, size_t n, int kind) {
+  struct ent *e = BUF_AT(&f->ents, struct ent);
+  Py_ssize_t hooked = 0;
+  for (size_t i = 0; i < n; i++) {
+    PyObject *t = e[i].t;
+    size_t j = 0;
+    while (j < i && e[j].t != t) j++;
+    if (j < i) continue; /* hooked already, or takes no gradient */
+    int takes = attr_true(t, s_requires_grad); /* Torch.takes_grad: every tensor found is a torch.Tensor */
+    if (takes < 0) return -1;
+    if (!takes) continue;
+    PyObject *ch = chain_of(h, t), *r = NULL;
+    if (ch == NULL) return -1;
+    int rc = 0;
+    if (Py_TYPE(ch) == ChainType) rc = chain_add((Chain *)ch, p, kind);
+    else if (ch != Py_None) { /* core._Chain */
+      PyObject *k = PyLong_FromLong(kind);
+      r = k != NULL ? call_method2(ch, s_add, p, k) : NULL;
+      rc = r == NULL ? -1 : 0;
+      Py_XDECREF(r);
+      Py_XDECREF(k);
+    }
+    if (ch != Py_None && rc == 0) hooked++;
+    Py_DECREF(ch);
+    if (rc < 0) return -1;
+  }
+  return hooked;
+}
+
+/* Layer.forward_pre(args, kwargs), with the agent's region enter called directly. */
+static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs) {
+  PyObject *layer = h->o.layer, *p = NULL, *params = NULL, *r = NULL;
+  struct found f;
+  struct buf ptrs;
+  struct text tx;
+  found_init(&f);
+  buf_init(&ptrs);
+  text_init(&tx);
+  int rc = -1;
+  /* maybe_exit: a previous forward that only waited for a freed tensor ends now (it has nothing to do for
+   * a forward not entered or already exited, the common case: asked here without a call) */
+  PyObject *latest = PyObject_GetAttr(layer, s_latest);
+  if (latest == NULL) goto done;
+  int ask = 0;
+  if (latest != Py_None) {
+    int entered = attr_true(latest, s_entered), exited = entered > 0 ? attr_true(latest, s_exited) : 0;
+    ask = entered < 0 || exited < 0 ? -1 : entered && !exited;
+  }
+  Py_DECREF(latest);
+  if (ask < 0 || (ask > 0 && (r = call_method(layer, s_maybe_exit, NULL)) == NULL)) goto done;
+  Py_CLEAR(r);
+  if ((params = param_ptrs(h)) == NULL || PyObject_SetAttr(layer, s_params, params) < 0) goto done;
+  if (list_clear(h->r.saved) < 0 || clear_region(h) < 0) goto done;
+  if ((p = PyObject_CallFunctionObjArgs(h->r.pass_type, layer, NULL)) == NULL ||
+      PyObject_SetAttr(layer, s_latest, p) < 0)
+    goto done;
+  if (walk_top(h, args, "args", NULL, &f) < 0) goto done;
+  size_t n_named = BUF_LEN(&f.ents, struct ent);
+  /* Backward exit waits for the gradient of each positional input that takes one. */
+  Py_ssize_t n = hook_grads(h, p, &f, n_named, KIND_INPUT);
+  if (n < 0) goto done;
+  if (n > 0) {
+    PyObject *left = PyObject_GetAttr(p, s_inputs_left), *add = PyLong_FromSsize_t(n);
+    PyObject *sum = left && add ? PyNumber_Add(left, add) : NULL;
+    int bad = sum == NULL || PyObject_SetAttr(p, s_inputs_left, sum) < 0;
+    Py_XDECREF(sum);
+    Py_XDECREF(add);
+    Py_XDECREF(left);
+    if (bad) goto done;
+  }
+  if (kwargs != NULL && PyDict_Check(kwargs)) {
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(kwargs, &pos, &k, &v))
+      if (!PyUnicode_Check(k) || walk_top(h, v, NULL, k, &f) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a keyword argument's name is not a str");
+        goto done;
+      }
+  }
+  size_t n_pos = 0;
+  for (size_t i = 0; i < BUF_LEN(&f.ents, struct ent); i++) {
+    struct ent *e = &BUF_AT(&f.ents, struct ent)[i];
+    uintptr_t q;
+    int got = tensor_ptr(h, e->t, &q);
+    if (got < 0) goto done;
+    if (got == 0) continue;
+    if (BUF_PUT(&ptrs, uintptr_t, q) < 0 || text_line(h, &tx, found_path(&f, i), e->len, e->t) < 0) goto done;
+    if (i < n_named) n_pos++;
+  }
+  const char *g = PyBytes_AsString(h->r.group);
+  const uintptr_t *in = BUF_ARG(&ptrs, uintptr_t);
+  size_t n_in = BUF_LEN(&ptrs, uintptr_t);
+  const char *const *lines = NULL;
+  if (!c->deferred && n_in > 0 && (lines = text_lines(&tx)) == NULL) goto done;
+  int e;
+  Py_BEGIN_ALLOW_THREADS;
+  if (c->deferred)
+    e = ((enter_deferred_fn)c->enter)(g, in, n_in, n_pos, n_in > 0 ? tx.blob.p : NULL, n_in > 0 ? tx.blob.n : 0);
+  else
+    e = ((enter_plain_fn)c->enter)(g, in, lines, n_in, n_pos);
+  Py_END_ALLOW_THREADS;
+  rc = e == 0 ? 0 : agent_check(h, c->agent, "region_enter(%s)", e);
+done:
+  text_free(&tx);
+  buf_free(&ptrs);
+  found_free(&f);
+  Py_XDECREF(params);
+  Py_XDECREF(p);
+  return rc;
+}
+
+/* Layer.flush(report) with the agent's region end as report: the open region's saves, its outputs and the
+ * descriptions in one call. */
+static int flush_end(Hot *h, struct calls *c, struct buf *outs, struct buf *dptrs, struct text *tx) {
+  PyObject *layer = h->o.layer, *hs = NULL, *refs = NULL, *got = NULL;
+  struct buf live, sp, sz, sf, hbuf;
+  buf_init(&live);
+  buf_init(&sp);
+  buf_init(&sz);
+  buf_init(&sf);
+  buf_init(&hbuf);
+  int rc = -1, any_flag = 0;
+  PyObject *p = PyObject_GetAttr(layer, s_latest);
+  if (p == NULL) goto done;
+  if (p != Py_None && ((hs = PyObject_GetAttr(p, s_handles)) == NULL || (refs = PyObject_GetAttr(p, s_refs)) == NULL))
+    goto done;
+  if (hs != NULL && (!PyList_Check(hs) || !PyList_Check(refs))) {
+    PyErr_SetString(PyExc_TypeError, "Pass.handles and Pass.refs must be lists");
+    goto done;
+  }
+  Py_ssize_t start = hs ? PyList_Size(hs) : 0, n = hs ? PyList_Size(h->o.bptr) : 0;
+  for (Py_ssize_t i = start; i < n; i++) {
+    long alive = refs_at(refs, i);
+    if (PyErr_Occurred()) goto done;
+    if (!alive) continue; /* its saved tensors are all gone already: not reported */
+    unsigned long long ptr = PyLong_AsUnsignedLongLong(PyList_GetItem(h->o.bptr, i));
+    size_t size = PyLong_AsSize_t(PyList_GetItem(h->o.bsize, i));
+    unsigned long flag = PyLong_AsUnsignedLong(PyList_GetItem(h->o.bflag, i));
+    if (PyErr_Occurred() || BUF_PUT(&live, Py_ssize_t, i) < 0 || BUF_PUT(&sp, uintptr_t, (uintptr_t)ptr) < 0 ||
+        BUF_PUT(&sz, size_t, size) < 0 || BUF_PUT(&sf, uint32_t, (uint32_t)flag) < 0)
+      goto done;
+    any_flag |= flag != 0;
+  }
+  for (Py_ssize_t i = start; i < n; i++)
+    if (PyList_Append(hs, zero) < 0) goto done;
+  size_t k = BUF_LEN(&live, Py_ssize_t), n_out = BUF_LEN(outs, uintptr_t), n_desc = BUF_LEN(dptrs, uintptr_t);
+  for (size_t j = 0; j < k; j++)
+    if (BUF_PUT(&hbuf, int64_t, 0) < 0) goto done;
+  const char *const *lines = NULL;
+  if (!c->deferred && n_desc > 0 && (lines = text_lines(tx)) == NULL) goto done;
+  const char *g = PyBytes_AsString(h->r.group);
+  int64_t first = 0;
+  int e = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  if (c->deferred)
+    first = ((end_deferred_fn)c->end)(g, BUF_ARG(outs, uintptr_t), n_out, BUF_ARG(&sp, uintptr_t),
+                                      BUF_ARG(&sz, size_t), any_flag ? BUF_ARG(&sf, uint32_t) : NULL, k,
+                                      BUF_ARG(dptrs, uintptr_t), n_desc, n_desc > 0 ? tx->blob.p : NULL,
+                                      n_desc > 0 ? tx->blob.n : 0);
+  else
+    e = ((end_plain_fn)c->end)(g, BUF_ARG(outs, uintptr_t), n_out, BUF_ARG(&sp, uintptr_t), BUF_ARG(&sz, size_t),
+                               any_flag ? BUF_ARG(&sf, uint32_t) : NULL, k, k > 0 ? BUF_AT(&hbuf, int64_t) : NULL,
+                               BUF_ARG(dptrs, uintptr_t), lines, n_desc);
+  Py_END_ALLOW_THREADS;
+  /* Each save's handle or code, as Agent.region_end gives them (each code warned of once). */
+  int64_t *handles = BUF_AT(&hbuf, int64_t);
+  if (c->deferred) {
+    if (first < 0 && agent_check(h, c->agent, "region_end(%s)", first) < 0) goto done;
+    for (size_t j = 0; j < k; j++) handles[j] = first < 0 ? first : first + (int64_t)j;
+  } else {
+    int none = 1;
+    for (size_t j = 0; j < k; j++) none &= handles[j] == 0;
+    if (e < 0 && none) {
+      if (agent_check(h, c->agent, "region_end(%s)", e) < 0) goto done;
+      for (size_t j = 0; j < k; j++) handles[j] = e;
+    } else {
+      for (size_t j = 0; j < k; j++) {
+        if (handles[j] >= 0) continue;
+        PyObject *save = PyUnicode_FromString("save"), *code = PyLong_FromLongLong(handles[j]);
+        PyObject *r = save && code ? call_method2(c->agent, s_check, save, code) : NULL;
+        Py_XDECREF(save);
+        Py_XDECREF(code);
+        if (r == NULL) goto done;
+        Py_DECREF(r);
+      }
+      if (e < 0 && agent_check(h, c->agent, "region_end(%s)", e) < 0) goto done;
+    }
+  }
+  if (start >= n) {
+    rc = 0;
+    goto done;
+  }
+  PyObject *saved = h->r.saved;
+  for (size_t j = 0; j < k; j++) {
+    Py_ssize_t i = BUF_AT(&live, Py_ssize_t)[j];
+    if ((got = PyLong_FromLongLong(handles[j])) == NULL || PyList_SetItem(hs, i, got) < 0) goto done;
+    /* got is hs's now */
+    if (handles[j] <= 0) continue;
+    if (PyDict_SetItem(h->o.entries, got, PyList_GetItem(h->o.bstore, i)) < 0 || PyList_Append(h->r.handles, got) < 0 ||
+        PyList_Append(saved, got) < 0 || PyList_Append(saved, PyList_GetItem(h->o.bptr, i)) < 0 ||
+        PyList_Append(saved, PyList_GetItem(h->o.bsize, i)) < 0 ||
+        PyList_Append(saved, PyList_GetItem(h->o.bflag, i)) < 0)
+      goto done;
+  }
+  got = NULL;
+  /* A saved tensor freed while the agent was called: its entry goes too (Packed's end found none). */
+  for (size_t j = 0; j < k; j++) {
+    Py_ssize_t i = BUF_AT(&live, Py_ssize_t)[j];
+    long alive = refs_at(refs, i);
+    if (PyErr_Occurred()) goto done;
+    if (!alive && handles[j] > 0) {
+      PyObject *hv = PyList_GetItem(hs, i);
+      if (PyDict_Contains(h->o.entries, hv) == 1 && PyDict_DelItem(h->o.entries, hv) < 0) goto done;
+    }
+  }
+  for (Py_ssize_t i = start; i < n; i++) /* the registry holds what it needs */
+    if ((Py_INCREF(Py_None), PyList_SetItem(h->o.bstore, i, Py_None)) < 0) goto done;
+  rc = 0;
+done:
+  buf_free(&live);
+  buf_free(&sp);
+  buf_free(&sz);
+  buf_free(&sf);
+  buf_free(&hbuf);
+  Py_XDECREF(refs);
+  Py_XDECREF(hs);
+  Py_XDECREF(p);
+  return rc;
+}
+
+/* Layer.forward_post(output), with the agent's region end called directly. */
+static int region_post(Hot *h, struct calls *c, PyObject *output) {
+  struct found f;
+  struct buf outs, dptrs;
+  struct text tx;
+  found_init(&f);
+  buf_init(&outs);
+  buf_init(&dptrs);
+  text_init(&tx);
+  int rc = -1;
+  PyObject *p = NULL;
+  if (walk_top(h, output, "output", NULL, &f) < 0) goto done;
+  for (size_t i = 0; i < BUF_LEN(&f.ents, struct ent); i++) {
+    struct ent *e = &BUF_AT(&f.ents, struct ent)[i];
+    uintptr_t q;
+    int got = tensor_ptr(h, e->t, &q);
+    if (got < 0) goto done;
+    if (got == 0) continue;
+    if (BUF_PUT(&outs, uintptr_t, q) < 0) goto done;
+    if (q != 0 && (BUF_PUT(&dptrs, uintptr_t, q) < 0 || text_line(h, &tx, found_path(&f, i), e->len, e->t) < 0))
+      goto done;
+  }
+  /* What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's). */
+  Py_ssize_t n_saved = PyList_Size(h->o.bptr);
+  if (PyList_Size(h->o.saved_t) != n_saved) {
+    PyErr_SetString(PyExc_RuntimeError, "swapagent: a region's saves and their tensors differ in number");
+    goto done;
+  }
+  for (Py_ssize_t i = 0; i < n_saved; i++) {
+    unsigned long long q = PyLong_AsUnsignedLongLong(PyList_GetItem(h->o.bptr, i));
+    if (PyErr_Occurred() || BUF_PUT(&dptrs, uintptr_t, (uintptr_t)q) < 0 ||
+        text_line(h, &tx, "", 0, PyList_GetItem(h->o.saved_t, i)) < 0)
+      goto done;
+  }
+  if (list_clear(h->o.saved_t) < 0 || flush_end(h, c, &outs, &dptrs, &tx) < 0) goto done;
+  if (PyObject_SetAttr(h->o.layer, s_params, h->r.no_params) < 0 || clear_region(h) < 0) goto done;
+  if ((p = PyObject_GetAttr(h->o.layer, s_latest)) == NULL) goto done;
+  /* Backward enter: the first gradient of an output (however nested) to arrive. */
+  rc = p == Py_None ? 0 : hook_grads(h, p, &f, BUF_LEN(&f.ents, struct ent), KIND_OUTPUT) < 0 ? -1 : 0;
+done:
+  Py_XDECREF(p);
+  text_free(&tx);
+  buf_free(&dptrs);
+  buf_free(&outs);
+  found_free(&f);
+  return rc;
+}
+
+/* pre(module, args, kwargs): the forward pre-hook (with kwargs) Torch registers for a layer with a region
+ * path: the region's enter, then its saved-tensor hooks (this Hot's pack and unpack) pushed. */
+static PyObject *hot_pre(PyObject *self, PyObject *args) {
+  Hot *h = (Hot *)self;
+  PyObject *module, *a, *kw, *r;
+  if (!PyArg_ParseTuple(args, "OOO", &module, &a, &kw)) return NULL;
+  if (!h->native) {
+    PyErr_SetString(PyExc_RuntimeError, "Hot.pre: region() was not called");
+    return NULL;
+  }
+  struct calls c;
+  int fast = region_calls(h, &c);
+  int rc = fast < 0 ? -1 : fast ? region_pre(h, &c, a, kw) : 0;
+  if (fast == 0) {
+    r = call_method2(h->o.layer, s_forward_pre, a, kw);
+    rc = r == NULL ? -1 : 0;
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(c.agent);
+  if (rc < 0 || (r = PyObject_CallFunctionObjArgs(h->r.push, h->r.pack_m, h->r.unpack_m, NULL)) == NULL) return NULL;
+  Py_DECREF(r);
+  h->active++;
+  Py_RETURN_NONE;
+}
+
+/* post(module, args, output): the forward hook: the saved-tensor hooks popped, then the region's end (even
+ * when the pop failed, as a finally would). */
+static PyObject *hot_post(PyObject *self, PyObject *args) {
+  Hot *h = (Hot *)self;
+  PyObject *module, *a, *output, *r, *et = NULL, *ev = NULL, *tb = NULL;
+  if (!PyArg_ParseTuple(args, "OOO", &module, &a, &output)) return NULL;
+  if (!h->native) {
+    PyErr_SetString(PyExc_RuntimeError, "Hot.post: region() was not called");
+    return NULL;
+  }
+  if (h->active > 0) {
+    h->active--;
+    if ((r = PyObject_CallFunctionObjArgs(h->r.pop, NULL)) == NULL) PyErr_Fetch(&et, &ev, &tb);
+    Py_XDECREF(r);
+  }
+  struct calls c;
+  int fast = region_calls(h, &c);
+  int rc = fast < 0 ? -1 : fast ? region_post(h, &c, output) : 0;
+  if (fast == 0) {
+    r = call_method(h->o.layer, s_forward_post, output);
+    rc = r == NULL ? -1 : 0;
+    Py_XDECREF(r);
+  }
+  Py_XDECREF(c.agent);
+  if (rc < 0) {
+    Py_XDECREF(et);
+    Py_XDECREF(ev);
+    Py_XDECREF(tb);
+    return NULL;
+  }
+  if (et != NULL) {
+    PyErr_Restore(et, ev, tb);
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* region(module, tensor_type, pass_type, saved, handles, param_cache, registered, push, pop, core, group,
+ *        descs, describe, walk, is_tensor, chains, chain, include_cpu): makes pre and post this torch layer's
+ * region hooks (swapagent.torch._region_hooks says what each argument is). */
+static PyObject *hot_region(PyObject *self, PyObject *args) {
+  Hot *h = (Hot *)self;
+  PyObject *o[REGION_NOBJS];
+  int include_cpu;
+  if (!PyArg_ParseTuple(args, "OOOO!O!O!OOOO!O!O!OOOO!Op", &o[0], &o[1], &o[2], &PyList_Type, &o[3], &PyList_Type,
+                        &o[4], &PyDict_Type, &o[5], &o[6], &o[7], &o[8], &PyDict_Type, &o[9], &PyBytes_Type, &o[10],
+                        &PyDict_Type, &o[11], &o[12], &o[13], &o[14], &PyDict_Type, &o[15], &o[16], &include_cpu))
+    return NULL;
+  for (size_t i = 0; i < 17; i++) Py_INCREF(o[i]);
+  o[17] = PyObject_GetAttrString(self, "pack");
+  o[18] = PyObject_GetAttrString(self, "unpack");
+  o[19] = PyFrozenSet_New(NULL);
+  PyObject **dst = (PyObject **)&h->r;
+  for (size_t i = 0; i < REGION_NOBJS; i++) {
+    PyObject *old = dst[i];
+    dst[i] = o[i];
+    Py_XDECREF(old);
+  }
+  if (o[17] == NULL || o[18] == NULL || o[19] == NULL) {
+    h->native = 0;
+    return NULL;
+  }
+  h->include_cpu = include_cpu;
+  h->native = 1;
+  Py_RETURN_NONE;
+}
+
 /* saved_descs(tensors, cache, describe): core.saved_desc of each tensor, as a list: cache[(t.dtype, t.shape)]
  * where the cache has it (the shape as the framework gives it: torch.Size and MindSpore's tuple hash and
  * compare as the tuple core.saved_desc keys by), else describe(t), which fills the cache. */
@@ -420,22 +1534,10 @@ static PyObject *saved_descs(PyObject *Py_UNUSED(module), PyObject *args) {
   PyObject *out = PyList_New(n);
   if (out == NULL) return NULL;
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *t = PyList_GetItem(ts, i); /* borrowed */
-    PyObject *dtype = PyObject_GetAttr(t, s_dtype), *shape = dtype != NULL ? PyObject_GetAttr(t, s_shape) : NULL;
-    PyObject *key = shape != NULL ? PyTuple_Pack(2, dtype, shape) : NULL;
-    Py_XDECREF(dtype);
-    Py_XDECREF(shape);
-    PyObject *d = key != NULL ? PyDict_GetItemWithError(cache, key) : NULL; /* borrowed */
-    Py_XDECREF(key);
-    if (d != NULL) {
-      Py_INCREF(d);
-    } else {
-      PyErr_Clear(); /* an attribute the framework lacks, an unhashable shape: describe says what is wrong */
-      d = PyObject_CallFunctionObjArgs(describe, t, NULL);
-      if (d == NULL) {
-        Py_DECREF(out);
-        return NULL;
-      }
+    PyObject *d = desc_of(PyList_GetItem(ts, i), cache, describe);
+    if (d == NULL) {
+      Py_DECREF(out);
+      return NULL;
     }
     PyList_SetItem(out, i, d); /* steals d */
   }
@@ -450,6 +1552,9 @@ static PyMethodDef module_methods[] = {
 static PyMethodDef hot_methods[] = {
     {"pack", hot_pack, METH_O, "The saved-tensor pack hook (core.Layer.pack)."},
     {"unpack", hot_unpack, METH_O, "The saved-tensor unpack hook (core.Layer.unpack)."},
+    {"region", hot_region, METH_VARARGS, "Makes pre and post this torch layer's region hooks."},
+    {"pre", hot_pre, METH_VARARGS, "The forward pre-hook (with kwargs): the region's enter (Layer.forward_pre)."},
+    {"post", hot_post, METH_VARARGS, "The forward hook: the region's end (Layer.forward_post)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -476,18 +1581,33 @@ PyMODINIT_FUNC PyInit__hot(void) {
   struct {
     PyObject **dst;
     const char *name;
-  } names[] = {{&s_latest, "latest"}, {&s_params, "_params"},   {&s_refs, "refs"},
-               {&s_handles, "handles"}, {&s_entered, "entered"}, {&s_flush, "flush"},
-               {&s_enter, "enter"},     {&s_maybe_exit, "maybe_exit"}, {&s_agent, "agent"},
-               {&s_unpack, "unpack"},   {&s_check, "check"},            {&s_dict, "__dict__"},
-               {&s_dtype, "dtype"},     {&s_shape, "shape"}};
+  } names[] = {
+      {&s_latest, "latest"}, {&s_params, "_params"}, {&s_refs, "refs"}, {&s_handles, "handles"},
+      {&s_entered, "entered"}, {&s_flush, "flush"}, {&s_enter, "enter"}, {&s_maybe_exit, "maybe_exit"},
+      {&s_agent, "agent"}, {&s_unpack, "unpack"}, {&s_check, "check"}, {&s_dict, "__dict__"},
+      {&s_dtype, "dtype"}, {&s_shape, "shape"}, {&s_is_cpu, "is_cpu"}, {&s_is_meta, "is_meta"},
+      {&s_untyped_storage, "untyped_storage"}, {&s_data_ptr, "data_ptr"}, {&s_nbytes, "nbytes"},
+      {&s_exited, "exited"}, {&s_inputs_left, "inputs_left"}, {&s_forward_pre, "forward_pre"},
+      {&s_forward_post, "forward_post"}, {&s_c_region, "c_region"}, {&s_region_enter, "region_enter"},
+      {&s_region_end, "region_end"}, {&s_guarded, "guarded"}, {&s_forward_hook, "forward_hook"},
+      {&s_saves_hook, "saves_hook"}, {&s_gen, "gen"}, {&s_dicts, "dicts"}, {&s_key, "key"}, {&s_ptrs, "ptrs"},
+      {&s_param_ptrs, "param_ptrs"}, {&s_fw, "fw"}, {&s_dataclass_fields, "__dataclass_fields__"},
+      {&s_layer, "layer"}, {&s_removed, "removed"}, {&s_input_grad, "input_grad"},
+      {&s_output_grad, "output_grad"}, {&s_requires_grad, "requires_grad"}, {&s_add, "add"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if ((*names[i].dst = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
+  if ((zero = PyLong_FromLong(0)) == NULL || (utf8_cache = PyDict_New()) == NULL) return NULL;
   PyObject *m = PyModule_Create(&hot_module);
   if (m == NULL) return NULL;
   PackedType = (PyTypeObject *)PyType_FromSpec(&packed_spec);
   HotType = (PyTypeObject *)PyType_FromSpec(&hot_spec);
-  if (PackedType == NULL || HotType == NULL) goto fail;
+  CallType = (PyTypeObject *)PyType_FromSpec(&call_spec);
+  ChainType = (PyTypeObject *)PyType_FromSpec(&chain_spec);
+  if (PackedType == NULL || HotType == NULL || CallType == NULL || ChainType == NULL) goto fail;
+  Py_INCREF(CallType);
+  if (PyModule_AddObject(m, "Call", (PyObject *)CallType) < 0) goto fail;
+  Py_INCREF(ChainType);
+  if (PyModule_AddObject(m, "Chain", (PyObject *)ChainType) < 0) goto fail;
   Py_INCREF(PackedType);
   if (PyModule_AddObject(m, "Packed", (PyObject *)PackedType) < 0) goto fail;
   Py_INCREF(HotType);

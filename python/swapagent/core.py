@@ -189,6 +189,14 @@ class Agent:
         # library answers a region's calls at once and the agent runs them later, in their place; a misuse
         # is then logged, not returned (swapagent.h).
         self.deferred = False  # set_deferred
+        # The region calls by address, for the compiled region hooks (_hot.c): (deferred, enter's address,
+        # end's address) of each setting of set_deferred; c_region is the current one (None: the Python
+        # methods run).
+        addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
+        self._c_regions = {}
+        if self._enter_desc is not None and self._end is not None:
+            self._c_regions[False] = (0, addr(self._enter_desc), addr(self._end))
+        self.c_region = self._c_regions.get(False)
         ask = getattr(lib, "swapagent_deferred", None)
         if ask is not None:
             ask.restype, ask.argtypes = c.c_int, []
@@ -204,6 +212,7 @@ class Agent:
                                 True: (lib.swapagent_backward_enter_deferred, lib.swapagent_backward_exit_deferred)}
                 for fn in self._bcalls[True]:
                     fn.restype, fn.argtypes = c.c_int, [c.c_char_p]
+                self._c_regions[True] = (1, addr(self._enter_d), addr(self._end_d))
                 self.set_deferred(True)
 
     def set_deferred(self, on):
@@ -212,6 +221,7 @@ class Agent:
         setting."""
         on = bool(on) and hasattr(self, "_bcalls")
         self.deferred = on
+        self.c_region = self._c_regions.get(on)
         if hasattr(self, "_bcalls"):
             self._benter_c, self._bexit_c = self._bcalls[on]
         return on
@@ -929,9 +939,10 @@ class _Chain:
         self.prune()
         return None
 
-    def add(self, call):
+    def add(self, p, kind):
+        """A kind (INPUT, OUTPUT) call of forward p."""
         self.prune()
-        (self.inputs if call.kind == INPUT else self.outputs).append(call)
+        (self.inputs if kind == INPUT else self.outputs).append(_Call(p, kind))
 
     def prune(self):
         self.inputs[:] = [c for c in self.inputs if not c.dead()]
@@ -962,7 +973,7 @@ def chain(fw, t):
         ref = weakref.ref(t, gone)
     except TypeError:
         return None
-    ch = _Chain()
+    ch = _hot.Chain(_hook_failed) if _hot is not None else _Chain()  # the compiled one: _hot.c, the same rule
     try:
         ch.remove = fw.grad_hook(t, ch)
     except (RuntimeError, TypeError, ValueError):  # a tensor that takes no gradient
@@ -972,6 +983,11 @@ def chain(fw, t):
     with _chains_lock:
         _chains[key] = (ref, ch)
     return ch
+
+
+def _hook_failed(e):
+    """A call of the compiled chain that raised (its _Chain.__call__ logs the same)."""
+    log.error("swapagent: gradient hook failed", exc_info=e)
 
 
 def unhook_removed():
@@ -1144,7 +1160,7 @@ class Layer:
             seen.add(id(t))
             ch = chain(fw, t)
             if ch is not None:
-                ch.add(_Call(p, kind))
+                ch.add(p, kind)
                 n += 1
         return n
 
@@ -1234,9 +1250,11 @@ class Layer:
             h = hot.Hot(self, saved_of, alias, region, self._bptr, self._bsize, self._bflag, self._bstore,
                         self._saved_t, waiting, unpacked, _entries, getattr(self.agent, "unpack_address", 0))
             self._pack, self._unpack = h.pack, h.unpack
+            self._hot = h  # a framework part may make its region hooks too (Hot.region: swapagent.torch)
             descs_of = hot.saved_descs  # saved_desc of each saved tensor at region exit, in C too
             self._saved_descs = lambda ts: descs_of(ts, _saved_descs, saved_desc)
             return
+        self._hot = None
         bptr, bsize, bflag, bstore, saved_t = self._bptr, self._bsize, self._bflag, self._bstore, self._saved_t
         new = object.__new__
         self._saved_descs = lambda ts: map(saved_desc, ts)

@@ -143,7 +143,38 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     return core.Handle(wrapped, removers)
 
 
+# torch's own push and pop of the default saved-tensor hooks (what saved_tensors_hooks' __enter__ and
+# __exit__ call), for the compiled region hooks; None where this torch lacks them.
+_autograd = _torch._C._autograd  # pylint: disable=protected-access
+_push_hooks = getattr(_autograd, "_push_saved_tensors_default_hooks", None)
+_pop_hooks = getattr(_autograd, "_pop_saved_tensors_default_hooks", None)
+
+
+def _region_hooks(layer):  # pylint: disable=protected-access
+    """The layer's compiled forward pre-hook and forward hook (_hot.c's Hot.pre and Hot.post: what pre and
+    post below do, in C), or None where the compiled path or torch's push and pop are missing. Hot.region
+    takes, in order: the module, torch's tensor class, core.Pass, the layer's save list, handle list and
+    parameter cache, the modules-registered generation ([n]; None without torch's registration hook), push
+    and pop, core's globals (its hooks: forward_hook, saves_hook), the group's name, the description cache
+    and its maker, the walker of other containers, the tensor test, the gradient-hook table and its maker,
+    include_cpu."""
+    hot = layer._hot
+    if hot is None or _push_hooks is None or _pop_hooks is None:
+        return None
+    hot.region(layer.module, _torch.Tensor, core.Pass, layer._saved, layer._handles, layer._param_cache,
+               _modules_registered if _register is not None else None, _push_hooks, _pop_hooks, vars(core),
+               layer.group.encode(), core._saved_descs, core.saved_desc, core.walk_named, layer._is_tensor,
+               core._chains, core.chain, layer.include_cpu)
+    return hot.pre, hot.post
+
+
 def _install(module, layer, always):
+    kw = {"always_call": True} if always else {}
+    hooks = _region_hooks(layer)
+    if hooks is not None:
+        handles = [module.register_forward_pre_hook(hooks[0], with_kwargs=True),
+                   module.register_forward_hook(hooks[1], **kw)]
+        return [h.remove for h in handles]
     active = []  # saved_tensors_hooks contexts pushed by the pre-hook, popped by the forward hook
 
     def pre(_mod, args, kwargs):
@@ -162,7 +193,6 @@ def _install(module, layer, always):
         return None
 
     # No register_full_backward_pre_hook / register_full_backward_hook: see core.Layer.
-    kw = {"always_call": True} if always else {}
     handles = [
         module.register_forward_pre_hook(pre, with_kwargs=True),
         module.register_forward_hook(post, **kw),

@@ -3,6 +3,7 @@ gives the same losses and gradients as the pure-Python path bit for bit, the pur
 it cannot load (or SWAPAGENT_COMPILED=0 says so), and the run's summary says which one ran. The rest of the
 companion tests run on both paths (make py-test runs them again with SWAPAGENT_COMPILED=0)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -137,3 +138,61 @@ def test_compiled_saved_descs_are_saved_desc(fresh_core, monkeypatch, framework)
     assert hot.saved_descs(ts, fresh_core._saved_descs, fresh_core.saved_desc) == got
     with pytest.raises(AttributeError):
         hot.saved_descs([object()], fresh_core._saved_descs, fresh_core.saved_desc)
+
+
+REGION_CHILD = r"""
+import hashlib, json, sys
+import torch
+from swapagent import core, stats
+from swapagent import torch as st
+
+mode = sys.argv[1]
+calls = {"forward_pre": 0, "forward_post": 0}
+for name in calls:
+    def counted(self, *a, _f=getattr(core.Layer, name), _n=name):
+        calls[_n] += 1
+        return _f(self, *a)
+    setattr(core.Layer, name, counted)
+torch.manual_seed(0)
+torch.set_num_threads(1)
+layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(4)])
+cos = torch.randn(8, 64)
+if mode != "none":
+    h = st.layer_swap(layers, swap=range(3), prefetch=None, include_cpu=True)
+    if mode == "python-region":
+        core.load().c_region = None  # as an agent without the C calls: Hot.pre and Hot.post hand over
+digest = hashlib.sha256()
+for _ in range(3):
+    x = torch.randn(8, 64, requires_grad=True)
+    for m in layers:
+        x = m(x * cos)
+    loss = x.pow(2).mean()
+    loss.backward()
+    digest.update(loss.detach().numpy().tobytes())
+    for p in layers.parameters():
+        digest.update(p.grad.numpy().tobytes())
+        p.grad = None
+print(json.dumps({"calls": calls, "digest": digest.hexdigest(),
+                  "saves": stats().get("saves") if mode != "none" else None,
+                  "hot": core._hot_path_ran}))
+"""
+
+
+def test_compiled_region_hooks_take_the_common_case(tmp_path):
+    """On torch, the compiled region hooks (Hot.pre, Hot.post) do a plain region's forward pre-hook and
+    forward hook without Layer's Python methods; with no C calls to make they hand every region to those
+    methods. Both give no companion's losses and gradients bit for bit, and the agent the same saves."""
+    tc.need(HOT)
+    got = {}
+    for mode in ("none", "compiled", "python-region"):
+        env = dict(os.environ, PYTHONPATH=tc.PKG, LD_PRELOAD=tc.LIB, SWAPAGENT_POLICY="safe",
+                   SWAPAGENT_MIN_BYTES="1024", SWAPAGENT_COMPILED="1", SWAPAGENT_OUT=str(tmp_path / mode))
+        p = subprocess.run([sys.executable, "-c", REGION_CHILD, mode], env=env, capture_output=True, text=True,
+                           timeout=tc.TIMEOUT)
+        assert p.returncode == 0, p.stderr[-3000:]
+        got[mode] = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["compiled"]["hot"] == "compiled"
+    assert got["compiled"]["calls"] == {"forward_pre": 0, "forward_post": 0}, got
+    assert got["python-region"]["calls"] == {"forward_pre": 9, "forward_post": 9}, got  # 3 layers x 3 steps
+    assert got["compiled"]["digest"] == got["python-region"]["digest"] == got["none"]["digest"]
+    assert got["compiled"]["saves"] == got["python-region"]["saves"] > 0, got
