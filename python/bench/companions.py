@@ -69,8 +69,23 @@ WIDE_DEFAULTS = (24, 1)  # the wide shape's steps are long: fewer, and one a blo
 # ---- one process: one framework, one agent setting --------------------------------------------------
 
 class NullAgent:
-    """The agent's Python interface with nothing behind it: the companion's own Python cost."""
+    """The agent's Python interface with nothing behind it: the companion's own cost. Its region calls are
+    C functions too (ctypes callbacks of the deferred calls' signatures, c_region), so that the compiled
+    region hooks run against it as against the agent; each callback takes the GIL, about a µs a region."""
     _next = 1 << 50  # far from the agent's handles: both share the process's storage-ops registry
+
+    def __init__(self):
+        import ctypes as c
+        ptr, size = c.POINTER(c.c_size_t), c.c_size_t
+        enter = c.CFUNCTYPE(c.c_int, c.c_char_p, ptr, size, size, c.c_char_p, size)(lambda *_: 0)
+        end = c.CFUNCTYPE(c.c_int64, c.c_char_p, ptr, size, ptr, ptr, c.POINTER(c.c_uint32), size, ptr, size,
+                          c.c_char_p, size)(self._end)
+        self._keep = (enter, end)  # the callbacks live as long as this agent
+        addr = lambda f: c.cast(f, c.c_void_p).value  # noqa: E731
+        self.c_region = (1, addr(enter), addr(end))
+
+    def _end(self, _g, _outs, _n_out, _ptrs, _nbytes, _flags, n_save, *_descs):
+        return self.save_n(None, range(n_save), None, None)[0] if n_save else 0
 
     def save_n(self, _group, ptrs, _nbytes, _flags):
         first = NullAgent._next + 1

@@ -10,8 +10,8 @@ Configurations, taking turns in that process:
     hooks      empty hooks of the companion's kinds: forward pre-hooks with kwargs, forward hooks, saved-tensor
                hooks, a gradient hook per tensor crossing a layer
     null       the companion, compiled hot path, against a null agent (companions.NullAgent: the agent's
-               Python interface with nothing behind it): the companion's own cost, no agent's; its region
-               hooks run Layer's Python methods, as a null agent has no C calls to make (Agent.c_region)
+               Python interface with nothing behind it, its region calls C callbacks): the companion's own
+               cost, no agent's
     off-py     the companion, pure-Python hot path
     off-plain  the companion, compiled hot path, by the plain control calls (each one runs in the agent)
     off        the companion, compiled hot path (_hot.c), by the deferred calls (answered in C, run later)
