@@ -93,6 +93,17 @@ typedef struct {
 _Static_assert(offsetof(Hot, r) == offsetof(Hot, o) + sizeof(struct hot_objs), "objs and r are adjacent");
 static PyObject **hot_objs(Hot *h) { return (PyObject **)&h->o; }
 
+/* The end of a heap type's GC object: untracked (again: untracking twice is allowed), cleared, freed, and
+ * its reference on the type dropped. */
+static void gc_dealloc(PyObject *self, inquiry clear) {
+  PyObject_GC_UnTrack(self);
+  clear(self);
+  PyTypeObject *tp = Py_TYPE(self);
+  freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+  tp_free(self);
+  Py_DECREF(tp);
+}
+
 static int packed_traverse(PyObject *self, visitproc visit, void *arg) {
   Packed *p = (Packed *)self;
   Py_VISIT(p->tensor);
@@ -142,11 +153,7 @@ static void packed_dealloc(PyObject *self) {
   packed_end((Packed *)self);
   PyErr_Clear();
   PyErr_Restore(type, value, tb);
-  packed_clear(self);
-  PyTypeObject *tp = Py_TYPE(self);
-  freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-  tp_free(self);
-  Py_DECREF(tp);
+  gc_dealloc(self, packed_clear);
 }
 
 /* The agent's handle (0 before the region reported its saves, or when the save was refused). */
@@ -202,14 +209,7 @@ static int hot_clear(PyObject *self) {
   return 0;
 }
 
-static void hot_dealloc(PyObject *self) {
-  PyObject_GC_UnTrack(self);
-  hot_clear(self);
-  PyTypeObject *tp = Py_TYPE(self);
-  freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-  tp_free(self);
-  Py_DECREF(tp);
-}
+static void hot_dealloc(PyObject *self) { gc_dealloc(self, hot_clear); }
 
 /* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, waiting, unpacked, entries,
  *     unpack_address): unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack. */
@@ -246,6 +246,14 @@ static long refs_at(PyObject *refs, Py_ssize_t i) {
   return PyLong_AsLong(PyList_GetItem(refs, i));
 }
 
+/* The truth of attribute name of o: 1, 0, or -1 on an exception. */
+static int attr_true(PyObject *o, PyObject *name) {
+  PyObject *v = PyObject_GetAttr(o, name);
+  int yes = v == NULL ? -1 : PyObject_IsTrue(v);
+  Py_XDECREF(v);
+  return yes;
+}
+
 /* The storage of torch tensor t as Torch.storage finds it (meta: only when asked, Torch.saved does not
  * check it): 1 and *s, 0 when t is not reported, -1 on an exception. */
 static int torch_storage(Hot *h, PyObject *t, int check_meta, PyObject **s) {
@@ -254,9 +262,7 @@ static int torch_storage(Hot *h, PyObject *t, int check_meta, PyObject **s) {
   if (is <= 0) return is;
   static PyObject *const *const flags[] = {&s_is_cpu, &s_is_meta};
   for (int i = h->include_cpu ? 1 : 0; i < (check_meta ? 2 : 1); i++) {
-    PyObject *v = PyObject_GetAttr(t, *flags[i]);
-    int yes = v != NULL ? PyObject_IsTrue(v) : -1;
-    Py_XDECREF(v);
+    int yes = attr_true(t, *flags[i]);
     if (yes != 0) return yes < 0 ? -1 : 0;
   }
   *s = PyObject_CallMethodObjArgs(t, s_untyped_storage, NULL);
@@ -509,14 +515,6 @@ typedef struct {
 
 static PyTypeObject *CallType, *ChainType;
 
-/* The truth of attribute name of o: 1, 0, or -1 on an exception. */
-static int attr_true(PyObject *o, PyObject *name) {
-  PyObject *v = PyObject_GetAttr(o, name);
-  int yes = v == NULL ? -1 : PyObject_IsTrue(v);
-  Py_XDECREF(v);
-  return yes;
-}
-
 /* core._Call.dead: 1, 0, or -1 on an exception. */
 static int call_dead(Call *c) {
   if (c->fired) return 1;
@@ -557,15 +555,6 @@ static int call_traverse(PyObject *self, visitproc visit, void *arg) {
 static int call_clear(PyObject *self) {
   Py_CLEAR(((Call *)self)->pass_);
   return 0;
-}
-
-static void gc_dealloc(PyObject *self, inquiry clear) {
-  PyObject_GC_UnTrack(self);
-  clear(self);
-  PyTypeObject *tp = Py_TYPE(self);
-  freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-  tp_free(self);
-  Py_DECREF(tp);
 }
 
 static void call_dealloc(PyObject *self) { gc_dealloc(self, call_clear); }
@@ -1040,9 +1029,7 @@ static int region_calls(Hot *h, struct calls *c) {
     if (v == NULL && PyErr_Occurred()) return -1;
     if (v != NULL && v != Py_None) return 0;
   }
-  PyObject *g = PyObject_GetAttr(h->o.layer, s_guarded);
-  int guarded = g == NULL ? -1 : PyObject_IsTrue(g);
-  Py_XDECREF(g);
+  int guarded = attr_true(h->o.layer, s_guarded);
   if (guarded != 0) return guarded < 0 ? -1 : 0;
   PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
   if (agent == NULL) return -1;
