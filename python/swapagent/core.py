@@ -190,13 +190,11 @@ class Agent:
         # is then logged, not returned (swapagent.h).
         self.deferred = False  # set_deferred
         # The region calls by address, for the compiled region hooks (_hot.c): (deferred, enter's address,
-        # end's address) of each setting of set_deferred; c_region is the current one (None: the Python
-        # methods run).
+        # end's address) of each setting of set_deferred (c_region).
         addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
         self._c_regions = {}
         if self._enter_desc is not None and self._end is not None:
             self._c_regions[False] = (0, addr(self._enter_desc), addr(self._end))
-        self.c_region = self._c_regions.get(False)
         ask = getattr(lib, "swapagent_deferred", None)
         if ask is not None:
             ask.restype, ask.argtypes = c.c_int, []
@@ -215,13 +213,17 @@ class Agent:
                 self._c_regions[True] = (1, addr(self._enter_d), addr(self._end_d))
                 self.set_deferred(True)
 
+    @property
+    def c_region(self):
+        """The region calls of the current setting by address (_c_regions), or None: the Python methods run."""
+        return self._c_regions.get(self.deferred)
+
     def set_deferred(self, on):
         """Whether the region calls go by the deferred calls (on from the start where the agent answers them:
         under policies off and safe). Off: the plain calls, whose misuse codes come back at once. Returns the
         setting."""
         on = bool(on) and hasattr(self, "_bcalls")
         self.deferred = on
-        self.c_region = self._c_regions.get(on)
         if hasattr(self, "_bcalls"):
             self._benter_c, self._bexit_c = self._bcalls[on]
         return on

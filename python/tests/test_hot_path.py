@@ -160,7 +160,7 @@ cos = torch.randn(8, 64)
 if mode != "none":
     h = st.layer_swap(layers, swap=range(3), prefetch=None, include_cpu=True)
     if mode == "python-region":
-        core.load().c_region = None  # as an agent without the C calls: Hot.pre and Hot.post hand over
+        core.load()._c_regions.clear()  # as an agent without the C calls: Hot.pre and Hot.post hand over
 digest = hashlib.sha256()
 for _ in range(3):
     x = torch.randn(8, 64, requires_grad=True)
