@@ -104,22 +104,6 @@ static void gc_dealloc(PyObject *self, inquiry clear) {
   Py_DECREF(tp);
 }
 
-static int packed_traverse(PyObject *self, visitproc visit, void *arg) {
-  Packed *p = (Packed *)self;
-  Py_VISIT(p->tensor);
-  Py_VISIT(p->pass_);
-  Py_VISIT(p->hot);
-  return 0;
-}
-
-static int packed_clear(PyObject *self) {
-  Packed *p = (Packed *)self;
-  Py_CLEAR(p->tensor);
-  Py_CLEAR(p->pass_);
-  Py_CLEAR(p->hot);
-  return 0;
-}
-
 /* The end of a saved tensor (core.Packed.__del__): one reference less on its slot; the registry forgets the
  * storage when the slot's last one went; the layer stops waiting for its unpack. Never an agent call (this may
  * run inside one, from the garbage collector), never an exception out. */
@@ -147,13 +131,18 @@ static void packed_end(Packed *p) {
 }
 
 static void packed_dealloc(PyObject *self) {
+  Packed *p = (Packed *)self;
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  PyObject_GC_UnTrack(self);
-  packed_end((Packed *)self);
+  packed_end(p);
   PyErr_Clear();
   PyErr_Restore(type, value, tb);
-  gc_dealloc(self, packed_clear);
+  Py_CLEAR(p->tensor);
+  Py_CLEAR(p->pass_);
+  Py_CLEAR(p->hot);
+  PyTypeObject *tp = Py_TYPE(self);
+  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
+  Py_DECREF(tp);
 }
 
 /* The agent's handle (0 before the region reported its saves, or when the save was refused). */
@@ -183,16 +172,17 @@ static PyGetSetDef packed_getset[] = {
 
 static PyType_Slot packed_slots[] = {
     {Py_tp_dealloc, packed_dealloc},
-    {Py_tp_traverse, packed_traverse},
-    {Py_tp_clear, packed_clear},
     {Py_tp_members, packed_members},
     {Py_tp_getset, packed_getset},
     {Py_tp_doc, "What the compiled pack hook returns (core.Packed's fields)."},
     {0, NULL},
 };
 
-static PyType_Spec packed_spec = {"swapagent._hot.Packed", sizeof(Packed), 0,
-                                  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, packed_slots};
+/* Not tracked by the garbage collector: one saved tensor is one Packed, and tracking each (and the collections
+ * its allocations start) was a tenth of its cost. It cannot close a cycle the collector could break: its
+ * only referrer is the framework's saved variable, in C++, which the collector never sees; what it holds
+ * (the alias, without autograd history, and plain state) never leads back to it once the region ended. */
+static PyType_Spec packed_spec = {"swapagent._hot.Packed", sizeof(Packed), 0, Py_TPFLAGS_DEFAULT, packed_slots};
 
 /* ---- Hot ---- */
 
