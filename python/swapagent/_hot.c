@@ -93,15 +93,19 @@ typedef struct {
 _Static_assert(offsetof(Hot, r) == offsetof(Hot, o) + sizeof(struct hot_objs), "objs and r are adjacent");
 static PyObject **hot_objs(Hot *h) { return (PyObject **)&h->o; }
 
-/* The end of a heap type's GC object: untracked (again: untracking twice is allowed), cleared, freed, and
- * its reference on the type dropped. */
-static void gc_dealloc(PyObject *self, inquiry clear) {
-  PyObject_GC_UnTrack(self);
-  clear(self);
+/* The end of a heap type's object: freed, and its reference on the type dropped. */
+static void heap_free(PyObject *self) {
   PyTypeObject *tp = Py_TYPE(self);
   freefunc tp_free = (freefunc)PyType_GetSlot(tp, Py_tp_free);
   tp_free(self);
   Py_DECREF(tp);
+}
+
+/* The end of a heap type's GC object: untracked (again: untracking twice is allowed), cleared, freed. */
+static void gc_dealloc(PyObject *self, inquiry clear) {
+  PyObject_GC_UnTrack(self);
+  clear(self);
+  heap_free(self);
 }
 
 /* The end of a saved tensor (core.Packed.__del__): one reference less on its slot; the registry forgets the
@@ -140,9 +144,7 @@ static void packed_dealloc(PyObject *self) {
   Py_CLEAR(p->tensor);
   Py_CLEAR(p->pass_);
   Py_CLEAR(p->hot);
-  PyTypeObject *tp = Py_TYPE(self);
-  ((freefunc)PyType_GetSlot(tp, Py_tp_free))(self);
-  Py_DECREF(tp);
+  heap_free(self);
 }
 
 /* The agent's handle (0 before the region reported its saves, or when the save was refused). */
