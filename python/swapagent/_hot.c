@@ -34,10 +34,17 @@ static PyObject *s_latest, *s_params, *s_refs, *s_handles, *s_entered, *s_flush,
     *s_data_ptr, *s_nbytes, *s_exited, *s_inputs_left, *s_forward_pre, *s_forward_post, *s_c_region,
     *s_region_enter, *s_region_end, *s_guarded, *s_forward_hook, *s_saves_hook, *s_gen, *s_dicts, *s_key, *s_ptrs,
     *s_param_ptrs, *s_fw, *s_dataclass_fields, *s_layer, *s_removed, *s_input_grad, *s_output_grad,
-    *s_requires_grad, *s_add;
+    *s_requires_grad, *s_add, *s_lock, *s_acquire, *s_release, *s_ended, *s_c_backward, *s_backward_enter,
+    *s_backward_exit, *s_group, *s_at_backward_end, *s_end_failed;
 static PyObject *zero; /* 0, the handle a save starts with */
 
 static PyTypeObject *PackedType, *HotType;
+
+/* A native layer's backward bookkeeping in C (Layer.enter, maybe_exit, input_grad: the backward section). */
+typedef struct Hot Hot;
+static int hot_enter(Hot *h, PyObject *p);
+static int hot_maybe_exit(Hot *h);
+static int hot_input_grad(Hot *h, PyObject *p);
 
 /* ---- Packed: what pack returns; core.Packed's fields and its __del__, in C. ---- */
 
@@ -79,14 +86,14 @@ struct region_objs {
 #define REGION_NOBJS (sizeof(struct region_objs) / sizeof(PyObject *))
 _Static_assert(REGION_NOBJS == 20, "region()'s argument format parses 17 objects, 3 are made");
 
-typedef struct {
+struct Hot {
   PyObject_HEAD struct hot_objs o;
   struct region_objs r; /* all NULL until region() */
   unpack_fn unpack;     /* swapagent_unpack, or NULL: the agent's Python method */
   int native;           /* region() ran: torch tensors are read here, the region hooks may run in C */
   int include_cpu;      /* CPU tensors are reported (Torch.include_cpu) */
   int active;           /* saved-tensor hooks pushed by pre and not popped yet */
-} Hot;
+};
 
 /* Every object pointer of a Hot, as one array: hot_objs then region_objs, adjacent in the struct. */
 #define HOT_ALL_OBJS (HOT_NOBJS + REGION_NOBJS)
@@ -439,7 +446,10 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
   int entered = PyObject_IsTrue(r);
   Py_CLEAR(r);
   if (!entered) { /* the first unpack of a forward not yet entered enters it (and prefetches) */
-    if ((r = call_method(h->o.layer, s_enter, ps)) == NULL) goto done;
+    if (h->native) {
+      if (hot_enter(h, ps) < 0) goto done;
+    } else if ((r = call_method(h->o.layer, s_enter, ps)) == NULL)
+      goto done;
     Py_CLEAR(r);
   }
   if (p->slot < PyList_Size(hs)) {
@@ -473,7 +483,10 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
   PySet_Discard(h->o.waiting, id);
   Py_DECREF(id);
   if (PySet_Size(h->o.waiting) == 0) {
-    if ((r = call_method(h->o.layer, s_maybe_exit, NULL)) == NULL) goto done;
+    if (h->native) {
+      if (hot_maybe_exit(h) < 0) goto done;
+    } else if ((r = call_method(h->o.layer, s_maybe_exit, NULL)) == NULL)
+      goto done;
     Py_CLEAR(r);
   }
   Py_INCREF(p->tensor);
@@ -495,6 +508,7 @@ enum { KIND_INPUT = 0, KIND_OUTPUT = 1 }; /* core.INPUT, core.OUTPUT */
 
 typedef struct {
   PyObject_HEAD PyObject *pass_; /* core.Pass */
+  PyObject *hot;                 /* the native layer's Hot (its bookkeeping runs in C), or NULL: the layer's methods */
   int kind;
   int fired;
 } Call;
@@ -530,6 +544,10 @@ static int call_dead(Call *c) {
 static int call_fire(Call *c) {
   if (c->fired) return 0;
   c->fired = 1;
+  if (c->hot != NULL) {
+    Hot *h = (Hot *)c->hot;
+    return c->kind == KIND_INPUT ? hot_input_grad(h, c->pass_) : hot_enter(h, c->pass_);
+  }
   PyObject *layer = PyObject_GetAttr(c->pass_, s_layer);
   PyObject *r = layer == NULL ? NULL
                               : PyObject_CallMethodObjArgs(layer, c->kind == KIND_INPUT ? s_input_grad : s_output_grad,
@@ -541,11 +559,13 @@ static int call_fire(Call *c) {
 
 static int call_traverse(PyObject *self, visitproc visit, void *arg) {
   Py_VISIT(((Call *)self)->pass_);
+  Py_VISIT(((Call *)self)->hot);
   return 0;
 }
 
 static int call_clear(PyObject *self) {
   Py_CLEAR(((Call *)self)->pass_);
+  Py_CLEAR(((Call *)self)->hot);
   return 0;
 }
 
@@ -601,13 +621,16 @@ static int prune_list(PyObject *l) {
 
 static int chain_prune(Chain *ch) { return prune_list(ch->inputs) < 0 || prune_list(ch->outputs) < 0 ? -1 : 0; }
 
-static int chain_add(Chain *ch, PyObject *pass, int kind) {
+/* A kind call of forward pass; hot: the native layer's Hot, or NULL. */
+static int chain_add(Chain *ch, PyObject *pass, int kind, PyObject *hot) {
   if (chain_prune(ch) < 0) return -1;
   allocfunc alloc = (allocfunc)PyType_GetSlot(CallType, Py_tp_alloc);
   Call *c = (Call *)alloc(CallType, 0);
   if (c == NULL) return -1;
   Py_INCREF(pass);
   c->pass_ = pass;
+  Py_XINCREF(hot);
+  c->hot = hot;
   c->kind = kind;
   int rc = PyList_Append(kind == KIND_INPUT ? ch->inputs : ch->outputs, (PyObject *)c);
   Py_DECREF(c);
@@ -637,7 +660,7 @@ static PyObject *chain_add_m(PyObject *self, PyObject *args) {
   PyObject *pass;
   int kind;
   if (!PyArg_ParseTuple(args, "Oi", &pass, &kind)) return NULL;
-  if (chain_add((Chain *)self, pass, kind) < 0) return NULL;
+  if (chain_add((Chain *)self, pass, kind, NULL) < 0) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -1063,6 +1086,223 @@ static int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc) {
   return r == NULL ? -1 : 0;
 }
 
+/* ---- the backward bookkeeping of a native layer: Layer.enter, maybe_exit, input_grad, backward_end ----
+ *
+ * The same rule as core.Layer's methods (its class comment), on the same Pass and Layer state, under the
+ * layer's own lock; the agent's backward enter and exit by address where it gives them (Agent.c_backward). */
+
+static int list_clear(PyObject *l) { return PyList_SetSlice(l, 0, PyList_Size(l), NULL); }
+
+/* The layer's lock (Layer._lock, an RLock) taken: the lock, or NULL on an exception. */
+static PyObject *lock_take(Hot *h) {
+  PyObject *lock = PyObject_GetAttr(h->o.layer, s_lock);
+  PyObject *r = lock != NULL ? PyObject_CallMethodObjArgs(lock, s_acquire, NULL) : NULL;
+  if (r == NULL) {
+    Py_XDECREF(lock);
+    return NULL;
+  }
+  Py_DECREF(r);
+  return lock;
+}
+
+/* Releases a lock lock_take took (an exception pending is kept); -1 when the release failed. */
+static int lock_give(PyObject *lock) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyObject *r = PyObject_CallMethodObjArgs(lock, s_release, NULL);
+  Py_DECREF(lock);
+  if (type != NULL) {
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, tb);
+    return -1;
+  }
+  if (r == NULL) return -1;
+  Py_DECREF(r);
+  return 0;
+}
+
+/* agent.backward_enter(group) (exit 0) or backward_exit(group) (exit 1): by address, without the GIL (a
+ * prefetch may wait for a copy whose storage op is Python), where the agent gives them and has neither
+ * replaced; else its Python methods. A failed call is warned of once, as Agent.backward_enter does. */
+static int backward_call(Hot *h, int exit) {
+  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent), *cb = NULL, *d = NULL, *r = NULL;
+  if (agent == NULL) return -1;
+  int rc = -1;
+  void *fn = NULL;
+  if ((cb = PyObject_GetAttr(agent, s_c_backward)) == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
+    PyErr_Clear();
+  } else if (PyTuple_Check(cb) && PyTuple_Size(cb) == 2) {
+    if ((d = PyObject_GetAttr(agent, s_dict)) == NULL) {
+      if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
+      PyErr_Clear();
+    }
+    int replaced = d != NULL && PyDict_Check(d) &&
+                   (PyDict_GetItemWithError(d, s_backward_enter) != NULL ||
+                    PyDict_GetItemWithError(d, s_backward_exit) != NULL);
+    if (PyErr_Occurred()) goto done;
+    if (!replaced && (fn = PyLong_AsVoidPtr(PyTuple_GetItem(cb, exit))) == NULL && PyErr_Occurred()) goto done;
+  }
+  if (fn != NULL) {
+    const char *g = PyBytes_AsString(h->r.group);
+    int e;
+    Py_BEGIN_ALLOW_THREADS e = ((int (*)(const char *))fn)(g);
+    Py_END_ALLOW_THREADS rc = e == 0 ? 0 : agent_check(h, agent, exit ? "backward_exit(%s)" : "backward_enter(%s)", e);
+    goto done;
+  }
+  PyObject *group = PyObject_GetAttr(h->o.layer, s_group);
+  r = group != NULL ? call_method(agent, exit ? s_backward_exit : s_backward_enter, group) : NULL;
+  Py_XDECREF(group);
+  rc = r == NULL ? -1 : 0;
+done:
+  Py_XDECREF(r);
+  Py_XDECREF(d);
+  Py_XDECREF(cb);
+  Py_DECREF(agent);
+  return rc;
+}
+
+/* Layer.maybe_exit: reports the backward exit of the latest forward once the rule holds. */
+static int hot_maybe_exit(Hot *h) {
+  PyObject *lock = lock_take(h), *p = NULL, *left = NULL, *handles = NULL;
+  if (lock == NULL) return -1;
+  int go = 0;
+  if ((p = PyObject_GetAttr(h->o.layer, s_latest)) == NULL) goto locked;
+  if (p == Py_None || PySet_Size(h->o.waiting) != 0) goto locked;
+  int removed = attr_true(h->o.layer, s_removed), entered = removed == 0 ? attr_true(p, s_entered) : -1;
+  int exited = entered > 0 ? attr_true(p, s_exited) : -1;
+  if (removed != 0 || entered <= 0 || exited != 0) goto locked; /* -1 with an exception, or not now */
+  if ((left = PyObject_GetAttr(p, s_inputs_left)) == NULL) goto locked;
+  long n_left = PyLong_AsLong(left);
+  if (n_left == -1 && PyErr_Occurred()) goto locked;
+  int ended = n_left > 0 ? attr_true(p, s_ended) : 1;
+  if (ended <= 0) goto locked;
+  if (PyObject_SetAttr(p, s_exited, Py_True) < 0) goto locked;
+  handles = PyList_GetSlice(h->r.handles, 0, PyList_Size(h->r.handles));
+  if (handles == NULL || list_clear(h->r.handles) < 0 || PySet_Clear(h->o.unpacked) < 0) goto locked;
+  go = 1;
+locked:
+  Py_XDECREF(left);
+  Py_XDECREF(p);
+  int bad = lock_give(lock) < 0 || PyErr_Occurred();
+  if (bad || !go) {
+    Py_XDECREF(handles);
+    return bad ? -1 : 0;
+  }
+  int rc = backward_call(h, 1);
+  /* registry.forget(handles): the agent forgot them */
+  for (Py_ssize_t i = 0; rc == 0 && i < PyList_Size(handles); i++) {
+    PyObject *hv = PyList_GetItem(handles, i);
+    int has = PyDict_Contains(h->o.entries, hv);
+    if (has < 0 || (has && PyDict_DelItem(h->o.entries, hv) < 0)) rc = -1;
+  }
+  Py_DECREF(handles);
+  return rc;
+}
+
+/* Layer.input_grad(p): the gradient of one of p's positional inputs arrived. */
+static int hot_input_grad(Hot *h, PyObject *p) {
+  PyObject *lock = lock_take(h);
+  if (lock == NULL) return -1;
+  PyObject *left = PyObject_GetAttr(p, s_inputs_left), *one = PyLong_FromLong(1);
+  PyObject *less = left != NULL && one != NULL ? PyNumber_Subtract(left, one) : NULL;
+  if (less != NULL) PyObject_SetAttr(p, s_inputs_left, less);
+  Py_XDECREF(less);
+  Py_XDECREF(one);
+  Py_XDECREF(left);
+  if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
+  return hot_maybe_exit(h);
+}
+
+/* End: the end-of-backward callback enter queues for forward pass (Layer.enter's end, Layer.backward_end). */
+typedef struct {
+  PyObject_HEAD PyObject *hot;
+  PyObject *pass_;
+} End;
+
+static PyTypeObject *EndType;
+
+static int end_run(End *e) {
+  Hot *h = (Hot *)e->hot;
+  PyObject *lock = lock_take(h);
+  if (lock == NULL) return -1;
+  PyObject_SetAttr(e->pass_, s_ended, Py_True);
+  if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
+  return hot_maybe_exit(h);
+}
+
+/* Never an exception into the framework's backward: a failure goes to core._end_failed, which logs it. */
+static PyObject *end_call(PyObject *self, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kw)) {
+  End *e = (End *)self;
+  if (end_run(e) < 0) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
+    Hot *h = (Hot *)e->hot;
+    PyObject *log = h->r.core != NULL ? PyDict_GetItemWithError(h->r.core, s_end_failed) : NULL; /* borrowed */
+    PyObject *r = log != NULL && value != NULL ? PyObject_CallFunctionObjArgs(log, value, NULL) : NULL;
+    Py_XDECREF(r);
+    PyErr_Clear();
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+  }
+  Py_RETURN_NONE;
+}
+
+static int end_traverse(PyObject *self, visitproc visit, void *arg) {
+  Py_VISIT(((End *)self)->hot);
+  Py_VISIT(((End *)self)->pass_);
+  return 0;
+}
+
+static int end_clear(PyObject *self) {
+  Py_CLEAR(((End *)self)->hot);
+  Py_CLEAR(((End *)self)->pass_);
+  return 0;
+}
+
+static void end_dealloc(PyObject *self) { gc_dealloc(self, end_clear); }
+
+static PyType_Slot end_slots[] = {
+    {Py_tp_dealloc, end_dealloc}, {Py_tp_traverse, end_traverse}, {Py_tp_clear, end_clear},
+    {Py_tp_call, end_call},       {Py_tp_doc, "A forward's end-of-backward callback (Layer.backward_end)."},
+    {0, NULL},
+};
+
+static PyType_Spec end_spec = {"swapagent._hot.End", sizeof(End), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+                               end_slots};
+
+/* Layer.enter(p): the backward of forward p begins (its first output gradient or unpack). */
+static int hot_enter(Hot *h, PyObject *p) {
+  PyObject *lock = lock_take(h);
+  if (lock == NULL) return -1;
+  int entered = attr_true(p, s_entered), exited = entered == 0 ? attr_true(p, s_exited) : -1;
+  int removed = exited == 0 ? attr_true(h->o.layer, s_removed) : -1;
+  int go = entered == 0 && exited == 0 && removed == 0 && PyObject_SetAttr(p, s_entered, Py_True) == 0;
+  if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
+  if (!go) return 0;
+  if (backward_call(h, 0) < 0) return -1;
+  allocfunc alloc = (allocfunc)PyType_GetSlot(EndType, Py_tp_alloc);
+  End *end = (End *)alloc(EndType, 0);
+  if (end == NULL) return -1;
+  Py_INCREF(h);
+  end->hot = (PyObject *)h;
+  Py_INCREF(p);
+  end->pass_ = p;
+  PyObject *fw = PyObject_GetAttr(h->o.layer, s_fw);
+  PyObject *r = fw != NULL ? call_method(fw, s_at_backward_end, (PyObject *)end) : NULL;
+  Py_XDECREF(r);
+  Py_XDECREF(fw);
+  Py_DECREF(end);
+  if (r == NULL) { /* not in a backward pass (an unpack outside one) */
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyErr_Clear();
+  }
+  return hot_maybe_exit(h);
+}
+
 /* Torch.param_ptrs(module, cache), answered from the cache when it holds (no module registered since it was
  * made, every parameter and buffer where it was); else the Python method, which makes it again. */
 static PyObject *param_ptrs(Hot *h) {
@@ -1095,8 +1335,6 @@ static PyObject *param_ptrs(Hot *h) {
   Py_XDECREF(fw);
   return r;
 }
-
-static int list_clear(PyObject *l) { return PyList_SetSlice(l, 0, PyList_Size(l), NULL); }
 
 /* Layer._clear_region */
 static int clear_region(Hot *h) {
@@ -1147,7 +1385,7 @@ static Py_ssize_t hook_grads(Hot *h, PyObject *p, struct found *f, size_t n, int
     PyObject *ch = chain_of(h, t), *r = NULL;
     if (ch == NULL) return -1;
     int rc = 0;
-    if (Py_TYPE(ch) == ChainType) rc = chain_add((Chain *)ch, p, kind);
+    if (Py_TYPE(ch) == ChainType) rc = chain_add((Chain *)ch, p, kind, (PyObject *)h);
     else if (ch != Py_None) { /* core._Chain */
       PyObject *k = PyLong_FromLong(kind);
       r = k != NULL ? call_method2(ch, s_add, p, k) : NULL;
@@ -1164,7 +1402,7 @@ static Py_ssize_t hook_grads(Hot *h, PyObject *p, struct found *f, size_t n, int
 
 /* Layer.forward_pre(args, kwargs), with the agent's region enter called directly. */
 static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs) {
-  PyObject *layer = h->o.layer, *p = NULL, *params = NULL, *r = NULL;
+  PyObject *layer = h->o.layer, *p = NULL, *params = NULL;
   struct found f;
   struct buf ptrs;
   struct text tx;
@@ -1182,8 +1420,7 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
     ask = entered < 0 || exited < 0 ? -1 : entered && !exited;
   }
   Py_DECREF(latest);
-  if (ask < 0 || (ask > 0 && (r = call_method(layer, s_maybe_exit, NULL)) == NULL)) goto done;
-  Py_CLEAR(r);
+  if (ask < 0 || (ask > 0 && hot_maybe_exit(h) < 0)) goto done;
   if ((params = param_ptrs(h)) == NULL || PyObject_SetAttr(layer, s_params, params) < 0) goto done;
   if (list_clear(h->r.saved) < 0 || clear_region(h) < 0) goto done;
   if ((p = PyObject_CallFunctionObjArgs(h->r.pass_type, layer, NULL)) == NULL ||
@@ -1572,7 +1809,10 @@ PyMODINIT_FUNC PyInit__hot(void) {
       {&s_saves_hook, "saves_hook"}, {&s_gen, "gen"}, {&s_dicts, "dicts"}, {&s_key, "key"}, {&s_ptrs, "ptrs"},
       {&s_param_ptrs, "param_ptrs"}, {&s_fw, "fw"}, {&s_dataclass_fields, "__dataclass_fields__"},
       {&s_layer, "layer"}, {&s_removed, "removed"}, {&s_input_grad, "input_grad"},
-      {&s_output_grad, "output_grad"}, {&s_requires_grad, "requires_grad"}, {&s_add, "add"}};
+      {&s_output_grad, "output_grad"}, {&s_requires_grad, "requires_grad"}, {&s_add, "add"},
+      {&s_lock, "_lock"}, {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_ended, "ended"},
+      {&s_c_backward, "c_backward"}, {&s_backward_enter, "backward_enter"}, {&s_backward_exit, "backward_exit"},
+      {&s_group, "group"}, {&s_at_backward_end, "at_backward_end"}, {&s_end_failed, "_end_failed"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if ((*names[i].dst = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
   if ((zero = PyLong_FromLong(0)) == NULL || (utf8_cache = PyDict_New()) == NULL) return NULL;
@@ -1582,7 +1822,8 @@ PyMODINIT_FUNC PyInit__hot(void) {
   HotType = (PyTypeObject *)PyType_FromSpec(&hot_spec);
   CallType = (PyTypeObject *)PyType_FromSpec(&call_spec);
   ChainType = (PyTypeObject *)PyType_FromSpec(&chain_spec);
-  if (PackedType == NULL || HotType == NULL || CallType == NULL || ChainType == NULL) goto fail;
+  EndType = (PyTypeObject *)PyType_FromSpec(&end_spec);
+  if (PackedType == NULL || HotType == NULL || CallType == NULL || ChainType == NULL || EndType == NULL) goto fail;
   Py_INCREF(CallType);
   if (PyModule_AddObject(m, "Call", (PyObject *)CallType) < 0) goto fail;
   Py_INCREF(ChainType);

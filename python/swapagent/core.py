@@ -211,12 +211,22 @@ class Agent:
                 for fn in self._bcalls[True]:
                     fn.restype, fn.argtypes = c.c_int, [c.c_char_p]
                 self._c_regions[True] = (1, addr(self._enter_d), addr(self._end_d))
-                self.set_deferred(True)
+        # The backward calls by address, for the compiled backward bookkeeping (_hot.c): (enter's address,
+        # exit's address) of each setting of set_deferred (c_backward).
+        self._c_backwards = {False: (addr(lib.swapagent_backward_enter), addr(lib.swapagent_backward_exit))}
+        if hasattr(self, "_bcalls"):
+            self._c_backwards[True] = tuple(addr(fn) for fn in self._bcalls[True])
+            self.set_deferred(True)
 
     @property
     def c_region(self):
         """The region calls of the current setting by address (_c_regions), or None: the Python methods run."""
         return self._c_regions.get(self.deferred)
+
+    @property
+    def c_backward(self):
+        """The backward enter and exit of the current setting by address (_c_backwards)."""
+        return self._c_backwards.get(self.deferred)
 
     def set_deferred(self, on):
         """Whether the region calls go by the deferred calls (on from the start where the agent answers them:
@@ -990,6 +1000,11 @@ def chain(fw, t):
 def _hook_failed(e):
     """A call of the compiled chain that raised (its _Chain.__call__ logs the same)."""
     log.error("swapagent: gradient hook failed", exc_info=e)
+
+
+def _end_failed(e):
+    """The compiled end-of-backward callback raised (Layer.enter's end logs the same)."""
+    log.error("swapagent: end-of-backward callback failed", exc_info=e)
 
 
 def unhook_removed():
