@@ -253,11 +253,17 @@ static int attr_true(PyObject *o, PyObject *name) {
   return yes;
 }
 
+/* isinstance(x, the framework's tensor class): a subtype without asking the metaclass (the common case) */
+static int is_tensor(Hot *h, PyObject *x) {
+  PyTypeObject *tp = (PyTypeObject *)h->r.tensor_type;
+  return PyType_IsSubtype(Py_TYPE(x), tp) ? 1 : PyObject_IsInstance(x, h->r.tensor_type);
+}
+
 /* The storage of torch tensor t as Torch.storage finds it (meta: only when asked, Torch.saved does not
  * check it): 1 and *s, 0 when t is not reported, -1 on an exception. */
 static int torch_storage(Hot *h, PyObject *t, int check_meta, PyObject **s) {
   *s = NULL;
-  int is = PyObject_IsInstance(t, h->r.tensor_type);
+  int is = is_tensor(h, t);
   if (is <= 0) return is;
   static PyObject *const *const flags[] = {&s_is_cpu, &s_is_meta};
   for (int i = h->include_cpu ? 1 : 0; i < (check_meta ? 2 : 1); i++) {
@@ -274,34 +280,46 @@ static int torch_storage(Hot *h, PyObject *t, int check_meta, PyObject **s) {
   return -1;
 }
 
-/* Torch.saved(t), natively: the tuple (storage, pointer, nbytes), or None. */
-static PyObject *torch_saved(Hot *h, PyObject *t) {
-  PyObject *s;
-  int rc = torch_storage(h, t, 0, &s);
-  if (rc <= 0) {
-    if (rc < 0) return NULL;
-    Py_RETURN_NONE;
+/* Framework.saved(t) (natively for torch, no tuple made): 1 and new references *s, *ptr and *nbytes (the
+ * storage, its pointer and size), 0 when t is not reported (None), -1 on an exception. */
+static int saved_of(Hot *h, PyObject *t, PyObject **s, PyObject **ptr, PyObject **nbytes) {
+  *ptr = *nbytes = NULL;
+  if (h->native) {
+    int rc = torch_storage(h, t, 0, s);
+    if (rc <= 0) return rc;
+    *ptr = PyObject_CallMethodObjArgs(*s, s_data_ptr, NULL);
+    *nbytes = *ptr != NULL ? PyObject_CallMethodObjArgs(*s, s_nbytes, NULL) : NULL;
+    if (*nbytes != NULL) return 1;
+  } else {
+    PyObject *info = PyObject_CallFunctionObjArgs(h->o.saved_of, t, NULL);
+    *s = NULL;
+    if (info == NULL) return -1;
+    int got = info != Py_None && PyTuple_Check(info) && PyTuple_Size(info) == 3;
+    if (got) {
+      PyObject **dst[] = {s, ptr, nbytes};
+      for (Py_ssize_t i = 0; i < 3; i++) {
+        *dst[i] = PyTuple_GetItem(info, i);
+        Py_INCREF(*dst[i]);
+      }
+    }
+    Py_DECREF(info);
+    return got;
   }
-  PyObject *ptr = PyObject_CallMethodObjArgs(s, s_data_ptr, NULL);
-  PyObject *nbytes = ptr != NULL ? PyObject_CallMethodObjArgs(s, s_nbytes, NULL) : NULL;
-  PyObject *out = nbytes != NULL ? PyTuple_Pack(3, s, ptr, nbytes) : NULL;
-  Py_DECREF(s);
-  Py_XDECREF(ptr);
-  Py_XDECREF(nbytes);
-  return out;
+  Py_CLEAR(*s);
+  Py_CLEAR(*ptr);
+  return -1;
 }
 
 /* pack(t): Layer._hot_path's pack. */
 static PyObject *hot_pack(PyObject *self, PyObject *t) {
   Hot *h = (Hot *)self;
-  PyObject *info = h->native ? torch_saved(h, t) : PyObject_CallFunctionObjArgs(h->o.saved_of, t, NULL);
-  if (info == NULL) return NULL;
-  if (info == Py_None || !PyTuple_Check(info) || PyTuple_Size(info) != 3) {
-    Py_DECREF(info);
+  PyObject *s, *ptr, *nbytes;
+  int got = saved_of(h, t, &s, &ptr, &nbytes);
+  if (got <= 0) {
+    if (got < 0) return NULL;
     Py_INCREF(t);
     return t;
   }
-  PyObject *s = PyTuple_GetItem(info, 0), *ptr = PyTuple_GetItem(info, 1), *nbytes = PyTuple_GetItem(info, 2);
   PyObject *ps = PyObject_GetAttr(h->o.layer, s_latest);
   PyObject *out = NULL, *refs = NULL, *alias = NULL;
   if (ps == NULL) goto done;
@@ -370,7 +388,9 @@ done:
   Py_XDECREF(alias);
   Py_XDECREF(refs);
   Py_XDECREF(ps);
-  Py_DECREF(info);
+  Py_DECREF(s);
+  Py_DECREF(ptr);
+  Py_DECREF(nbytes);
   return out;
 }
 
@@ -871,7 +891,7 @@ static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **s
 /* One item of a container, as walk_named's loop takes it: a tensor is found, anything else not an atom
  * walked one level deeper. */
 static int walk_item(Hot *h, PyObject *v, struct buf *path, int depth, PyObject **seen, struct found *f) {
-  int is = PyObject_IsInstance(v, h->r.tensor_type);
+  int is = is_tensor(h, v);
   if (is != 0) return is < 0 ? -1 : found_add(f, path->p, path->n, v);
   return is_atom(v) ? 0 : walk(h, v, path, depth + 1, seen, f);
 }
@@ -954,7 +974,7 @@ static int walk_top(Hot *h, PyObject *obj, const char *name, PyObject *key, stru
   struct buf path;
   buf_init(&path);
   int rc = name != NULL ? buf_put(&path, name, strlen(name)) : put_utf8(&path, key);
-  int is = rc < 0 ? -1 : PyObject_IsInstance(obj, h->r.tensor_type);
+  int is = rc < 0 ? -1 : is_tensor(h, obj);
   PyObject *seen = NULL;
   rc = is < 0 ? -1 : is ? found_add(f, path.p, path.n, obj) : walk(h, obj, &path, 0, &seen, f);
   Py_XDECREF(seen);

@@ -151,11 +151,15 @@ from swapagent import torch as st
 
 mode = sys.argv[1]
 calls = {"forward_pre": 0, "forward_post": 0}
-for name in calls:
-    def counted(self, *a, _f=getattr(core.Layer, name), _n=name):
-        calls[_n] += 1
-        return _f(self, *a)
-    setattr(core.Layer, name, counted)
+backward = {n: 0 for n in ("enter", "maybe_exit", "input_grad", "output_grad", "backward_end", "Agent.backward_enter",
+                           "Agent.backward_exit")}
+for counts, names in ((calls, list(calls)), (backward, list(backward))):
+    for name in names:
+        cls, attr = (core.Agent, name[6:]) if name.startswith("Agent.") else (core.Layer, name)
+        def counted(self, *a, _f=getattr(cls, attr), _n=name, _c=counts):
+            _c[_n] += 1
+            return _f(self, *a)
+        setattr(cls, attr, counted)
 torch.manual_seed(0)
 torch.set_num_threads(1)
 layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(4)])
@@ -164,6 +168,8 @@ if mode != "none":
     h = st.layer_swap(layers, swap=range(3), prefetch=None, include_cpu=True)
     if mode == "python-region":
         core.load()._c_regions.clear()  # as an agent without the C calls: Hot.pre and Hot.post hand over
+    if mode == "python-backward":
+        core.load()._c_backwards.clear()  # as an agent without them: the C bookkeeping calls its methods
 digest = hashlib.sha256()
 for _ in range(3):
     x = torch.randn(8, 64, requires_grad=True)
@@ -175,7 +181,7 @@ for _ in range(3):
     for p in layers.parameters():
         digest.update(p.grad.numpy().tobytes())
         p.grad = None
-print(json.dumps({"calls": calls, "digest": digest.hexdigest(),
+print(json.dumps({"calls": calls, "backward": backward, "digest": digest.hexdigest(),
                   "saves": stats().get("saves") if mode != "none" else None,
                   "hot": core._hot_path_ran}))
 """
@@ -184,17 +190,31 @@ print(json.dumps({"calls": calls, "digest": digest.hexdigest(),
 def test_compiled_region_hooks_take_the_common_case(tmp_path):
     """On torch, the compiled region hooks (Hot.pre, Hot.post) do a plain region's forward pre-hook and
     forward hook without Layer's Python methods; with no C calls to make they hand every region to those
-    methods. Both give no companion's losses and gradients bit for bit, and the agent the same saves."""
+    methods. Both give no companion's losses and gradients bit for bit, and the agent the same saves. The
+    backward bookkeeping runs in C too (no Layer method), with the agent's backward calls by address, or
+    through its methods where it gives no addresses: the trace holds every group's enter and exit either way."""
     tc.need(HOT)
     got = {}
-    for mode in ("none", "compiled", "python-region"):
+    for mode in ("none", "compiled", "python-region", "python-backward"):
         env = dict(os.environ, PYTHONPATH=tc.PKG, LD_PRELOAD=tc.LIB, SWAPAGENT_POLICY="safe",
                    SWAPAGENT_MIN_BYTES="1024", SWAPAGENT_COMPILED="1", SWAPAGENT_OUT=str(tmp_path / mode))
         p = subprocess.run([sys.executable, "-c", REGION_CHILD, mode], env=env, capture_output=True, text=True,
                            timeout=tc.TIMEOUT)
         assert p.returncode == 0, p.stderr[-3000:]
         got[mode] = json.loads(p.stdout.strip().splitlines()[-1])
+        if mode != "none":
+            rep = subprocess.run([tc.CLI, "report", "--format", "json", str(tmp_path / mode)], capture_output=True,
+                                 text=True, timeout=tc.TIMEOUT)
+            assert rep.returncode == 0, rep.stderr[-3000:]
+            abi = [pr["abi"] for pr in json.loads(rep.stdout)["processes"] if pr["abi"].get("groups")]
+            assert len(abi) == 1, abi
+            got[mode]["traced"] = [abi[0]["backward_enters"], abi[0]["backward_exits"]]
     assert got["compiled"]["hot"] == "compiled"
+    none = dict.fromkeys(got["compiled"]["backward"], 0)
+    assert got["compiled"]["backward"] == none, got
+    assert got["python-backward"]["backward"] == dict(none, **{"Agent.backward_enter": 9, "Agent.backward_exit": 9})
+    assert got["compiled"]["traced"] == got["python-backward"]["traced"] == got["python-region"]["traced"] == [9, 9]
+    assert got["python-backward"]["digest"] == got["none"]["digest"]
     assert got["compiled"]["calls"] == {"forward_pre": 0, "forward_post": 0}, got
     assert got["python-region"]["calls"] == {"forward_pre": 9, "forward_post": 9}, got  # 3 layers x 3 steps
     assert got["compiled"]["digest"] == got["python-region"]["digest"] == got["none"]["digest"]
