@@ -564,7 +564,7 @@ static int call_dead(Call *c) {
 static int call_fire(Call *c) {
   if (c->fired) return 0;
   c->fired = 1;
-  if (c->hot != NULL) {
+  if (c->hot != NULL && ((Hot *)c->hot)->native) { /* (not native: cleared by the collector) */
     Hot *h = (Hot *)c->hot;
     return c->kind == KIND_INPUT ? hot_input_grad(h, c->pass_) : hot_enter(h, c->pass_);
   }
@@ -1244,6 +1244,7 @@ static PyTypeObject *EndType;
 
 static int end_run(End *e) {
   Hot *h = (Hot *)e->hot;
+  if (!h->native) return 0; /* cleared by the collector: its layer is gone */
   PyObject *lock = lock_take(h);
   if (lock == NULL) return -1;
   PyObject_SetAttr(e->pass_, s_ended, Py_True);
