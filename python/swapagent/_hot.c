@@ -52,7 +52,8 @@ typedef struct {
   PyObject_HEAD Py_ssize_t slot;
   PyObject *tensor;
   PyObject *pass_;
-  PyObject *hot; /* the Hot that made it: the registry and the waiting set its end updates */
+  PyObject *hot; /* the Hot that made it: the registry and the waiting count its end updates */
+  int waiting;   /* counted in its Hot's waiting: neither unpacked nor freed yet */
 } Packed;
 
 /* ---- Hot: one layer's pack and unpack, bound to its state. ---- */
@@ -64,11 +65,11 @@ struct hot_objs {
   PyObject *saved_of, *alias;                        /* Framework.saved, Framework.alias */
   PyObject *region;                                  /* dict: storage ptr -> slot */
   PyObject *bptr, *bsize, *bflag, *bstore, *saved_t; /* lists: the open region's saves, by slot */
-  PyObject *waiting, *unpacked;                      /* sets */
+  PyObject *unpacked;                                /* set */
   PyObject *entries;                                 /* dict: the registry's handle -> storage */
 };
 #define HOT_NOBJS (sizeof(struct hot_objs) / sizeof(PyObject *))
-_Static_assert(HOT_NOBJS == 12, "Hot()'s argument format parses 12 objects");
+_Static_assert(HOT_NOBJS == 11, "Hot()'s argument format parses 11 objects");
 
 /* What the region path (Hot.region) holds besides, in region()'s argument order. */
 struct region_objs {
@@ -93,7 +94,19 @@ struct Hot {
   int native;           /* region() ran: torch tensors are read here, the region hooks may run in C */
   int include_cpu;      /* CPU tensors are reported (Torch.include_cpu) */
   int active;           /* saved-tensor hooks pushed by pre and not popped yet */
+  /* The saved tensors (Packed) of any forward neither unpacked nor freed yet: Layer._waiting, whose len() it
+   * is. A count, not a set of ids: no object made, hashed and looked up per saved tensor. Read and changed
+   * with the GIL held. */
+  Py_ssize_t waiting;
 };
+
+/* A Packed leaves the waiting count (its unpack, or its end), once. */
+static void packed_unwait(Packed *p) {
+  if (p->waiting) {
+    p->waiting = 0;
+    ((Hot *)p->hot)->waiting--;
+  }
+}
 
 /* Every object pointer of a Hot, as one array: hot_objs then region_objs, adjacent in the struct. */
 #define HOT_ALL_OBJS (HOT_NOBJS + REGION_NOBJS)
@@ -136,9 +149,7 @@ static void packed_end(Packed *p) {
     }
   }
   Py_XDECREF(refs);
-  PyObject *id = PyLong_FromVoidPtr(p);
-  if (id != NULL) PySet_Discard(hot->o.waiting, id);
-  Py_XDECREF(id);
+  packed_unwait(p);
 }
 
 static void packed_dealloc(PyObject *self) {
@@ -210,8 +221,7 @@ static int hot_clear(PyObject *self) {
 
 static void hot_dealloc(PyObject *self) { gc_dealloc(self, hot_clear); }
 
-/* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, waiting, unpacked, entries,
- *     unpack_address): unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack. */
+/* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, unpacked, entries, unpack_address): unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack. */
 static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
   Hot *h = (Hot *)self;
   unsigned long long unpack = 0;
@@ -220,12 +230,12 @@ static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
     return -1;
   }
   PyObject *o[HOT_NOBJS];
-  if (!PyArg_ParseTuple(args, "OOOO!O!O!O!O!O!OOO!K", &o[0], &o[1], &o[2], &PyDict_Type, &o[3], &PyList_Type,
+  if (!PyArg_ParseTuple(args, "OOOO!O!O!O!O!O!OO!K", &o[0], &o[1], &o[2], &PyDict_Type, &o[3], &PyList_Type,
                         &o[4], &PyList_Type, &o[5], &PyList_Type, &o[6], &PyList_Type, &o[7], &PyList_Type,
-                        &o[8], &o[9], &o[10], &PyDict_Type, &o[11], &unpack))
+                        &o[8], &o[9], &PyDict_Type, &o[10], &unpack))
     return -1;
-  if (!PyAnySet_Check(o[9]) || !PyAnySet_Check(o[10])) {
-    PyErr_SetString(PyExc_TypeError, "Hot(): waiting and unpacked must be sets");
+  if (!PyAnySet_Check(o[9])) {
+    PyErr_SetString(PyExc_TypeError, "Hot(): unpacked must be a set");
     return -1;
   }
   PyObject **dst = hot_objs(h);
@@ -376,13 +386,8 @@ static PyObject *hot_pack(PyObject *self, PyObject *t) {
   pk->pass_ = ps;
   Py_INCREF(self);
   pk->hot = self;
-  PyObject *id = PyLong_FromVoidPtr(pk);
-  if (id == NULL || PySet_Add(h->o.waiting, id) < 0) {
-    Py_XDECREF(id);
-    Py_DECREF(pk);
-    goto done;
-  }
-  Py_DECREF(id);
+  pk->waiting = 1;
+  h->waiting++;
   out = (PyObject *)pk;
 done:
   Py_XDECREF(alias);
@@ -498,11 +503,8 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
       }
     }
   }
-  PyObject *id = PyLong_FromVoidPtr(p);
-  if (id == NULL) goto done;
-  PySet_Discard(h->o.waiting, id);
-  Py_DECREF(id);
-  if (PySet_Size(h->o.waiting) == 0) {
+  packed_unwait(p);
+  if (h->waiting == 0) {
     if (h->native) {
       if (hot_maybe_exit(h) < 0) goto done;
     } else if ((r = call_method(h->o.layer, s_maybe_exit, NULL)) == NULL)
@@ -1188,7 +1190,7 @@ static int hot_maybe_exit(Hot *h) {
   if (lock == NULL) return -1;
   int go = 0;
   if ((p = PyObject_GetAttr(h->o.layer, s_latest)) == NULL) goto locked;
-  if (p == Py_None || PySet_Size(h->o.waiting) != 0) goto locked;
+  if (p == Py_None || h->waiting != 0) goto locked;
   int removed = attr_true(h->o.layer, s_removed), entered = removed == 0 ? attr_true(p, s_entered) : -1;
   int exited = entered > 0 ? attr_true(p, s_exited) : -1;
   if (removed != 0 || entered <= 0 || exited != 0) goto locked; /* -1 with an exception, or not now */
@@ -1795,8 +1797,12 @@ static PyMethodDef hot_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* len(hot): its waiting count (Layer._waiting on the compiled path: its truth is whether any waits) */
+static Py_ssize_t hot_len(PyObject *self) { return ((Hot *)self)->waiting; }
+
 static PyType_Slot hot_slots[] = {
     {Py_tp_init, hot_init},
+    {Py_sq_length, hot_len},
     {Py_tp_new, PyType_GenericNew},
     {Py_tp_dealloc, hot_dealloc},
     {Py_tp_traverse, hot_traverse},

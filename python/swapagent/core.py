@@ -1081,7 +1081,7 @@ class Layer:
         self.latest = None  # the Pass of the latest forward
         # The saved tensors (ids of their Packed) of any forward neither unpacked nor freed yet. Single set
         # operations are atomic under the GIL: pack, unpack and Packed.__del__ take no lock; maybe_exit
-        # reads it under the lock.
+        # reads it under the lock. On the compiled path the Hot, whose len() is that count (_hot_path).
         self._waiting = set()
         self._region = {}  # storage ptr -> slot, of what the open region saved
         self._handles = []  # handles in the registry since the group's last backward exit
@@ -1265,8 +1265,9 @@ class Layer:
             # swapagent_unpack is called directly; another agent object (a test's, the bench's null agent)
             # through its unpack method.
             h = hot.Hot(self, saved_of, alias, region, self._bptr, self._bsize, self._bflag, self._bstore,
-                        self._saved_t, waiting, unpacked, _entries, getattr(self.agent, "unpack_address", 0))
+                        self._saved_t, unpacked, _entries, getattr(self.agent, "unpack_address", 0))
             self._pack, self._unpack = h.pack, h.unpack
+            self._waiting = h  # its count of saved tensors waiting (only its own Packed are made)
             self._hot = h  # a framework part may make its region hooks too (Hot.region: swapagent.torch)
             descs_of = hot.saved_descs  # saved_desc of each saved tensor at region exit, in C too
             self._saved_descs = lambda ts: descs_of(ts, _saved_descs, saved_desc)

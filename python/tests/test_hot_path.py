@@ -97,10 +97,10 @@ def test_compiled_module_loads_and_packs(fresh_core, monkeypatch):
             self.latest, self._params = Pass(), frozenset([200])
 
     layer, region, lists = Layer(), {}, [[] for _ in range(5)]
-    waiting, unpacked, entries = set(), set(), {}
+    unpacked, entries = set(), {}
     storage = object()
     saved = {"a": (storage, 100, 64), "p": (storage, 200, 8), "empty": (storage, 0, 0)}
-    h = hot.Hot(layer, saved.get, lambda t: "alias of " + t, region, *lists, waiting, unpacked, entries, 0)
+    h = hot.Hot(layer, saved.get, lambda t: "alias of " + t, region, *lists, unpacked, entries, 0)
     pa, pa2, pp = h.pack("a"), h.pack("a"), h.pack("p")
     assert h.pack("empty") == "empty" and h.pack("no storage") == "no storage"
     assert fresh_core.is_packed(pa) and (pa.slot, pa2.slot, pp.slot) == (0, 0, 1)
@@ -109,15 +109,15 @@ def test_compiled_module_loads_and_packs(fresh_core, monkeypatch):
     assert not gc.is_tracked(pa)
     bptr, bsize, bflag, bstore, saved_t = lists
     assert (bptr, bsize, bflag, saved_t) == ([100, 200], [64, 8], [0, 1], ["a", "p"]) and bstore == [storage] * 2
-    assert layer.latest.refs == [2, 1] and region == {100: 0, 200: 1} and len(waiting) == 3
+    assert layer.latest.refs == [2, 1] and region == {100: 0, 200: 1} and len(h) == 3
     # Reported: handles 7 and 8; the registry holds the storages.
     layer.latest.handles[:] = [7, 8]
     entries.update({7: storage, 8: storage})
     assert pa.handle == 7
     del pa2  # a saved tensor freed: one reference less, the storage stays while pa holds it
-    assert layer.latest.refs == [1, 1] and 7 in entries and len(waiting) == 2
+    assert layer.latest.refs == [1, 1] and 7 in entries and len(h) == 2
     del pp  # the slot's last one: the registry forgets its storage
-    assert layer.latest.refs == [1, 0] and 8 not in entries and len(waiting) == 1
+    assert layer.latest.refs == [1, 0] and 8 not in entries and len(h) == 1
 
 
 @pytest.mark.parametrize("framework", tc.FRAMEWORKS)
