@@ -221,7 +221,8 @@ static int hot_clear(PyObject *self) {
 
 static void hot_dealloc(PyObject *self) { gc_dealloc(self, hot_clear); }
 
-/* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, unpacked, entries, unpack_address): unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack. */
+/* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, unpacked, entries, unpack_address):
+ * unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack. */
 static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
   Hot *h = (Hot *)self;
   unsigned long long unpack = 0;
@@ -609,19 +610,23 @@ static PyType_Slot call_slots[] = {
 static PyType_Spec call_spec = {"swapagent._hot.Call", sizeof(Call), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
                                 call_slots};
 
-/* A call that raised: handed to chain.failed, which logs it; a gradient hook never breaks the step. */
-static void chain_failed(Chain *ch) {
+/* The exception pending handed to log(exception) (NULL: dropped) and cleared: a hook or callback of the
+ * framework's never raises into it. */
+static void hand_failure(PyObject *log) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
   if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
-  PyObject *r = ch->failed != NULL && value != NULL ? PyObject_CallFunctionObjArgs(ch->failed, value, NULL) : NULL;
+  PyObject *r = log != NULL && value != NULL ? PyObject_CallFunctionObjArgs(log, value, NULL) : NULL;
   Py_XDECREF(r);
   PyErr_Clear();
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(tb);
 }
+
+/* A call that raised: handed to chain.failed, which logs it; a gradient hook never breaks the step. */
+static void chain_failed(Chain *ch) { hand_failure(ch->failed); }
 
 /* Drops the dead calls of a list, in place. */
 static int prune_list(PyObject *l) {
@@ -1258,18 +1263,8 @@ static int end_run(End *e) {
 static PyObject *end_call(PyObject *self, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kw)) {
   End *e = (End *)self;
   if (end_run(e) < 0) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
-    PyErr_NormalizeException(&type, &value, &tb);
-    if (value != NULL && tb != NULL) PyException_SetTraceback(value, tb);
-    Hot *h = (Hot *)e->hot;
-    PyObject *log = h->r.core != NULL ? PyDict_GetItemWithError(h->r.core, s_end_failed) : NULL; /* borrowed */
-    PyObject *r = log != NULL && value != NULL ? PyObject_CallFunctionObjArgs(log, value, NULL) : NULL;
-    Py_XDECREF(r);
-    PyErr_Clear();
-    Py_XDECREF(type);
-    Py_XDECREF(value);
-    Py_XDECREF(tb);
+    PyObject *core = ((Hot *)e->hot)->r.core;
+    hand_failure(core != NULL && PyDict_Check(core) ? PyDict_GetItem(core, s_end_failed) : NULL); /* borrowed */
   }
   Py_RETURN_NONE;
 }

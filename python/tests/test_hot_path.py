@@ -144,7 +144,7 @@ def test_compiled_saved_descs_are_saved_desc(fresh_core, monkeypatch, framework)
 
 
 REGION_CHILD = r"""
-import hashlib, json, sys
+import hashlib, json, logging, sys
 import torch
 from swapagent import core, stats
 from swapagent import torch as st
@@ -170,6 +170,12 @@ if mode != "none":
         core.load()._c_regions.clear()  # as an agent without the C calls: Hot.pre and Hot.post hand over
     if mode == "python-backward":
         core.load()._c_backwards.clear()  # as an agent without them: the C bookkeeping calls its methods
+    if mode == "enter-raises":  # each output gradient's enter fails: logged, the backward goes on
+        def boom(group):
+            raise RuntimeError("backward_enter(%s) refused by the test" % group)
+        core.load().backward_enter = boom
+        failed = []
+        core.log.addHandler(type("H", (logging.Handler,), {"emit": lambda self, r: failed.append(r.getMessage())})())
 digest = hashlib.sha256()
 for _ in range(3):
     x = torch.randn(8, 64, requires_grad=True)
@@ -182,6 +188,7 @@ for _ in range(3):
         digest.update(p.grad.numpy().tobytes())
         p.grad = None
 print(json.dumps({"calls": calls, "backward": backward, "digest": digest.hexdigest(),
+                  "failed": failed if mode == "enter-raises" else None,
                   "saves": stats().get("saves") if mode != "none" else None,
                   "hot": core._hot_path_ran}))
 """
@@ -195,7 +202,7 @@ def test_compiled_region_hooks_take_the_common_case(tmp_path):
     through its methods where it gives no addresses: the trace holds every group's enter and exit either way."""
     tc.need(HOT)
     got = {}
-    for mode in ("none", "compiled", "python-region", "python-backward"):
+    for mode in ("none", "compiled", "python-region", "python-backward", "enter-raises"):
         env = dict(os.environ, PYTHONPATH=tc.PKG, LD_PRELOAD=tc.LIB, SWAPAGENT_POLICY="safe",
                    SWAPAGENT_MIN_BYTES="1024", SWAPAGENT_COMPILED="1", SWAPAGENT_OUT=str(tmp_path / mode))
         p = subprocess.run([sys.executable, "-c", REGION_CHILD, mode], env=env, capture_output=True, text=True,
@@ -215,6 +222,10 @@ def test_compiled_region_hooks_take_the_common_case(tmp_path):
     assert got["python-backward"]["backward"] == dict(none, **{"Agent.backward_enter": 9, "Agent.backward_exit": 9})
     assert got["compiled"]["traced"] == got["python-backward"]["traced"] == got["python-region"]["traced"] == [9, 9]
     assert got["python-backward"]["digest"] == got["none"]["digest"]
+    # A failing agent call in a gradient hook is logged once per hook call and never breaks the backward: every
+    # output gradient's enter (3 layers x 3 steps) failed, each group still exited at its last unpack.
+    assert got["enter-raises"]["failed"] == ["swapagent: gradient hook failed"] * 9, got["enter-raises"]["failed"]
+    assert got["enter-raises"]["digest"] == got["none"]["digest"] and got["enter-raises"]["traced"] == [0, 9]
     assert got["compiled"]["calls"] == {"forward_pre": 0, "forward_post": 0}, got
     assert got["python-region"]["calls"] == {"forward_pre": 9, "forward_post": 9}, got  # 3 layers x 3 steps
     assert got["compiled"]["digest"] == got["python-region"]["digest"] == got["none"]["digest"]
