@@ -45,6 +45,7 @@ typedef struct Hot Hot;
 static int hot_enter(Hot *h, PyObject *p);
 static int hot_maybe_exit(Hot *h);
 static int hot_input_grad(Hot *h, PyObject *p);
+static int hot_backward_end(Hot *h, PyObject *p);
 
 /* ---- Packed: what pack returns; core.Packed's fields and its __del__, in C. ---- */
 
@@ -525,9 +526,10 @@ done:
  *
  * The one gradient hook the companion puts on a tensor crossing its layers: the same lists, the same order
  * (a tensor's input calls before its output calls), the same rule of which calls are dead; firing a call
- * runs the layer's own input_grad or output_grad. */
+ * runs the layer's own input_grad or output_grad. A native layer's end-of-backward callback is a Call too
+ * (KIND_END, never on a chain): calling it fires it (Layer.enter's end, Layer.backward_end). */
 
-enum { KIND_INPUT = 0, KIND_OUTPUT = 1 }; /* core.INPUT, core.OUTPUT */
+enum { KIND_INPUT = 0, KIND_OUTPUT = 1, KIND_END = 2 }; /* core.INPUT, core.OUTPUT; the end callback */
 
 typedef struct {
   PyObject_HEAD PyObject *pass_; /* core.Pass */
@@ -563,14 +565,31 @@ static int call_dead(Call *c) {
   return dead;
 }
 
-/* core._Call.fire: the layer's input_grad or output_grad of the call's forward, at most once. */
+/* A kind call of forward pass; hot: the native layer's Hot, or NULL. A new reference, NULL on an exception. */
+static Call *call_new(PyObject *pass, int kind, PyObject *hot) {
+  allocfunc alloc = (allocfunc)PyType_GetSlot(CallType, Py_tp_alloc);
+  Call *c = (Call *)alloc(CallType, 0);
+  if (c == NULL) return NULL;
+  Py_INCREF(pass);
+  c->pass_ = pass;
+  Py_XINCREF(hot);
+  c->hot = hot;
+  c->kind = kind;
+  return c;
+}
+
+/* core._Call.fire: the layer's input_grad or output_grad of the call's forward (an end call: its
+ * backward_end), at most once. */
 static int call_fire(Call *c) {
   if (c->fired) return 0;
   c->fired = 1;
   if (c->hot != NULL && ((Hot *)c->hot)->native) { /* (not native: cleared by the collector) */
     Hot *h = (Hot *)c->hot;
-    return c->kind == KIND_INPUT ? hot_input_grad(h, c->pass_) : hot_enter(h, c->pass_);
+    return c->kind == KIND_INPUT ? hot_input_grad(h, c->pass_)
+           : c->kind == KIND_OUTPUT ? hot_enter(h, c->pass_)
+                                    : hot_backward_end(h, c->pass_);
   }
+  if (c->kind == KIND_END) return 0; /* its layer is gone */
   PyObject *layer = PyObject_GetAttr(c->pass_, s_layer);
   PyObject *r = layer == NULL ? NULL
                               : PyObject_CallMethodObjArgs(layer, c->kind == KIND_INPUT ? s_input_grad : s_output_grad,
@@ -596,14 +615,17 @@ static void call_dealloc(PyObject *self) { gc_dealloc(self, call_clear); }
 
 static PyMemberDef call_members[] = {
     {"pass_", T_OBJECT, offsetof(Call, pass_), READONLY, "the forward (core.Pass) it belongs to"},
-    {"kind", T_INT, offsetof(Call, kind), READONLY, "core.INPUT or core.OUTPUT"},
+    {"kind", T_INT, offsetof(Call, kind), READONLY, "core.INPUT, core.OUTPUT, or 2: an end-of-backward callback"},
     {"fired", T_INT, offsetof(Call, fired), READONLY, "whether it fired"},
     {NULL, 0, 0, 0, NULL},
 };
 
+static PyObject *call_call(PyObject *self, PyObject *args, PyObject *kw);
+
 static PyType_Slot call_slots[] = {
-    {Py_tp_dealloc, call_dealloc}, {Py_tp_traverse, call_traverse}, {Py_tp_clear, call_clear},
-    {Py_tp_members, call_members}, {Py_tp_doc, "One forward's call on a gradient (core._Call)."},
+    {Py_tp_dealloc, call_dealloc}, {Py_tp_traverse, call_traverse},
+    {Py_tp_clear, call_clear},     {Py_tp_members, call_members},
+    {Py_tp_call, call_call},       {Py_tp_doc, "One forward's call on a gradient (core._Call), or its end callback."},
     {0, NULL},
 };
 
@@ -628,6 +650,17 @@ static void hand_failure(PyObject *log) {
 /* A call that raised: handed to chain.failed, which logs it; a gradient hook never breaks the step. */
 static void chain_failed(Chain *ch) { hand_failure(ch->failed); }
 
+/* call(): fires it, as the framework's end-of-backward callback; a failure goes to core._end_failed, which
+ * logs it (never an exception into the framework's backward). */
+static PyObject *call_call(PyObject *self, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kw)) {
+  Call *c = (Call *)self;
+  if (call_fire(c) < 0) {
+    PyObject *core = c->hot != NULL ? ((Hot *)c->hot)->r.core : NULL;
+    hand_failure(core != NULL && PyDict_Check(core) ? PyDict_GetItem(core, s_end_failed) : NULL); /* borrowed */
+  }
+  Py_RETURN_NONE;
+}
+
 /* Drops the dead calls of a list, in place. */
 static int prune_list(PyObject *l) {
   Py_ssize_t n = PyList_Size(l);
@@ -651,14 +684,8 @@ static int chain_prune(Chain *ch) { return prune_list(ch->inputs) < 0 || prune_l
 /* A kind call of forward pass; hot: the native layer's Hot, or NULL. */
 static int chain_add(Chain *ch, PyObject *pass, int kind, PyObject *hot) {
   if (chain_prune(ch) < 0) return -1;
-  allocfunc alloc = (allocfunc)PyType_GetSlot(CallType, Py_tp_alloc);
-  Call *c = (Call *)alloc(CallType, 0);
+  Call *c = call_new(pass, kind, hot);
   if (c == NULL) return -1;
-  Py_INCREF(pass);
-  c->pass_ = pass;
-  Py_XINCREF(hot);
-  c->hot = hot;
-  c->kind = kind;
   int rc = PyList_Append(kind == KIND_INPUT ? ch->inputs : ch->outputs, (PyObject *)c);
   Py_DECREF(c);
   return rc;
@@ -1241,56 +1268,14 @@ static int hot_input_grad(Hot *h, PyObject *p) {
   return hot_maybe_exit(h);
 }
 
-/* End: the end-of-backward callback enter queues for forward pass (Layer.enter's end, Layer.backward_end). */
-typedef struct {
-  PyObject_HEAD PyObject *hot;
-  PyObject *pass_;
-} End;
-
-static PyTypeObject *EndType;
-
-static int end_run(End *e) {
-  Hot *h = (Hot *)e->hot;
-  if (!h->native) return 0; /* cleared by the collector: its layer is gone */
+/* Layer.backward_end(p): the backward pass that entered p ended (its end call, queued at enter). */
+static int hot_backward_end(Hot *h, PyObject *p) {
   PyObject *lock = lock_take(h);
   if (lock == NULL) return -1;
-  PyObject_SetAttr(e->pass_, s_ended, Py_True);
+  PyObject_SetAttr(p, s_ended, Py_True);
   if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
   return hot_maybe_exit(h);
 }
-
-/* Never an exception into the framework's backward: a failure goes to core._end_failed, which logs it. */
-static PyObject *end_call(PyObject *self, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kw)) {
-  End *e = (End *)self;
-  if (end_run(e) < 0) {
-    PyObject *core = ((Hot *)e->hot)->r.core;
-    hand_failure(core != NULL && PyDict_Check(core) ? PyDict_GetItem(core, s_end_failed) : NULL); /* borrowed */
-  }
-  Py_RETURN_NONE;
-}
-
-static int end_traverse(PyObject *self, visitproc visit, void *arg) {
-  Py_VISIT(((End *)self)->hot);
-  Py_VISIT(((End *)self)->pass_);
-  return 0;
-}
-
-static int end_clear(PyObject *self) {
-  Py_CLEAR(((End *)self)->hot);
-  Py_CLEAR(((End *)self)->pass_);
-  return 0;
-}
-
-static void end_dealloc(PyObject *self) { gc_dealloc(self, end_clear); }
-
-static PyType_Slot end_slots[] = {
-    {Py_tp_dealloc, end_dealloc}, {Py_tp_traverse, end_traverse}, {Py_tp_clear, end_clear},
-    {Py_tp_call, end_call},       {Py_tp_doc, "A forward's end-of-backward callback (Layer.backward_end)."},
-    {0, NULL},
-};
-
-static PyType_Spec end_spec = {"swapagent._hot.End", sizeof(End), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-                               end_slots};
 
 /* Layer.enter(p): the backward of forward p begins (its first output gradient or unpack). */
 static int hot_enter(Hot *h, PyObject *p) {
@@ -1302,13 +1287,8 @@ static int hot_enter(Hot *h, PyObject *p) {
   if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
   if (!go) return 0;
   if (backward_call(h, 0) < 0) return -1;
-  allocfunc alloc = (allocfunc)PyType_GetSlot(EndType, Py_tp_alloc);
-  End *end = (End *)alloc(EndType, 0);
+  Call *end = call_new(p, KIND_END, (PyObject *)h);
   if (end == NULL) return -1;
-  Py_INCREF(h);
-  end->hot = (PyObject *)h;
-  Py_INCREF(p);
-  end->pass_ = p;
   PyObject *fw = PyObject_GetAttr(h->o.layer, s_fw);
   PyObject *r = fw != NULL ? call_method(fw, s_at_backward_end, (PyObject *)end) : NULL;
   Py_XDECREF(r);
@@ -1844,8 +1824,7 @@ PyMODINIT_FUNC PyInit__hot(void) {
   HotType = (PyTypeObject *)PyType_FromSpec(&hot_spec);
   CallType = (PyTypeObject *)PyType_FromSpec(&call_spec);
   ChainType = (PyTypeObject *)PyType_FromSpec(&chain_spec);
-  EndType = (PyTypeObject *)PyType_FromSpec(&end_spec);
-  if (PackedType == NULL || HotType == NULL || CallType == NULL || ChainType == NULL || EndType == NULL) goto fail;
+  if (PackedType == NULL || HotType == NULL || CallType == NULL || ChainType == NULL) goto fail;
   Py_INCREF(CallType);
   if (PyModule_AddObject(m, "Call", (PyObject *)CallType) < 0) goto fail;
   Py_INCREF(ChainType);
