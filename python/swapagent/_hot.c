@@ -92,6 +92,7 @@ struct Hot {
   PyObject_HEAD struct hot_objs o;
   struct region_objs r; /* all NULL until region() */
   unpack_fn unpack;     /* swapagent_unpack, or NULL: the agent's Python method */
+  unpack_fn resident;   /* swapagent_unpack_resident, or NULL: every unpack by swapagent_unpack */
   int native;           /* region() ran: torch tensors are read here, the region hooks may run in C */
   int include_cpu;      /* CPU tensors are reported (Torch.include_cpu) */
   int active;           /* saved-tensor hooks pushed by pre and not popped yet */
@@ -222,19 +223,20 @@ static int hot_clear(PyObject *self) {
 
 static void hot_dealloc(PyObject *self) { gc_dealloc(self, hot_clear); }
 
-/* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, unpacked, entries, unpack_address):
- * unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack. */
+/* Hot(layer, saved_of, alias, region, bptr, bsize, bflag, bstore, saved_t, unpacked, entries, unpack_address
+ *     [, resident_address]): unpack_address is swapagent_unpack's address, or 0 to call layer.agent.unpack;
+ * resident_address swapagent_unpack_resident's, or 0 (the default). */
 static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
   Hot *h = (Hot *)self;
-  unsigned long long unpack = 0;
+  unsigned long long unpack = 0, resident = 0;
   if (kw != NULL && PyDict_Size(kw) > 0) {
     PyErr_SetString(PyExc_TypeError, "Hot() takes no keyword arguments");
     return -1;
   }
   PyObject *o[HOT_NOBJS];
-  if (!PyArg_ParseTuple(args, "OOOO!O!O!O!O!O!OO!K", &o[0], &o[1], &o[2], &PyDict_Type, &o[3], &PyList_Type,
+  if (!PyArg_ParseTuple(args, "OOOO!O!O!O!O!O!OO!K|K", &o[0], &o[1], &o[2], &PyDict_Type, &o[3], &PyList_Type,
                         &o[4], &PyList_Type, &o[5], &PyList_Type, &o[6], &PyList_Type, &o[7], &PyList_Type,
-                        &o[8], &o[9], &PyDict_Type, &o[10], &unpack))
+                        &o[8], &o[9], &PyDict_Type, &o[10], &unpack, &resident))
     return -1;
   if (!PyAnySet_Check(o[9])) {
     PyErr_SetString(PyExc_TypeError, "Hot(): unpacked must be a set");
@@ -248,6 +250,7 @@ static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
     Py_XDECREF(old);
   }
   h->unpack = (unpack_fn)(uintptr_t)unpack;
+  h->resident = (unpack_fn)(uintptr_t)resident;
   return 0;
 }
 
@@ -434,10 +437,14 @@ static int agent_unpack(Hot *h, PyObject *hv, long long handle) {
     }
     if (!replaced) {
       Py_DECREF(agent);
-      uintptr_t base;
-      /* Without the GIL, as ctypes calls it: the agent may wait for a copy whose storage op is Python. */
-      Py_BEGIN_ALLOW_THREADS base = h->unpack((int64_t)handle);
-      Py_END_ALLOW_THREADS return base != 0;
+      /* A storage that stays on device is answered at once, with the GIL held (nothing waits); any other
+       * without it, as ctypes calls it: the agent may wait for a copy whose storage op is Python. */
+      uintptr_t base = h->resident != NULL ? h->resident((int64_t)handle) : 0;
+      if (base == 0) {
+        Py_BEGIN_ALLOW_THREADS base = h->unpack((int64_t)handle);
+        Py_END_ALLOW_THREADS
+      }
+      return base != 0;
     }
   }
   PyObject *r = call_method(agent, s_unpack, hv);

@@ -181,8 +181,12 @@ class Agent:
         # Python and must stay small.
         self.save_c = lib.swapagent_save
         self._unpack_c = lib.swapagent_unpack
-        # Its address, for the compiled hot path (_hot.c), which calls it without ctypes.
+        # Its address, for the compiled hot path (_hot.c), which calls it without ctypes; and that of
+        # swapagent_unpack_resident (additive; 0 without it), which answers a storage that stays on device
+        # without waiting: the compiled path asks it with the GIL held, and swapagent_unpack only on a miss.
         self.unpack_address = ctypes.cast(self._unpack_c, ctypes.c_void_p).value or 0
+        resident = getattr(lib, "swapagent_unpack_resident", None)
+        self.unpack_resident_address = (ctypes.cast(resident, ctypes.c_void_p).value or 0) if resident else 0
         self._benter_c = lib.swapagent_backward_enter
         self._bexit_c = lib.swapagent_backward_exit
         # Deferred calls (additive): where nothing can move (policy off; safe until something does) the
@@ -190,8 +194,11 @@ class Agent:
         # is then logged, not returned (swapagent.h).
         self.deferred = False  # set_deferred
         # The region calls by address, for the compiled region hooks (_hot.c): (deferred, enter's address,
-        # end's address) of each setting of set_deferred (c_region).
+        # end's address) of each setting of set_deferred (c_region). The compiled path passes its own
+        # memory, so it takes the deferred calls' _direct forms where the library has them (additive: no
+        # read through the kernel).
         addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
+        direct = lambda fn: getattr(lib, fn.__name__ + "_direct", fn)  # noqa: E731
         self._c_regions = {}
         if self._enter_desc is not None and self._end is not None:
             self._c_regions[False] = (0, addr(self._enter_desc), addr(self._end))
@@ -210,12 +217,12 @@ class Agent:
                                 True: (lib.swapagent_backward_enter_deferred, lib.swapagent_backward_exit_deferred)}
                 for fn in self._bcalls[True]:
                     fn.restype, fn.argtypes = c.c_int, [c.c_char_p]
-                self._c_regions[True] = (1, addr(self._enter_d), addr(self._end_d))
+                self._c_regions[True] = (1, addr(direct(self._enter_d)), addr(direct(self._end_d)))
         # The backward calls by address, for the compiled backward bookkeeping (_hot.c): (enter's address,
         # exit's address) of each setting of set_deferred (c_backward).
         self._c_backwards = {False: (addr(lib.swapagent_backward_enter), addr(lib.swapagent_backward_exit))}
         if hasattr(self, "_bcalls"):
-            self._c_backwards[True] = tuple(addr(fn) for fn in self._bcalls[True])
+            self._c_backwards[True] = tuple(addr(direct(fn)) for fn in self._bcalls[True])
             self.set_deferred(True)
 
     @property
@@ -1265,7 +1272,8 @@ class Layer:
             # swapagent_unpack is called directly; another agent object (a test's, the bench's null agent)
             # through its unpack method.
             h = hot.Hot(self, saved_of, alias, region, self._bptr, self._bsize, self._bflag, self._bstore,
-                        self._saved_t, unpacked, _entries, getattr(self.agent, "unpack_address", 0))
+                        self._saved_t, unpacked, _entries, getattr(self.agent, "unpack_address", 0),
+                        getattr(self.agent, "unpack_resident_address", 0))
             self._pack, self._unpack = h.pack, h.unpack
             self._waiting = h  # its count of saved tensors waiting (only its own Packed are made)
             self._hot = h  # a framework part may make its region hooks too (Hot.region: swapagent.torch)

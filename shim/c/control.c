@@ -167,14 +167,17 @@ SA_EXPORT int swapagent_backward_enter(const char *group) {
   return SA_GO(sa_go_backward_enter((char *)group));
 }
 
-SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
+/* A storage the agent said stays on device (resident.c): nothing to bring back, no call into Go, no wait. */
+SA_EXPORT uintptr_t swapagent_unpack_resident(int64_t handle) {
   if (sa_refuse()) return 0;
-  /* A storage the agent said stays on device (resident.c): nothing to bring back, no call into Go. */
   uintptr_t base = sa_resident_get(handle);
-  if (base != 0) {
-    sa_record(SA_FN_UNPACK, (int64_t)base, (uint64_t)handle, 0, 0, 0, 0, 0);
-    return base;
-  }
+  if (base != 0) sa_record(SA_FN_UNPACK, (int64_t)base, (uint64_t)handle, 0, 0, 0, 0, 0);
+  return base;
+}
+
+SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
+  uintptr_t base = swapagent_unpack_resident(handle);
+  if (base != 0 || sa_refuse()) return base;
   return SA_GO(sa_go_unpack(handle));
 }
 

@@ -2,13 +2,14 @@
  * agent's answers (policy off; policy safe while no storage has moved and a region end saves only storages
  * below SWAPAGENT_MIN_BYTES, which stay), a region's enter and end and its backward's enter and exit are
  * answered here: their arguments are copied in one read through the kernel (process_vm_readv: a bad pointer
- * fails the read instead of faulting the host), the saves get handles from a counter of this library and
- * stay resident (resident.c answers their unpacks), and the copy goes into the ring as one SA_FN_DEFER
- * event. The drain runs it in its place, in host order, as the plain call (agent.Deferred). Under safe,
- * a call that may move something runs in the agent at once instead (sa_go_run_deferred), and before the
- * agent first moves a storage it ends deferral for good (sa_defer_close): the drain never runs a call that
- * would call the framework's storage ops. No call into Go on the deferred path but the first
- * swapagent_deferred and a refusal (logged by the agent). */
+ * fails the read instead of faulting the host; the _direct forms, for a native caller whose arrays are its
+ * own, copy them with plain loads: that read is microseconds, most of the call), the saves get handles from
+ * a counter of this library and stay resident (resident.c answers their unpacks), and the copy goes into
+ * the ring as one SA_FN_DEFER event. The drain runs it in its place, in host order, as the plain call
+ * (agent.Deferred). Under safe, a call that may move something runs in the agent at once instead
+ * (sa_go_run_deferred), and before the agent first moves a storage it ends deferral for good
+ * (sa_defer_close): the drain never runs a call that would call the framework's storage ops. No call into
+ * Go on the deferred path but the first swapagent_deferred and a refusal (logged by the agent). */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -114,10 +115,58 @@ static long read_group(const char *g, char *buf) {
   return SA_MAX_GROUP + 1;
 }
 
-/* Copies a call's arguments: the pieces (after the header) and the group name (after them), in one read
- * through the kernel, which takes the name as far as the end of its page (a name that runs on is read again
- * by read_group). NULL with n > 0, n above the limits and unreadable memory are refused: *rc gets the code. */
-static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, int *rc) {
+/* The pieces and the name copied with plain loads (a _direct call: its caller vouches for the memory): the
+ * name's length, SA_MAX_GROUP+1 when it runs on. */
+static long copy_direct(char *base, char *gbuf, const char *group, const piece *ps, int np) {
+  for (int i = 0; i < np; i++) {
+    if (ps[i].n == 0) continue;
+    if (ps[i].p != NULL)
+      memcpy(base + ps[i].off, ps[i].p, ps[i].n * ps[i].size);
+    else
+      memset(base + ps[i].off, 0, ps[i].n * ps[i].size); /* optional */
+  }
+  size_t len = strnlen(group, SA_MAX_GROUP + 1);
+  memcpy(gbuf, group, len);
+  return (long)len;
+}
+
+/* The pieces and the name copied in one read through the kernel, which takes the name as far as the end of
+ * its page (a name that runs on is read again by read_group): the name's length (SA_MAX_GROUP+1 when it runs
+ * on), or -1 when memory could not be read (*why says which). */
+static long copy_checked(char *base, char *gbuf, const char *group, const piece *ps, int np, const char **why) {
+  size_t chunk = page_size() - (uintptr_t)group % page_size();
+  if (chunk > SA_MAX_GROUP + 1) chunk = SA_MAX_GROUP + 1;
+  struct iovec l[8] = {{gbuf, chunk}}, r[8] = {{(void *)group, chunk}};
+  size_t want = chunk;
+  int nv = 1;
+  for (int i = 0; i < np; i++) {
+    const piece *p = &ps[i];
+    if (p->n == 0) continue;
+    if (p->p == NULL) { /* optional */
+      memset(base + p->off, 0, p->n * p->size);
+      continue;
+    }
+    l[nv] = (struct iovec){base + p->off, p->n * p->size};
+    r[nv] = (struct iovec){(void *)p->p, p->n * p->size};
+    want += p->n * p->size;
+    nv++;
+  }
+  long glen = -1;
+  if (process_vm_readv(getpid(), l, (unsigned long)nv, r, (unsigned long)nv, 0) == (ssize_t)want) {
+    char *nul = memchr(gbuf, 0, chunk);
+    glen = nul != NULL ? nul - gbuf : chunk == SA_MAX_GROUP + 1 ? (long)chunk : read_group(group, gbuf);
+  } else if (read_group(group, gbuf) >= 0) { /* which one could not be read */
+    *why = "an array or the description text is not readable memory";
+    return -1;
+  }
+  if (glen < 0) *why = "group: not readable memory, or it runs into unreadable memory";
+  return glen;
+}
+
+/* Copies a call's arguments: the pieces (after the header) and the group name (after them), through the
+ * kernel or (direct) with plain loads. NULL with n > 0, n above the limits and (through the kernel)
+ * unreadable memory are refused: *rc gets the code. */
+static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, int direct, int *rc) {
   if (group == NULL) {
     *rc = refuse(call, "NULL group");
     return NULL;
@@ -138,35 +187,11 @@ static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, in
     return NULL;
   }
   char *base = (char *)d->data, *gbuf = base + total;
-  size_t chunk = page_size() - (uintptr_t)group % page_size();
-  if (chunk > SA_MAX_GROUP + 1) chunk = SA_MAX_GROUP + 1;
-  struct iovec l[8] = {{gbuf, chunk}}, r[8] = {{(void *)group, chunk}};
-  size_t want = chunk;
-  int nv = 1;
-  for (int i = 0; i < np; i++) {
-    piece *p = &ps[i];
-    if (p->n == 0) continue;
-    if (p->p == NULL) { /* optional */
-      memset(base + p->off, 0, p->n * p->size);
-      continue;
-    }
-    l[nv] = (struct iovec){base + p->off, p->n * p->size};
-    r[nv] = (struct iovec){(void *)p->p, p->n * p->size};
-    want += p->n * p->size;
-    nv++;
-  }
-  long glen = -1;
-  if (process_vm_readv(getpid(), l, (unsigned long)nv, r, (unsigned long)nv, 0) == (ssize_t)want) {
-    char *nul = memchr(gbuf, 0, chunk);
-    glen = nul != NULL ? nul - gbuf : chunk == SA_MAX_GROUP + 1 ? (long)chunk : read_group(group, gbuf);
-  } else if (read_group(group, gbuf) >= 0) { /* which one could not be read */
-    free(d);
-    *rc = refuse(call, "an array or the description text is not readable memory");
-    return NULL;
-  }
+  const char *why = NULL;
+  long glen = direct ? copy_direct(base, gbuf, group, ps, np) : copy_checked(base, gbuf, group, ps, np, &why);
   if (glen < 0) {
     free(d);
-    *rc = refuse(call, "group: not readable memory, or it runs into unreadable memory");
+    *rc = refuse(call, why);
     return NULL;
   }
   gbuf[glen] = 0;
@@ -205,13 +230,13 @@ static int64_t finish(sa_deferred *d, int may_move, const uint64_t *bases) {
   return answer;
 }
 
-SA_EXPORT int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n,
-                                              size_t n_positional, const char *descs_text, size_t text_len) {
+static int region_enter(const char *group, const uintptr_t *input_ptrs, size_t n, size_t n_positional,
+                        const char *descs_text, size_t text_len, int direct) {
   int rc = answered();
   if (rc != SWAPAGENT_OK) return rc;
   piece ps[] = {{input_ptrs, n, 8, 0, "input_ptrs: NULL with n > 0, or n above 262144", 0},
                 {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
-  sa_deferred *d = copy_call(SA_DEFER_ENTER, group, ps, 2, &rc);
+  sa_deferred *d = copy_call(SA_DEFER_ENTER, group, ps, 2, direct, &rc);
   if (d == NULL) return rc;
   d->n_ptrs = n;
   d->n_pos = n_positional;
@@ -220,11 +245,10 @@ SA_EXPORT int swapagent_region_enter_deferred(const char *group, const uintptr_t
   return (int)finish(d, 0, NULL);
 }
 
-SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
-                                                const uintptr_t *save_ptrs, const size_t *save_nbytes,
-                                                const uint32_t *save_flags, size_t n_save,
-                                                const uintptr_t *desc_ptrs, size_t n_desc, const char *descs_text,
-                                                size_t text_len) {
+static int64_t region_end(const char *group, const uintptr_t *output_ptrs, size_t n_out, const uintptr_t *save_ptrs,
+                          const size_t *save_nbytes, const uint32_t *save_flags, size_t n_save,
+                          const uintptr_t *desc_ptrs, size_t n_desc, const char *descs_text, size_t text_len,
+                          int direct) {
   int rc = answered();
   if (rc != SWAPAGENT_OK) return rc;
   if (n_desc > 0 && descs_text == NULL) return refuse(SA_DEFER_END, "descs_text: NULL with n_desc > 0");
@@ -235,7 +259,7 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
                 {desc_ptrs, n_desc, 8, 0, "desc_ptrs: NULL with n_desc > 0, or n_desc above 262144", 0},
                 {save_flags, n_save, 4, 1, "save_flags", 0},
                 {descs_text, text_len, 1, 0, "descs_text: NULL with text_len > 0, or too long", 0}};
-  sa_deferred *d = copy_call(SA_DEFER_END, group, ps, 6, &rc);
+  sa_deferred *d = copy_call(SA_DEFER_END, group, ps, 6, direct, &rc);
   if (d == NULL) return rc;
   d->n_ptrs = n_out;
   d->n_save = n_save;
@@ -252,18 +276,55 @@ SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr
   return finish(d, may_move, (const uint64_t *)((char *)d->data + ps[1].off));
 }
 
-static int defer_group_call(int call, const char *group) {
+static int defer_group_call(int call, const char *group, int direct) {
   int rc = answered();
   if (rc != SWAPAGENT_OK) return rc;
-  sa_deferred *d = copy_call(call, group, NULL, 0, &rc);
+  sa_deferred *d = copy_call(call, group, NULL, 0, direct, &rc);
   if (d == NULL) return rc;
   return (int)finish(d, 0, NULL);
 }
 
+/* The exports: each checked form and its _direct twin (swapagent.h). */
+SA_EXPORT int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n,
+                                              size_t n_positional, const char *descs_text, size_t text_len) {
+  return region_enter(group, input_ptrs, n, n_positional, descs_text, text_len, 0);
+}
+
+SA_EXPORT int swapagent_region_enter_deferred_direct(const char *group, const uintptr_t *input_ptrs, size_t n,
+                                                     size_t n_positional, const char *descs_text, size_t text_len) {
+  return region_enter(group, input_ptrs, n, n_positional, descs_text, text_len, 1);
+}
+
+SA_EXPORT int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
+                                                const uintptr_t *save_ptrs, const size_t *save_nbytes,
+                                                const uint32_t *save_flags, size_t n_save,
+                                                const uintptr_t *desc_ptrs, size_t n_desc, const char *descs_text,
+                                                size_t text_len) {
+  return region_end(group, output_ptrs, n_out, save_ptrs, save_nbytes, save_flags, n_save, desc_ptrs, n_desc,
+                    descs_text, text_len, 0);
+}
+
+SA_EXPORT int64_t swapagent_region_end_deferred_direct(const char *group, const uintptr_t *output_ptrs, size_t n_out,
+                                                       const uintptr_t *save_ptrs, const size_t *save_nbytes,
+                                                       const uint32_t *save_flags, size_t n_save,
+                                                       const uintptr_t *desc_ptrs, size_t n_desc,
+                                                       const char *descs_text, size_t text_len) {
+  return region_end(group, output_ptrs, n_out, save_ptrs, save_nbytes, save_flags, n_save, desc_ptrs, n_desc,
+                    descs_text, text_len, 1);
+}
+
 SA_EXPORT int swapagent_backward_enter_deferred(const char *group) {
-  return defer_group_call(SA_DEFER_BACKWARD_ENTER, group);
+  return defer_group_call(SA_DEFER_BACKWARD_ENTER, group, 0);
+}
+
+SA_EXPORT int swapagent_backward_enter_deferred_direct(const char *group) {
+  return defer_group_call(SA_DEFER_BACKWARD_ENTER, group, 1);
 }
 
 SA_EXPORT int swapagent_backward_exit_deferred(const char *group) {
-  return defer_group_call(SA_DEFER_BACKWARD_EXIT, group);
+  return defer_group_call(SA_DEFER_BACKWARD_EXIT, group, 0);
+}
+
+SA_EXPORT int swapagent_backward_exit_deferred_direct(const char *group) {
+  return defer_group_call(SA_DEFER_BACKWARD_EXIT, group, 1);
 }

@@ -176,6 +176,24 @@ int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output
 /* backward_enter and backward_exit, deferred. */
 int swapagent_backward_enter_deferred(const char *group);
 int swapagent_backward_exit_deferred(const char *group);
+/* The same four for a native caller whose group and arrays are its own memory, known readable: they are
+ * copied with plain loads, not through the kernel (that read is most of a deferred call's cost). A bad
+ * pointer faults the process here: a caller that cannot vouch for its pointers (ctypes) uses the forms
+ * above. NULL with n > 0 and n above 262144 are refused as there. */
+int swapagent_region_enter_deferred_direct(const char *group, const uintptr_t *input_ptrs, size_t n,
+                                           size_t n_positional, const char *descs_text, size_t text_len);
+int64_t swapagent_region_end_deferred_direct(const char *group, const uintptr_t *output_ptrs, size_t n_out,
+                                             const uintptr_t *save_ptrs, const size_t *save_nbytes,
+                                             const uint32_t *save_flags, size_t n_save, const uintptr_t *desc_ptrs,
+                                             size_t n_desc, const char *descs_text, size_t text_len);
+int swapagent_backward_enter_deferred_direct(const char *group);
+int swapagent_backward_exit_deferred_direct(const char *group);
+
+/* swapagent_unpack's answer where it needs no call into the agent and never waits (additive): the base of a
+ * handle whose storage stays on device (every handle under off, the kept ones under safe), recorded as its
+ * unpack; 0 where only swapagent_unpack can answer (it may wait for a copy, so a caller holding a lock the
+ * framework's storage ops take, such as Python's GIL, releases it for that call). */
+uintptr_t swapagent_unpack_resident(int64_t handle);
 
 #ifdef __cplusplus
 }

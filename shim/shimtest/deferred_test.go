@@ -38,7 +38,8 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 	r, path := runDeferred(t, "off")
 	for _, must := range []string{"ok   deferred:", "ok   off step2 layer 2 save 5 reason and state:",
 		"ok   off step2 deferred.1 save 4 reason: 0", "ok   off stats deferred.2 kept:", "ok   misuse counted:",
-		"ok   refused unmapped input_ptrs:", "ok   refusals counted:"} {
+		"ok   refused unmapped input_ptrs:", "ok   refusals counted:", "ok   deferred.1 unpack_resident 4:",
+		"ok   direct refused NULL group:", "ok   direct refused n_save too large:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
@@ -127,7 +128,8 @@ func equalKinds(a, b []trace.Kind) bool {
 func TestDeferredCallsUnderSafe(t *testing.T) {
 	r, _ := runDeferred(t, "safe")
 	for _, must := range []string{"ok   small step2 layer 2 save 5 reason and state:",
-		"ok   small step2 deferred.1 save 4 reason: 6", "ok   queued misuse:", "ok   queued misuse counted:",
+		"ok   small step2 deferred.1 save 4 reason: 6", "ok   small-deferred.1 unpack_resident 5:",
+		"ok   queued misuse:", "ok   queued misuse counted:",
 		"ok   big region end runs now:", "ok   closed for good:", "ok   after step2 layer 2 save 5 reason and state:",
 		"ok   after stats after-deferred.2 kept:"} {
 		if !strings.Contains(r.Stdout, must) {

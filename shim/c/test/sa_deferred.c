@@ -37,13 +37,16 @@
 #define BIG (256u * 1024u)
 #define TINY 4096u
 
-static struct {
-  __typeof__(&swapagent_deferred) deferred;
+/* The deferred calls: the checked forms, and (direct) their _direct twins. */
+struct deferred_calls {
   __typeof__(&swapagent_region_enter_deferred) enter;
   __typeof__(&swapagent_region_end_deferred) end;
   __typeof__(&swapagent_backward_enter_deferred) bwd_enter;
   __typeof__(&swapagent_backward_exit_deferred) bwd_exit;
-} dfr;
+};
+static struct deferred_calls dfr, direct;
+static __typeof__(&swapagent_deferred) deferred_on;
+static __typeof__(&swapagent_unpack_resident) unpack_resident;
 
 static size_t save_size = BIG; /* of every save but the small one */
 static int with_plain = 1;     /* twins runs the plain twins too */
@@ -80,9 +83,12 @@ static const char *const enter_descs[] = {"args[0]\tfloat32\t256,256", "rope[0]\
 static const char end_text[] = "output\tfloat32\t256,256\0\tfloat32\t64,64\0";
 static const char *const end_descs[] = {"output\tfloat32\t256,256", "\tfloat32\t64,64"};
 
-/* One forward and backward of layer i, by the plain calls (deferred 0) or the deferred ones, on storages
- * x (input), rope (keyword input), w (parameter), tiny (small), act (internal) and out (output). The handles
- * go to hs. */
+/* The calls of kind: 1 the deferred ones, 2 their _direct twins. */
+static const struct deferred_calls *calls_of(int kind) { return kind == 2 ? &direct : &dfr; }
+
+/* One forward and backward of layer i, by the plain calls (deferred 0), the deferred ones (1) or their
+ * _direct twins (2), on storages x (input), rope (keyword input), w (parameter), tiny (small), act (internal)
+ * and out (output). The handles go to hs. */
 static void forward(int deferred, const char *g, uintptr_t x, uintptr_t rope, uintptr_t w, uintptr_t tiny,
                     uintptr_t act, uintptr_t out, int64_t *hs) {
   uintptr_t in[2] = {x, rope};
@@ -93,10 +99,11 @@ static void forward(int deferred, const char *g, uintptr_t x, uintptr_t rope, ui
   char name[96];
   int rc;
   if (deferred) {
-    rc = dfr.enter(g, in, 2, 1, enter_text, sizeof enter_text - 1);
+    const struct deferred_calls *d = calls_of(deferred);
+    rc = d->enter(g, in, 2, 1, enter_text, sizeof enter_text - 1);
     snprintf(name, sizeof name, "%s region_enter_deferred", g);
     check(rc == 0, name, "rc %d", rc);
-    int64_t first = dfr.end(g, outs, 1, saves, sizes, flags, NSAVE, dps, 2, end_text, sizeof end_text - 1);
+    int64_t first = d->end(g, outs, 1, saves, sizes, flags, NSAVE, dps, 2, end_text, sizeof end_text - 1);
     snprintf(name, sizeof name, "%s region_end_deferred", g);
     check(first > 0, name, "first handle %lld", (long long)first);
     for (int k = 0; k < NSAVE; k++) hs[k] = first + k;
@@ -110,24 +117,30 @@ static void forward(int deferred, const char *g, uintptr_t x, uintptr_t rope, ui
   }
 }
 
-static void backward(int deferred, const char *g, const int64_t *hs, const uintptr_t *bases) {
+/* resident: every storage stays on device (nothing can move), so swapagent_unpack_resident answers each. */
+static void backward(int deferred, const char *g, const int64_t *hs, const uintptr_t *bases, int resident) {
   char name[96];
-  int rc = deferred ? dfr.bwd_enter(g) : abi.bwd_enter(g);
+  int rc = deferred ? calls_of(deferred)->bwd_enter(g) : abi.bwd_enter(g);
   snprintf(name, sizeof name, "%s backward_enter", g);
   check(rc == 0, name, "rc %d", rc);
   for (int k = 0; k < NSAVE; k++) {
+    if (resident) {
+      uintptr_t r = unpack_resident(hs[k]);
+      snprintf(name, sizeof name, "%s unpack_resident %d", g, k);
+      check(r == bases[k], name, "gave %#lx, base %#lx", (unsigned long)r, (unsigned long)bases[k]);
+    }
     uintptr_t p = abi.unpack(hs[k]);
     snprintf(name, sizeof name, "%s unpack %d", g, k);
     check(p == bases[k], name, "gave %#lx, base %#lx", (unsigned long)p, (unsigned long)bases[k]);
   }
-  rc = deferred ? dfr.bwd_exit(g) : abi.bwd_exit(g);
+  rc = deferred ? calls_of(deferred)->bwd_exit(g) : abi.bwd_exit(g);
   snprintf(name, sizeof name, "%s backward_exit", g);
   check(rc == 0, name, "rc %d", rc);
 }
 
-/* Each layer by the plain calls and by the deferred ones, STEPS steps: the deferred handles must be what
- * their plain twins are (with_plain 0: the deferred ones alone). */
-static void twins(const char *phase) {
+/* Each layer by the plain calls and by the deferred ones (an odd layer by their _direct twins), STEPS steps:
+ * the deferred handles must be what their plain twins are (with_plain 0: the deferred ones alone). */
+static void twins(const char *phase, int resident) {
   char pre[16] = ""; /* groups plain.N and deferred.N under off, PHASE-plain.N and PHASE-deferred.N else */
   if (strcmp(phase, "off") != 0) snprintf(pre, sizeof pre, "%s-", phase);
   uintptr_t rope[2] = {dev(BIG), dev(BIG)}, w[2][LAYERS], tiny[2][LAYERS];
@@ -144,7 +157,7 @@ static void twins(const char *phase) {
         acts[m][i] = dev(BIG), outs[m][i] = dev(BIG);
         uintptr_t b[NSAVE] = {in, rope[m], w[m][i], tiny[m][i], acts[m][i], outs[m][i]};
         memcpy(bases[m][i], b, sizeof b);
-        forward(m, g, in, rope[m], w[m][i], tiny[m][i], acts[m][i], outs[m][i], hs[m][i]);
+        forward(m ? 1 + i % 2 : 0, g, in, rope[m], w[m][i], tiny[m][i], acts[m][i], outs[m][i], hs[m][i]);
       }
       for (int k = 0; k < NSAVE; k++) {
         char name[96];
@@ -175,7 +188,7 @@ static void twins(const char *phase) {
       for (int m = !with_plain; m < 2; m++) {
         char g[64];
         snprintf(g, sizeof g, "%s%s.%d", pre, m ? "deferred" : "plain", i);
-        backward(m, g, hs[m][i], bases[m][i]);
+        backward(m ? 1 + i % 2 : 0, g, hs[m][i], bases[m][i], resident);
       }
     for (int m = !with_plain; m < 2; m++) {
       aclrtFree((void *)x[m]);
@@ -197,8 +210,8 @@ static void twins(const char *phase) {
 }
 
 static void run_off(void) {
-  check(dfr.deferred() == 1, "deferred", "swapagent_deferred() under off");
-  twins("off");
+  check(deferred_on() == 1, "deferred", "swapagent_deferred() under off");
+  twins("off", 1);
   /* Misuse only the agent sees: refused when it runs the call, counted as the plain call's refusals are,
    * and the handle unknown. */
   uintptr_t p = dev(BIG);
@@ -236,10 +249,26 @@ static void run_off(void) {
       {"n_save too large", dfr.end("plain.0", NULL, 0, &p, &n, NULL, (size_t)1 << 20, NULL, 0, NULL, 0)},
       {"desc_ptrs without text", dfr.end("plain.0", NULL, 0, NULL, NULL, NULL, 0, &p, 1, NULL, 0)},
   };
+  /* The _direct forms read with plain loads, but refuse what needs no read. */
+  struct {
+    const char *what;
+    long long rc;
+  } direct_cases[] = {
+      {"NULL group", direct.enter(NULL, &p, 1, 1, NULL, 0)},
+      {"NULL group (backward)", direct.bwd_exit(NULL)},
+      {"NULL input_ptrs", direct.enter("plain.0", NULL, 2, 2, NULL, 0)},
+      {"n_save too large", direct.end("plain.0", NULL, 0, &p, &n, NULL, (size_t)1 << 20, NULL, 0, NULL, 0)},
+      {"desc_ptrs without text", direct.end("plain.0", NULL, 0, NULL, NULL, NULL, 0, &p, 1, NULL, 0)},
+  };
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     char name[96];
     snprintf(name, sizeof name, "refused %s", cases[k].what);
     check(cases[k].rc == SWAPAGENT_EINVAL, name, "rc %lld (want EINVAL)", cases[k].rc);
+  }
+  for (size_t k = 0; k < sizeof direct_cases / sizeof direct_cases[0]; k++) {
+    char name[96];
+    snprintf(name, sizeof name, "direct refused %s", direct_cases[k].what);
+    check(direct_cases[k].rc == SWAPAGENT_EINVAL, name, "rc %lld (want EINVAL)", direct_cases[k].rc);
   }
   /* A group name across a page boundary is read whole; one that runs into an unmapped page is refused. */
   long pg = sysconf(_SC_PAGESIZE);
@@ -253,16 +282,16 @@ static void run_off(void) {
   rc = dfr.bwd_enter(two + pg - 8);
   check(rc == SWAPAGENT_EINVAL, "refused group into an unmapped page", "rc %d (want EINVAL)", rc);
   long long e4 = stat_of("rejected", "einval");
-  long long want = e3 + (long long)(sizeof cases / sizeof cases[0]) + 1;
+  long long want = e3 + (long long)(sizeof cases / sizeof cases[0] + sizeof direct_cases / sizeof direct_cases[0]) + 1;
   check(e4 == want, "refusals counted", "rejected.einval %lld (want %lld)", e4, want);
 }
 
 static void run_safe(void) {
-  check(dfr.deferred() == 1, "deferred", "swapagent_deferred() under safe");
+  check(deferred_on() == 1, "deferred", "swapagent_deferred() under safe");
   /* Deferred calls alone (a plain region exit ends deferral: it may move a storage), every save below
    * SWAPAGENT_MIN_BYTES: nothing can move, and the calls are queued. */
   save_size = TINY, with_plain = 0;
-  twins("small");
+  twins("small", 1);
   long long egroup = stat_of("rejected", "egroup");
   int rc = dfr.bwd_exit("no.such.group");
   check(rc == 0, "queued misuse", "backward_exit_deferred of an unknown group: rc %d at once", rc);
@@ -285,13 +314,13 @@ static void run_safe(void) {
   rc = dfr.bwd_exit("big");
   check(rc == 0, "big backward_exit", "rc %d", rc);
   save_size = BIG, with_plain = 1;
-  twins("after");
+  twins("after", 0);
 }
 
 static void run_other(const char *policy) {
   char name[96];
   snprintf(name, sizeof name, "not deferred under %s", policy);
-  check(dfr.deferred() == 0, name, "swapagent_deferred() %d", dfr.deferred());
+  check(deferred_on() == 0, name, "swapagent_deferred() %d", deferred_on());
   uintptr_t p = dev(BIG);
   int rc = dfr.enter("layer.0", &p, 1, 1, NULL, 0);
   check(rc == SWAPAGENT_ESTATE, "enter refused", "rc %d (want ESTATE)", rc);
@@ -313,22 +342,23 @@ static _Atomic int thread_failures;
 static void *calls(void *arg) {
   char g[32];
   snprintf(g, sizeof g, "thread.%d", (int)(intptr_t)arg);
+  const struct deferred_calls *d = calls_of(1 + (int)(intptr_t)arg % 2); /* odd threads: the _direct forms */
   uintptr_t in = dev(TINY), saves[3] = {in, dev(TINY), dev(TINY)};
   size_t sizes[3] = {TINY, TINY, TINY};
   for (int r = 0; r < ROUNDS; r++) {
     int64_t first = -1;
-    int ok = dfr.enter(g, &in, 1, 1, NULL, 0) == 0;
-    ok = ok && (first = dfr.end(g, saves + 2, 1, saves, sizes, NULL, 3, NULL, 0, NULL, 0)) > 0;
-    ok = ok && dfr.bwd_enter(g) == 0;
+    int ok = d->enter(g, &in, 1, 1, NULL, 0) == 0;
+    ok = ok && (first = d->end(g, saves + 2, 1, saves, sizes, NULL, 3, NULL, 0, NULL, 0)) > 0;
+    ok = ok && d->bwd_enter(g) == 0;
     for (int k = 0; ok && k < 3; k++) ok = abi.unpack(first + k) == saves[k];
-    ok = ok && dfr.bwd_exit(g) == 0;
+    ok = ok && d->bwd_exit(g) == 0;
     if (!ok) atomic_fetch_add(&thread_failures, 1);
   }
   return NULL;
 }
 
 static void run_threads(void) {
-  check(dfr.deferred() == 1, "deferred", "swapagent_deferred()");
+  check(deferred_on() == 1, "deferred", "swapagent_deferred()");
   pthread_t t[THREADS];
   for (intptr_t i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, calls, (void *)i);
   for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
@@ -343,12 +373,18 @@ int main(int argc, char **argv) {
   }
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (sa_abi_load("sa-deferred") != 0) return 2;
-  *(void **)&dfr.deferred = dlsym(RTLD_DEFAULT, "swapagent_deferred");
+  *(void **)&deferred_on = dlsym(RTLD_DEFAULT, "swapagent_deferred");
+  *(void **)&unpack_resident = dlsym(RTLD_DEFAULT, "swapagent_unpack_resident");
   *(void **)&dfr.enter = dlsym(RTLD_DEFAULT, "swapagent_region_enter_deferred");
   *(void **)&dfr.end = dlsym(RTLD_DEFAULT, "swapagent_region_end_deferred");
   *(void **)&dfr.bwd_enter = dlsym(RTLD_DEFAULT, "swapagent_backward_enter_deferred");
   *(void **)&dfr.bwd_exit = dlsym(RTLD_DEFAULT, "swapagent_backward_exit_deferred");
-  if (!dfr.deferred || !dfr.enter || !dfr.end || !dfr.bwd_enter || !dfr.bwd_exit) {
+  *(void **)&direct.enter = dlsym(RTLD_DEFAULT, "swapagent_region_enter_deferred_direct");
+  *(void **)&direct.end = dlsym(RTLD_DEFAULT, "swapagent_region_end_deferred_direct");
+  *(void **)&direct.bwd_enter = dlsym(RTLD_DEFAULT, "swapagent_backward_enter_deferred_direct");
+  *(void **)&direct.bwd_exit = dlsym(RTLD_DEFAULT, "swapagent_backward_exit_deferred_direct");
+  if (!deferred_on || !unpack_resident || !dfr.enter || !dfr.end || !dfr.bwd_enter || !dfr.bwd_exit || !direct.enter ||
+      !direct.end || !direct.bwd_enter || !direct.bwd_exit) {
     fprintf(stderr, "sa-deferred: the deferred calls are missing: is libswapagent.so preloaded?\n");
     return 2;
   }
