@@ -223,26 +223,20 @@ class Agent:
         self._c_backwards = {False: (addr(lib.swapagent_backward_enter), addr(lib.swapagent_backward_exit))}
         if hasattr(self, "_bcalls"):
             self._c_backwards[True] = tuple(addr(direct(fn)) for fn in self._bcalls[True])
-            self.set_deferred(True)
-
-    @property
-    def c_region(self):
-        """The region calls of the current setting by address (_c_regions), or None: the Python methods run."""
-        return self._c_regions.get(self.deferred)
-
-    @property
-    def c_backward(self):
-        """The backward enter and exit of the current setting by address (_c_backwards)."""
-        return self._c_backwards.get(self.deferred)
+        self.set_deferred(True)
 
     def set_deferred(self, on):
         """Whether the region calls go by the deferred calls (on from the start where the agent answers them:
         under policies off and safe). Off: the plain calls, whose misuse codes come back at once. Returns the
-        setting."""
+        setting. It also sets what the compiled path reads at each region and backward call, as plain
+        attributes (a property would cost it a Python frame there): c_region, the region calls of this
+        setting by address (_c_regions), or None, and the Python methods run; c_backward, the backward enter
+        and exit by address (_c_backwards), or None."""
         on = bool(on) and hasattr(self, "_bcalls")
         self.deferred = on
         if hasattr(self, "_bcalls"):
             self._benter_c, self._bexit_c = self._bcalls[on]
+        self.c_region, self.c_backward = self._c_regions.get(on), self._c_backwards.get(on)
         return on
 
     @staticmethod

@@ -167,9 +167,13 @@ cos = torch.randn(8, 64)
 if mode != "none":
     h = st.layer_swap(layers, swap=range(3), prefetch=None, include_cpu=True)
     if mode == "python-region":
-        core.load()._c_regions.clear()  # as an agent without the C calls: Hot.pre and Hot.post hand over
+        agent = core.load()  # as an agent without the C calls: Hot.pre and Hot.post hand over
+        agent._c_regions.clear()
+        agent.set_deferred(agent.deferred)
     if mode == "python-backward":
-        core.load()._c_backwards.clear()  # as an agent without them: the C bookkeeping calls its methods
+        agent = core.load()  # as an agent without them: the C bookkeeping calls its methods
+        agent._c_backwards.clear()
+        agent.set_deferred(agent.deferred)
     if mode == "enter-raises":  # each output gradient's enter fails: logged, the backward goes on
         def boom(group):
             raise RuntimeError("backward_enter(%s) refused by the test" % group)
