@@ -115,22 +115,17 @@ static long read_group(const char *g, char *buf) {
   return SA_MAX_GROUP + 1;
 }
 
-/* The pieces and the name copied with plain loads (a _direct call: its caller vouches for the memory): the
- * name's length, SA_MAX_GROUP+1 when it runs on. */
+/* The pieces given (an optional one not given is zeros already) and the name copied with plain loads (a
+ * _direct call: its caller vouches for the memory): the name's length, SA_MAX_GROUP+1 when it runs on. */
 static long copy_direct(char *base, char *gbuf, const char *group, const piece *ps, int np) {
-  for (int i = 0; i < np; i++) {
-    if (ps[i].n == 0) continue;
-    if (ps[i].p != NULL)
-      memcpy(base + ps[i].off, ps[i].p, ps[i].n * ps[i].size);
-    else
-      memset(base + ps[i].off, 0, ps[i].n * ps[i].size); /* optional */
-  }
+  for (int i = 0; i < np; i++)
+    if (ps[i].n > 0 && ps[i].p != NULL) memcpy(base + ps[i].off, ps[i].p, ps[i].n * ps[i].size);
   size_t len = strnlen(group, SA_MAX_GROUP + 1);
   memcpy(gbuf, group, len);
   return (long)len;
 }
 
-/* The pieces and the name copied in one read through the kernel, which takes the name as far as the end of
+/* The pieces given and the name copied in one read through the kernel, which takes the name as far as the end of
  * its page (a name that runs on is read again by read_group): the name's length (SA_MAX_GROUP+1 when it runs
  * on), or -1 when memory could not be read (*why says which). */
 static long copy_checked(char *base, char *gbuf, const char *group, const piece *ps, int np, const char **why) {
@@ -141,11 +136,7 @@ static long copy_checked(char *base, char *gbuf, const char *group, const piece 
   int nv = 1;
   for (int i = 0; i < np; i++) {
     const piece *p = &ps[i];
-    if (p->n == 0) continue;
-    if (p->p == NULL) { /* optional */
-      memset(base + p->off, 0, p->n * p->size);
-      continue;
-    }
+    if (p->n == 0 || p->p == NULL) continue;
     l[nv] = (struct iovec){base + p->off, p->n * p->size};
     r[nv] = (struct iovec){(void *)p->p, p->n * p->size};
     want += p->n * p->size;
@@ -187,6 +178,8 @@ static sa_deferred *copy_call(int call, const char *group, piece *ps, int np, in
     return NULL;
   }
   char *base = (char *)d->data, *gbuf = base + total;
+  for (int i = 0; i < np; i++) /* an optional piece not given: zeros */
+    if (ps[i].n > 0 && ps[i].p == NULL) memset(base + ps[i].off, 0, ps[i].n * ps[i].size);
   const char *why = NULL;
   long glen = direct ? copy_direct(base, gbuf, group, ps, np) : copy_checked(base, gbuf, group, ps, np, &why);
   if (glen < 0) {

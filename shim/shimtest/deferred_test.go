@@ -39,7 +39,7 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 	for _, must := range []string{"ok   deferred:", "ok   off step2 layer 2 save 5 reason and state:",
 		"ok   off step2 deferred.1 save 4 reason: 0", "ok   off stats deferred.2 kept:", "ok   misuse counted:",
 		"ok   refused unmapped input_ptrs:", "ok   refusals counted:", "ok   deferred.1 unpack_resident 4:",
-		"ok   direct refused NULL group:", "ok   direct refused n_save too large:"} {
+		"ok   refused direct NULL group:", "ok   refused direct n_save too large:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
