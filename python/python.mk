@@ -18,3 +18,13 @@ $(BUILD)/lib/swapagent_hot.abi3.so: python/swapagent/_hot.c shim/c/swapagent.h
 	@if [ -f "$(HOT_INC)/Python.h" ]; then \
 		$(CC) $(CFLAGS) -shared -Ishim/c -I$(HOT_INC) $< -o $@; \
 	else echo "python.mk: no Python.h ($(HOT_PY)): $@ not built, the companions run their pure-Python hot path"; fi
+
+# The bench's timed build of the same file (-DSWAPAGENT_HOT_TIMED: a probe at each entry point and in the parts
+# of the region hooks, read by _hot.timers()): python/bench/floor.py prints where a saved tensor's time goes
+# with it, and test_hot_path.py checks its counts. Never shipped: build/bench is no place load() looks.
+HOT_TIMED := $(BUILD)/bench/swapagent_hot.abi3.so
+BUILD_TARGETS += $(HOT_TIMED)
+$(HOT_TIMED): python/swapagent/_hot.c shim/c/swapagent.h
+	@mkdir -p $(@D)
+	@if [ -f "$(HOT_INC)/Python.h" ]; then \
+		$(CC) $(CFLAGS) -DSWAPAGENT_HOT_TIMED -shared -Ishim/c -I$(HOT_INC) $< -o $@; fi

@@ -31,6 +31,9 @@ ABI call (timers around the C functions), so that
 Under safe with moves the added time is split into the transfer work (moves - still: the storage ops
 that release and restore, and the agent's copies) and the rest (still - none, the same work as off).
 
+For torch (both shapes) the off process also prints floor.py's split: each hook's own time inside steps, the
+empty hooks' against the compiled companion's (the timed build of _hot.c), per call and per saved tensor.
+
     python python/bench/companions.py [--framework torch,mindspore] [--shape llama,wide] [--rounds N] [--steps N]
 """
 
@@ -43,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import floor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG = os.path.normpath(os.path.join(HERE, ".."))
@@ -158,11 +163,12 @@ class Torch:
             removers += sa._install(m, layers[-1], always)  # pylint: disable=protected-access
         return core.Handle(layers, removers)
 
-    def install_hooks(self, saved_only=False):
+    def install_hooks(self, saved_only=False, wrap=lambda _name, fn: fn):
         """The hooks the torch companion registers, each with an empty body (the pack hook counts, and
         returns t.detach() as the companion does: returning t itself makes a reference cycle through
         every operation that saves its own output, and the graph of every step stays). saved_only: no
-        gradient hooks."""
+        gradient hooks. wrap(name, fn) is what is registered for each hook fn (floor.py times them with it):
+        pack, unpack, pre, post, grad."""
         torch = self.torch
         hooks = []
         count = self.packs = [0]
@@ -170,28 +176,29 @@ class Torch:
         def pack(t):
             count[0] += 1
             return t.detach()
+        pack, unpack, grad = wrap("pack", pack), wrap("unpack", lambda t: t), wrap("grad", lambda _g: None)
 
         def grad_hooks(obj):
             if saved_only:
                 return
             for t in obj if isinstance(obj, (tuple, list)) else (obj,):
                 if isinstance(t, torch.Tensor) and t.requires_grad and not t._backward_hooks:  # pylint: disable=protected-access
-                    t.register_hook(lambda _g: None)
+                    t.register_hook(grad)
 
         for m in self.layers:
             active = []
 
             def pre(_m, args, _kwargs, active=active):
                 grad_hooks(args)
-                ctx = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+                ctx = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
                 ctx.__enter__()
                 active.append(ctx)
 
             def post(_m, _args, out, active=active):
                 active.pop().__exit__(None, None, None)
                 grad_hooks(out)
-            hooks.append(m.register_forward_pre_hook(pre, with_kwargs=True))
-            hooks.append(m.register_forward_hook(post, always_call=True))
+            hooks.append(m.register_forward_pre_hook(wrap("pre", pre), with_kwargs=True))
+            hooks.append(m.register_forward_hook(wrap("post", post), always_call=True))
         return Removable(h.remove for h in hooks)
 
 
@@ -483,6 +490,8 @@ def worker(opt):
         res["profile"]["counts"] = {k: len(v) / (len(r["blocks"]) * opt.steps) for k, v in calls.items()}
         del r["blocks"]
     res["hot_path"] = core_hot_path()
+    if opt.framework == "torch" and "hooks" in configs and "off" in configs and os.path.exists(floor.TIMED_HOT):
+        res["split"] = floor.split(fw, 2 * opt.rounds // 3 or 1, 5)  # where the time goes (floor.py says how)
     real = [c for c in configs if c in ("off", "safe")]
     if real:
         res["stats"] = stats_per_step(fw, real[0], max(3, 3 * opt.steps))
@@ -580,6 +589,13 @@ def report_rows(runs, rows, rounds, steps):
     print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
 
 
+def print_split(run):
+    """floor.py's split of where the time goes, from the off process of a torch shape (worker: res["split"])."""
+    if "split" in run:
+        cfg, saves = run["configs"], run["saved_tensors"]
+        floor.print_split(*run["split"], saves, (best(cfg["off"], "wall") - best(cfg["hooks"], "wall")) / saves * 1e6)
+
+
 def report(framework, runs, rounds, steps):
     off, still, moves = runs["off"], runs["still"], runs["moves"]
     saves = off["saved_tensors"]
@@ -622,6 +638,7 @@ def report(framework, runs, rounds, steps):
               total * 1e3, (total - rest) * 1e3, st.get("offloaded_storages", 0), st.get("restored_storages", 0),
               st.get("offloaded_bytes", 0) / 1e6, st.get("resize_s", 0) * 1e3, rest * 1e3))
     nones = [best(r["configs"]["none"], "cpu") for r in runs.values()]
+    print_split(off)
     print("  noise: none's best block differs by %.2f ms (%.1f us per saved tensor) between the three processes" % (
         (max(nones) - min(nones)) * 1e3, (max(nones) - min(nones)) / saves * 1e6))
 
@@ -658,6 +675,7 @@ def main():
                                    ("companion, off, python", "off", "off-py"), ("companion, off, compiled", "off", "off"),
                                    ("none", "still", "none"), ("companion, safe, still, compiled", "still", "safe")],
                             rounds, steps)
+                print_split(runs["off"])
 
 
 if __name__ == "__main__":

@@ -19,10 +19,17 @@ Configurations, taking turns in that process:
 Each figure is the least of 3 interleaved runs, each run the best of 5 blocks of 20 steps. The issue's
 target: the companion within 1.3x of the empty hooks' step time.
 
+Then where the time goes, inside the same steps: each hook's own time per call, the empty hooks' timed from
+Python (the timer's own cost taken out) against the compiled companion's under off (the timed build of
+_hot.c, build/bench/swapagent_hot.abi3.so: a probe at each entry point and in the parts of the region hooks),
+best of the blocks; what the companion adds above the floor that is not inside its hooks is the rest (the
+framework's work for what the hooks return and keep, and the caches they cool).
+
     python python/bench/floor.py [--runs N] [--blocks N] [--steps N]
 """
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -32,6 +39,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
+TIMED_HOT = os.path.join(REPO, "build", "bench", "swapagent_hot.abi3.so")
 CONFIGS = ("none", "hooks", "null", "off-py", "off-plain", "off")
 
 
@@ -71,6 +79,102 @@ def model():
                 h = layer(h, cos=cos, sin=sin)
             return h.pow(2).mean()
     return Model()
+
+
+# The split's rows: (label, the empty hooks' hook, the companion's probe); a probe of a part (indented) is
+# inside the one before it.
+SPLIT = (("pack", "pack", "pack"), ("unpack", "unpack", "unpack"), ("forward pre-hook", "pre", "pre"),
+         ("  parameters' pointers", None, "pre.params"), ("  inputs' pointers and descriptions", None, "pre.inputs"),
+         ("forward hook", "post", "post"), ("  saves' descriptions", None, "post.descs"),
+         ("  region end (the report)", None, "post.report"), ("  output's gradient hook", None, "post.grads"),
+         ("gradient hook", "grad", "grad"), ("end of backward", None, "end"), ("saved tensor freed", None, "free"))
+SPLIT_TOP = ("pack", "unpack", "pre", "post", "grad", "end", "free")
+
+
+def split(fw, blocks, steps):
+    """Each hook's own time per step and per call, inside steps (the block of least step time): the empty
+    hooks' ({hook: (seconds, calls)}) and the compiled companion's under off ({probe: (seconds, calls)})."""
+    from swapagent import core
+    clock = time.perf_counter
+    acc = {}
+
+    def wrap(name, fn):
+        def timed(*a):
+            t = clock()
+            try:
+                return fn(*a)
+            finally:
+                e = acc.setdefault(name, [0.0, 0])
+                e[0] += clock() - t
+                e[1] += 1
+        return timed
+    n = 100000  # the timer's own cost per call: two clock reads
+    t = clock()
+    for _ in range(n):
+        clock()
+        clock()
+    over = (clock() - t) / n
+
+    def best_block(read):
+        best = None
+        for _ in range(blocks):
+            read()
+            t = clock()
+            for _ in range(steps):
+                fw.step()
+            el = (clock() - t) / steps
+            got = read()
+            if best is None or el < best[0]:
+                best = (el, got)
+        return {k: (s / steps, c / steps) for k, (s, c) in best[1].items()}
+
+    def read_empty():
+        got = {k: (s - c * over, c) for k, (s, c) in acc.items()}
+        acc.clear()
+        return got
+    h = fw.install_hooks(wrap=wrap)
+    fw.step()
+    empty = best_block(read_empty)
+    h.remove()
+    hot, core._hot = core._hot, core.load_hot(TIMED_HOT)  # pylint: disable=protected-access
+    try:
+        h = fw.companion().layer_swap(fw.layers, swap=range(len(fw.layers)), prefetch=None, include_cpu=True)
+        fw.step()
+        comp = best_block(core._hot.timers)  # pylint: disable=protected-access
+        h.remove()
+    finally:
+        core._hot = hot  # pylint: disable=protected-access
+    return empty, comp
+
+
+def _per_call(seconds, calls):
+    return "%.2f" % (seconds / calls * 1e6) if calls else "-"
+
+
+def print_split(empty, comp, per_step, above):
+    """The split as a table, per call and per saved tensor above the empty hooks; above: the companion's
+    whole cost above the floor per saved tensor (µs), of which the rest is outside its hooks."""
+    print("  where the time goes: each hook's own time inside the steps (µs per call; the empty hooks timed from "
+          "Python, their timer's cost taken out; the companion by the timed build's probes, under off)")
+    print("  %-36s %10s %10s %10s %14s" % ("", "empty", "companion", "calls/step", "above/saved*"))
+    for label, e_key, c_key in SPLIT:
+        cs, cn = comp.get(c_key, (0.0, 0))
+        es, en = empty.get(e_key, (0.0, 0)) if e_key else (0.0, 0)
+        if not cn and not en:
+            continue
+        top = c_key in SPLIT_TOP
+        print("  %-36s %10s %10s %10s %14s" % (label, _per_call(es, en) if e_key else "", _per_call(cs, cn),
+                                               "%.0f" % cn if top else "",
+                                               "%.2f" % ((cs - es) / per_step * 1e6) if top else ""))
+    inside_e = sum(empty.get(k, (0.0, 0))[0] for k in SPLIT_TOP)
+    inside_c = sum(comp.get(k, (0.0, 0))[0] for k in SPLIT_TOP)
+    inside = (inside_c - inside_e) / per_step * 1e6
+    print("  inside the hooks: empty %.3f ms a step, companion %.3f ms: %.2f µs per saved tensor above the floor, of "
+          "the %.2f above it by the step times; the rest, %.2f, is outside the hooks (the framework's own work for "
+          "what they return and keep; below 0 where calling the floor's Python hooks cost it more than calling the "
+          "companion's C ones) or the noise between the blocks"
+          % (inside_e * 1e3, inside_c * 1e3, inside, above, above - inside))
+    print("  * µs per saved tensor: (companion - empty) time per step / saved tensors per step")
 
 
 def child(args):
@@ -133,7 +237,8 @@ def child(args):
                 best = min(best, (time.perf_counter() - t) / args.steps)
             h.remove()
             least[config] = min(least[config], best)
-    return per_step, least, all(d == digests["none"] for d in digests.values())
+    split_figures = split(fw, args.blocks * 2, 10) if os.path.exists(TIMED_HOT) else None
+    return per_step, least, all(d == digests["none"] for d in digests.values()), split_figures
 
 
 def main():
@@ -144,8 +249,8 @@ def main():
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        per_step, least, same = child(args)
-        print(per_step, same, *("%s=%r" % (c, least[c]) for c in CONFIGS))
+        per_step, least, same, split_figures = child(args)
+        print(json.dumps({"per_step": per_step, "least": least, "same": same, "split": split_figures}))
         return
     if not os.path.exists(LIB):
         sys.exit("floor.py: %s is missing (make build)" % LIB)
@@ -156,9 +261,8 @@ def main():
                            text=True, check=False)
     if p.returncode != 0:
         sys.exit("floor.py: the measuring process failed (%d):\n%s" % (p.returncode, p.stderr[-2000:]))
-    words = p.stdout.split()[-(2 + len(CONFIGS)):]
-    per_step, same = int(words[0]), words[1] == "True"
-    least = {w.split("=")[0]: float(w.split("=")[1]) for w in words[2:]}
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    per_step, same, least = got["per_step"], got["same"], got["least"]
     print("== companions against the floor (issue 26's check): 12 layers, hidden 96, batch 64, cos/sin as keyword "
           "inputs, layers 0-10 wrapped, %d saved tensors per step; least of %d interleaved runs of best of %d x %d steps"
           % (per_step, args.runs, args.blocks, args.steps))
@@ -171,6 +275,10 @@ def main():
                                               "%.1f" % above if c not in ("none", "hooks") else ""))
     print("  * above the floor, per saved tensor; target: the companion within 1.3x of the empty hooks")
     print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
+    if got["split"] is None:
+        print("  (no split: %s is missing; make bench-companions builds it)" % TIMED_HOT)
+    else:
+        print_split(*got["split"], per_step, (least["off"] - least["hooks"]) / per_step * 1e6)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,70 @@ static PyObject *zero; /* 0, the handle a save starts with */
 
 static PyTypeObject *PackedType, *HotType;
 
+/* ---- the bench's timed build (make bench-companions builds one with -DSWAPAGENT_HOT_TIMED) ----
+ * The time spent in each entry point, and in the parts of the region hooks, inside real steps: where a saved
+ * tensor's time goes on this path (python/bench/floor.py prints it beside the empty hooks'). timers() reads
+ * and resets it. The plain build has none of it: the wrappers and probes compile to nothing. */
+enum { T_PACK, T_UNPACK, T_PRE, T_POST, T_GRAD, T_END, T_FREE, T_PRE_PARAMS, T_PRE_INPUTS, T_POST_DESCS,
+       T_POST_REPORT, T_POST_GRADS, T_N };
+#ifdef SWAPAGENT_HOT_TIMED
+#include <time.h>
+static const char *const t_names[T_N] = {"pack", "unpack", "pre", "post", "grad", "end", "free", "pre.params",
+                                         "pre.inputs", "post.descs", "post.report", "post.grads"};
+static struct {
+  double s;
+  long n;
+} t_acc[T_N];
+static double t_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+#define T_BEGIN(id) double t_##id = t_now()
+#define T_END(id) (t_acc[id].s += t_now() - t_##id, t_acc[id].n++)
+#define TIMED(fn) fn##_timed
+#define TIMED_O(id, fn)                                           \
+  static PyObject *fn##_timed(PyObject *a, PyObject *b) {         \
+    T_BEGIN(id);                                                  \
+    PyObject *r = fn(a, b);                                       \
+    T_END(id);                                                    \
+    return r;                                                     \
+  }
+#define TIMED_CALL(id, fn)                                        \
+  static PyObject *fn##_timed(PyObject *a, PyObject *b, PyObject *c) { \
+    T_BEGIN(id);                                                  \
+    PyObject *r = fn(a, b, c);                                    \
+    T_END(id);                                                    \
+    return r;                                                     \
+  }
+#define TIMED_DEALLOC(id, fn)                                     \
+  static void fn##_timed(PyObject *a) {                           \
+    T_BEGIN(id);                                                  \
+    fn(a);                                                        \
+    T_END(id);                                                    \
+  }
+
+/* timers(): {probe: (seconds, calls)} since the last call. */
+static PyObject *timers(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
+  PyObject *d = PyDict_New();
+  for (int i = 0; d != NULL && i < T_N; i++) {
+    PyObject *v = Py_BuildValue("(dl)", t_acc[i].s, t_acc[i].n);
+    if (v == NULL || PyDict_SetItemString(d, t_names[i], v) < 0) Py_CLEAR(d);
+    Py_XDECREF(v);
+    t_acc[i].s = 0;
+    t_acc[i].n = 0;
+  }
+  return d;
+}
+#else
+#define T_BEGIN(id) ((void)0)
+#define T_END(id) ((void)0)
+#define TIMED(fn) fn
+#define TIMED_O(id, fn)
+#define TIMED_CALL(id, fn)
+#define TIMED_DEALLOC(id, fn)
+#endif
+
 /* A native layer's backward bookkeeping in C (Layer.enter, maybe_exit, input_grad: the backward section). */
 typedef struct Hot Hot;
 static int hot_enter(Hot *h, PyObject *p);
@@ -192,8 +256,10 @@ static PyGetSetDef packed_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+TIMED_DEALLOC(T_FREE, packed_dealloc)
+
 static PyType_Slot packed_slots[] = {
-    {Py_tp_dealloc, packed_dealloc},
+    {Py_tp_dealloc, TIMED(packed_dealloc)},
     {Py_tp_members, packed_members},
     {Py_tp_getset, packed_getset},
     {Py_tp_doc, "What the compiled pack hook returns (core.Packed's fields)."},
@@ -628,11 +694,12 @@ static PyMemberDef call_members[] = {
 };
 
 static PyObject *call_call(PyObject *self, PyObject *args, PyObject *kw);
+TIMED_CALL(T_END, call_call)
 
 static PyType_Slot call_slots[] = {
     {Py_tp_dealloc, call_dealloc}, {Py_tp_traverse, call_traverse},
     {Py_tp_clear, call_clear},     {Py_tp_members, call_members},
-    {Py_tp_call, call_call},       {Py_tp_doc, "One forward's call on a gradient (core._Call), or its end callback."},
+    {Py_tp_call, TIMED(call_call)},       {Py_tp_doc, "One forward's call on a gradient (core._Call), or its end callback."},
     {0, NULL},
 };
 
@@ -791,9 +858,11 @@ static PyMethodDef chain_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+TIMED_CALL(T_GRAD, chain_call)
+
 static PyType_Slot chain_slots[] = {
     {Py_tp_init, chain_init},         {Py_tp_new, PyType_GenericNew},   {Py_tp_dealloc, chain_dealloc},
-    {Py_tp_traverse, chain_traverse}, {Py_tp_clear, chain_clear},       {Py_tp_call, chain_call},
+    {Py_tp_traverse, chain_traverse}, {Py_tp_clear, chain_clear},       {Py_tp_call, TIMED(chain_call)},
     {Py_tp_members, chain_members},   {Py_tp_methods, chain_methods},
     {Py_tp_doc, "The companion's gradient hook on one tensor (core._Chain)."},
     {0, NULL},
@@ -1426,7 +1495,9 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
   }
   Py_DECREF(latest);
   if (ask < 0 || (ask > 0 && hot_maybe_exit(h) < 0)) goto done;
+  T_BEGIN(T_PRE_PARAMS);
   if ((params = param_ptrs(h)) == NULL || PyObject_SetAttr(layer, s_params, params) < 0) goto done;
+  T_END(T_PRE_PARAMS);
   if (list_clear(h->r.saved) < 0 || clear_region(h) < 0) goto done;
   if ((p = PyObject_CallFunctionObjArgs(h->r.pass_type, layer, NULL)) == NULL ||
       PyObject_SetAttr(layer, s_latest, p) < 0)
@@ -1455,6 +1526,7 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
       }
   }
   size_t n_pos = 0;
+  T_BEGIN(T_PRE_INPUTS);
   for (size_t i = 0; i < BUF_LEN(&f.ents, struct ent); i++) {
     struct ent *e = &BUF_AT(&f.ents, struct ent)[i];
     uintptr_t q;
@@ -1464,6 +1536,7 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
     if (BUF_PUT(&ptrs, uintptr_t, q) < 0 || text_line(h, &tx, found_path(&f, i), e->len, e->t) < 0) goto done;
     if (i < n_named) n_pos++;
   }
+  T_END(T_PRE_INPUTS);
   const char *g = PyBytes_AsString(h->r.group);
   const uintptr_t *in = BUF_ARG(&ptrs, uintptr_t);
   size_t n_in = BUF_LEN(&ptrs, uintptr_t);
@@ -1628,6 +1701,7 @@ static int region_post(Hot *h, struct calls *c, PyObject *output) {
       goto done;
   }
   /* What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's). */
+  T_BEGIN(T_POST_DESCS);
   Py_ssize_t n_saved = PyList_Size(h->o.bptr);
   if (PyList_Size(h->o.saved_t) != n_saved) {
     PyErr_SetString(PyExc_RuntimeError, "swapagent: a region's saves and their tensors differ in number");
@@ -1639,11 +1713,16 @@ static int region_post(Hot *h, struct calls *c, PyObject *output) {
         text_line(h, &tx, "", 0, PyList_GetItem(h->o.saved_t, i)) < 0)
       goto done;
   }
+  T_END(T_POST_DESCS);
+  T_BEGIN(T_POST_REPORT);
   if (list_clear(h->o.saved_t) < 0 || flush_end(h, c, &outs, &dptrs, &tx) < 0) goto done;
+  T_END(T_POST_REPORT);
   if (PyObject_SetAttr(h->o.layer, s_params, h->r.no_params) < 0 || clear_region(h) < 0) goto done;
   if ((p = PyObject_GetAttr(h->o.layer, s_latest)) == NULL) goto done;
   /* Backward enter: the first gradient of an output (however nested) to arrive. */
+  T_BEGIN(T_POST_GRADS);
   rc = p == Py_None ? 0 : hook_grads(h, p, &f, BUF_LEN(&f.ents, struct ent), KIND_OUTPUT) < 0 ? -1 : 0;
+  T_END(T_POST_GRADS);
 done:
   Py_XDECREF(p);
   text_free(&tx);
@@ -1765,17 +1844,25 @@ static PyObject *saved_descs(PyObject *Py_UNUSED(module), PyObject *args) {
   return out;
 }
 
+TIMED_O(T_PACK, hot_pack)
+TIMED_O(T_UNPACK, hot_unpack)
+TIMED_O(T_PRE, hot_pre)
+TIMED_O(T_POST, hot_post)
+
 static PyMethodDef module_methods[] = {
+#ifdef SWAPAGENT_HOT_TIMED
+    {"timers", timers, METH_NOARGS, "{probe: (seconds, calls)} since the last call (the bench's timed build)."},
+#endif
     {"saved_descs", saved_descs, METH_VARARGS, "core.saved_desc of each tensor of a list, as a list."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyMethodDef hot_methods[] = {
-    {"pack", hot_pack, METH_O, "The saved-tensor pack hook (core.Layer.pack)."},
-    {"unpack", hot_unpack, METH_O, "The saved-tensor unpack hook (core.Layer.unpack)."},
+    {"pack", TIMED(hot_pack), METH_O, "The saved-tensor pack hook (core.Layer.pack)."},
+    {"unpack", TIMED(hot_unpack), METH_O, "The saved-tensor unpack hook (core.Layer.unpack)."},
     {"region", hot_region, METH_VARARGS, "Makes pre and post this torch layer's region hooks."},
-    {"pre", hot_pre, METH_VARARGS, "The forward pre-hook (with kwargs): the region's enter (Layer.forward_pre)."},
-    {"post", hot_post, METH_VARARGS, "The forward hook: the region's end (Layer.forward_post)."},
+    {"pre", TIMED(hot_pre), METH_VARARGS, "The forward pre-hook (with kwargs): the region's enter (Layer.forward_pre)."},
+    {"post", TIMED(hot_post), METH_VARARGS, "The forward hook: the region's end (Layer.forward_post)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -853,6 +853,17 @@ def _preloaded_paths():
         return []
 
 
+def load_hot(path):
+    """The compiled hot path's module from the file at path (ImportError or OSError when it does not load)."""
+    import importlib.machinery
+    import importlib.util
+    loader = importlib.machinery.ExtensionFileLoader("swapagent._hot", path)
+    spec = importlib.util.spec_from_file_location("swapagent._hot", path, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
 def hot_module():
     """The compiled hot path (_hot.c), or None for the pure-Python one, decided once per process.
     SWAPAGENT_COMPILED: unset or "auto" takes it when it loads; "0" never; "1" insists (AgentError when it does
@@ -871,13 +882,7 @@ def hot_module():
             if not os.path.exists(path):
                 continue
             try:
-                import importlib.machinery
-                import importlib.util
-                loader = importlib.machinery.ExtensionFileLoader("swapagent._hot", path)
-                spec = importlib.util.spec_from_file_location("swapagent._hot", path, loader=loader)
-                mod = importlib.util.module_from_spec(spec)
-                loader.exec_module(mod)
-                _hot = mod
+                _hot = load_hot(path)
                 break
             except (ImportError, OSError) as e:
                 why = "%s does not load: %s" % (path, e)

@@ -16,6 +16,7 @@ sys.path.insert(0, HERE)
 import test_companions as tc  # noqa: E402
 
 HOT = os.path.join(tc.REPO, "build", "lib", "swapagent_hot.abi3.so")
+HOT_TIMED = os.path.join(tc.REPO, "build", "bench", "swapagent_hot.abi3.so")  # the bench's timed build
 
 
 def summary(out):
@@ -164,6 +165,8 @@ torch.manual_seed(0)
 torch.set_num_threads(1)
 layers = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh()) for _ in range(4)])
 cos = torch.randn(8, 64)
+if mode == "timed":  # the bench's timed build (-DSWAPAGENT_HOT_TIMED) as the hot path
+    core._hot, core._hot_path_ran = core.load_hot(sys.argv[2]), "compiled"
 if mode != "none":
     h = st.layer_swap(layers, swap=range(3), prefetch=None, include_cpu=True)
     if mode == "python-region":
@@ -194,7 +197,8 @@ for _ in range(3):
 print(json.dumps({"calls": calls, "backward": backward, "digest": digest.hexdigest(),
                   "failed": failed if mode == "enter-raises" else None,
                   "saves": stats().get("saves") if mode != "none" else None,
-                  "hot": core._hot_path_ran}))
+                  "hot": core._hot_path_ran,
+                  "timers": core._hot.timers() if mode == "timed" else None}))
 """
 
 
@@ -205,12 +209,13 @@ def test_compiled_region_hooks_take_the_common_case(tmp_path):
     backward bookkeeping runs in C too (no Layer method), with the agent's backward calls by address, or
     through its methods where it gives no addresses: the trace holds every group's enter and exit either way."""
     tc.need(HOT)
+    tc.need(HOT_TIMED)
     got = {}
-    for mode in ("none", "compiled", "python-region", "python-backward", "enter-raises"):
+    for mode in ("none", "compiled", "python-region", "python-backward", "enter-raises", "timed"):
         env = dict(os.environ, PYTHONPATH=tc.PKG, LD_PRELOAD=tc.LIB, SWAPAGENT_POLICY="safe",
                    SWAPAGENT_MIN_BYTES="1024", SWAPAGENT_COMPILED="1", SWAPAGENT_OUT=str(tmp_path / mode))
-        p = subprocess.run([sys.executable, "-c", REGION_CHILD, mode], env=env, capture_output=True, text=True,
-                           timeout=tc.TIMEOUT)
+        p = subprocess.run([sys.executable, "-c", REGION_CHILD, mode, HOT_TIMED], env=env, capture_output=True,
+                           text=True, timeout=tc.TIMEOUT)
         assert p.returncode == 0, p.stderr[-3000:]
         got[mode] = json.loads(p.stdout.strip().splitlines()[-1])
         if mode != "none":
@@ -234,3 +239,14 @@ def test_compiled_region_hooks_take_the_common_case(tmp_path):
     assert got["python-region"]["calls"] == {"forward_pre": 9, "forward_post": 9}, got  # 3 layers x 3 steps
     assert got["compiled"]["digest"] == got["python-region"]["digest"] == got["none"]["digest"]
     assert got["compiled"]["saves"] == got["python-region"]["saves"] > 0, got
+    # The timed build does what the plain one does, and its probes count every call: each region's hooks and
+    # their parts once a forward (3 layers x 3 steps), each saved tensor packed, unpacked and freed once, the end
+    # of each backward once a layer.
+    timed = got["timed"]
+    assert timed["digest"] == got["none"]["digest"] and timed["traced"] == [9, 9]
+    assert timed["saves"] == got["compiled"]["saves"]
+    counts = {k: n for k, (_, n) in timed["timers"].items()}
+    assert all(sec >= 0 for sec, _ in timed["timers"].values()), timed["timers"]
+    for probe in ("pre", "post", "end", "pre.params", "pre.inputs", "post.descs", "post.report", "post.grads"):
+        assert counts[probe] == 9, (probe, counts)
+    assert counts["pack"] == counts["unpack"] == counts["free"] > 0 and counts["grad"] > 0, counts
