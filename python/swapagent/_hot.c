@@ -35,7 +35,7 @@ static PyObject *s_latest, *s_params, *s_refs, *s_handles, *s_entered, *s_flush,
     *s_region_enter, *s_region_end, *s_guarded, *s_forward_hook, *s_saves_hook, *s_gen, *s_dicts, *s_key, *s_ptrs,
     *s_param_ptrs, *s_fw, *s_dataclass_fields, *s_layer, *s_removed, *s_input_grad, *s_output_grad,
     *s_requires_grad, *s_add, *s_lock, *s_acquire, *s_release, *s_ended, *s_c_backward, *s_backward_enter,
-    *s_backward_exit, *s_group, *s_at_backward_end, *s_end_failed;
+    *s_backward_exit, *s_group, *s_end_failed;
 static PyObject *zero; /* 0, the handle a save starts with */
 
 static PyTypeObject *PackedType, *HotType;
@@ -76,12 +76,6 @@ static double t_now(void) {
     T_END(id);                                                    \
     return r;                                                     \
   }
-#define TIMED_DEALLOC(id, fn)                                     \
-  static void fn##_timed(PyObject *a) {                           \
-    T_BEGIN(id);                                                  \
-    fn(a);                                                        \
-    T_END(id);                                                    \
-  }
 
 /* timers(): {probe: (seconds, calls)} since the last call. */
 static PyObject *timers(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
@@ -101,7 +95,6 @@ static PyObject *timers(PyObject *Py_UNUSED(module), PyObject *Py_UNUSED(arg)) {
 #define TIMED(fn) fn
 #define TIMED_O(id, fn)
 #define TIMED_CALL(id, fn)
-#define TIMED_DEALLOC(id, fn)
 #endif
 
 /* A native layer's backward bookkeeping in C (Layer.enter, maybe_exit, input_grad: the backward section). */
@@ -146,15 +139,26 @@ struct region_objs {
   PyObject *group;                             /* bytes: the group's name, the C string the calls take */
   PyObject *descs, *describe, *walk, *is_tensor; /* core._saved_descs, core.saved_desc, walk_named, is_tensor */
   PyObject *chains, *chain;                    /* core._chains and core.chain: each tensor's gradient hook */
+  PyObject *queue;                             /* torch's queue_callback: fn runs when the backward pass ends */
   PyObject *pack_m, *unpack_m;                 /* this Hot's bound pack and unpack, what push hands torch */
   PyObject *no_params;                         /* frozenset(): _params outside a forward */
+  PyObject *acquire, *release;                 /* the layer's lock's (Layer._lock), bound once */
 };
 #define REGION_NOBJS (sizeof(struct region_objs) / sizeof(PyObject *))
-_Static_assert(REGION_NOBJS == 20, "region()'s argument format parses 17 objects, 3 are made");
+_Static_assert(REGION_NOBJS == 23, "region()'s argument format parses 18 objects, 5 are made");
+
+/* The layer's agent (Layer.agent, set once when the layer is made) and its instance dict (NULL: it has none),
+ * looked up at the first call that needs them (hot_agent): each call still looks the agent's methods up in
+ * that dict, as the Python path looks them up on the object. */
+struct agent_objs {
+  PyObject *agent, *dict;
+};
+#define AGENT_NOBJS (sizeof(struct agent_objs) / sizeof(PyObject *))
 
 struct Hot {
   PyObject_HEAD struct hot_objs o;
   struct region_objs r; /* all NULL until region() */
+  struct agent_objs a;  /* all NULL until hot_agent */
   unpack_fn unpack;     /* swapagent_unpack, or NULL: the agent's Python method */
   unpack_fn resident;   /* swapagent_unpack_resident, or NULL: every unpack by swapagent_unpack */
   int native;           /* region() ran: torch tensors are read here, the region hooks may run in C */
@@ -174,9 +178,10 @@ static void packed_unwait(Packed *p) {
   }
 }
 
-/* Every object pointer of a Hot, as one array: hot_objs then region_objs, adjacent in the struct. */
-#define HOT_ALL_OBJS (HOT_NOBJS + REGION_NOBJS)
-_Static_assert(offsetof(Hot, r) == offsetof(Hot, o) + sizeof(struct hot_objs), "objs and r are adjacent");
+/* Every object pointer of a Hot, as one array: hot_objs, region_objs then agent_objs, adjacent in the struct. */
+#define HOT_ALL_OBJS (HOT_NOBJS + REGION_NOBJS + AGENT_NOBJS)
+_Static_assert(offsetof(Hot, r) == offsetof(Hot, o) + sizeof(struct hot_objs), "o and r are adjacent");
+_Static_assert(offsetof(Hot, a) == offsetof(Hot, r) + sizeof(struct region_objs), "r and a are adjacent");
 static PyObject **hot_objs(Hot *h) { return (PyObject **)&h->o; }
 
 /* The end of a heap type's object: freed, and its reference on the type dropped. */
@@ -219,16 +224,20 @@ static void packed_end(Packed *p) {
 }
 
 static void packed_dealloc(PyObject *self) {
+  T_BEGIN(T_FREE);
   Packed *p = (Packed *)self;
-  PyObject *type, *value, *tb;
+  /* The alias goes last, outside the probe: the empty hooks' alias is released too, by the framework. */
+  PyObject *alias = p->tensor, *type, *value, *tb;
+  p->tensor = NULL;
   PyErr_Fetch(&type, &value, &tb);
   packed_end(p);
   PyErr_Clear();
   PyErr_Restore(type, value, tb);
-  Py_CLEAR(p->tensor);
   Py_CLEAR(p->pass_);
   Py_CLEAR(p->hot);
   heap_free(self);
+  T_END(T_FREE);
+  Py_XDECREF(alias);
 }
 
 /* The agent's handle (0 before the region reported its saves, or when the save was refused). */
@@ -256,10 +265,8 @@ static PyGetSetDef packed_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-TIMED_DEALLOC(T_FREE, packed_dealloc)
-
 static PyType_Slot packed_slots[] = {
-    {Py_tp_dealloc, TIMED(packed_dealloc)},
+    {Py_tp_dealloc, packed_dealloc},
     {Py_tp_members, packed_members},
     {Py_tp_getset, packed_getset},
     {Py_tp_doc, "What the compiled pack hook returns (core.Packed's fields)."},
@@ -315,6 +322,8 @@ static int hot_init(PyObject *self, PyObject *args, PyObject *kw) {
     dst[i] = o[i];
     Py_XDECREF(old);
   }
+  Py_CLEAR(h->a.agent); /* the new layer's, at the first call that needs it */
+  Py_CLEAR(h->a.dict);
   h->unpack = (unpack_fn)(uintptr_t)unpack;
   h->resident = (unpack_fn)(uintptr_t)resident;
   return 0;
@@ -487,22 +496,48 @@ static PyObject *call_method2(PyObject *obj, PyObject *name, PyObject *a, PyObje
   return r;
 }
 
+/* The layer's agent (struct agent_objs): borrowed, or NULL on an exception. */
+static PyObject *hot_agent(Hot *h) {
+  if (h->a.agent != NULL) return h->a.agent;
+  if (h->o.layer == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "swapagent: a cleared Hot was called");
+    return NULL;
+  }
+  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
+  if (agent == NULL) return NULL;
+  PyObject *d = PyObject_GetAttr(agent, s_dict);
+  if (d == NULL) {
+    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+      Py_DECREF(agent);
+      return NULL;
+    }
+    PyErr_Clear(); /* an object without a __dict__ cannot have had its methods replaced */
+  } else if (!PyDict_Check(d)) {
+    Py_CLEAR(d);
+  }
+  h->a.agent = agent;
+  h->a.dict = d;
+  return agent;
+}
+
+/* Whether the agent object's own dict replaced method a or b (b NULL: a alone), as a test's recorder or a
+ * wrapper does: 1, 0, or -1 on an exception. Call after hot_agent. */
+static int agent_replaced(Hot *h, PyObject *a, PyObject *b) {
+  if (h->a.dict == NULL) return 0;
+  int yes = PyDict_GetItemWithError(h->a.dict, a) != NULL ||
+            (b != NULL && PyDict_GetItemWithError(h->a.dict, b) != NULL);
+  return PyErr_Occurred() ? -1 : yes;
+}
+
 /* The agent's unpack of handle h: nonzero when the storage is on the device. */
 static int agent_unpack(Hot *h, PyObject *hv, long long handle) {
-  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
+  PyObject *agent = hot_agent(h);
   if (agent == NULL) return -1;
   if (h->unpack != NULL) {
-    /* Directly, unless the agent object's unpack was replaced (a test's recorder, a wrapper): the Python
-     * path looks the method up at every call, and so does this one. */
-    PyObject *d = PyObject_GetAttr(agent, s_dict);
-    int replaced = d != NULL && PyDict_Check(d) && PyDict_GetItemWithError(d, s_unpack) != NULL;
-    Py_XDECREF(d);
-    if (PyErr_Occurred()) {
-      Py_DECREF(agent);
-      return -1;
-    }
+    /* Directly, unless the agent object's unpack was replaced. */
+    int replaced = agent_replaced(h, s_unpack, NULL);
+    if (replaced < 0) return -1;
     if (!replaced) {
-      Py_DECREF(agent);
       /* A storage that stays on device is answered at once, with the GIL held (nothing waits); any other
        * without it, as ctypes calls it: the agent may wait for a copy whose storage op is Python. */
       uintptr_t base = h->resident != NULL ? h->resident((int64_t)handle) : 0;
@@ -514,7 +549,6 @@ static int agent_unpack(Hot *h, PyObject *hv, long long handle) {
     }
   }
   PyObject *r = call_method(agent, s_unpack, hv);
-  Py_DECREF(agent);
   if (r == NULL) return -1;
   int ok = PyObject_IsTrue(r);
   Py_DECREF(r);
@@ -565,11 +599,10 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
         if (ok < 0) goto done;
         if (!ok) {
           /* agent.check("unpack(<h>)", ERUNTIME): warned of once, the job goes on */
-          PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
+          PyObject *agent = hot_agent(h); /* borrowed */
           PyObject *call = PyUnicode_FromFormat("unpack(%lld)", handle);
           PyObject *code = PyLong_FromLong(SWAPAGENT_ERUNTIME);
           r = agent && call && code ? call_method2(agent, s_check, call, code) : NULL;
-          Py_XDECREF(agent);
           Py_XDECREF(call);
           Py_XDECREF(code);
           if (r == NULL) goto done;
@@ -1176,22 +1209,18 @@ static int region_calls(Hot *h, struct calls *c) {
   }
   int guarded = attr_true(h->o.layer, s_guarded);
   if (guarded != 0) return guarded < 0 ? -1 : 0;
-  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent);
+  PyObject *agent = hot_agent(h);
   if (agent == NULL) return -1;
   int fast = -1;
-  PyObject *cr = PyObject_GetAttr(agent, s_c_region), *d = NULL;
+  PyObject *cr = PyObject_GetAttr(agent, s_c_region);
   if (cr == NULL || !PyTuple_Check(cr) || PyTuple_Size(cr) != 3) {
     if (cr == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
     fast = PyErr_Occurred() ? -1 : 0;
     goto done;
   }
-  /* an object without a __dict__ cannot have had its methods replaced */
-  if ((d = PyObject_GetAttr(agent, s_dict)) == NULL) {
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
-    PyErr_Clear();
-  } else if (PyDict_Check(d) && (PyDict_GetItemWithError(d, s_region_enter) != NULL ||
-                                 PyDict_GetItemWithError(d, s_region_end) != NULL || PyErr_Occurred())) {
-    fast = PyErr_Occurred() ? -1 : 0;
+  int replaced = agent_replaced(h, s_region_enter, s_region_end);
+  if (replaced != 0) {
+    fast = replaced < 0 ? -1 : 0;
     goto done;
   }
   c->deferred = PyObject_IsTrue(PyTuple_GetItem(cr, 0));
@@ -1199,10 +1228,11 @@ static int region_calls(Hot *h, struct calls *c) {
   c->end = PyLong_AsVoidPtr(PyTuple_GetItem(cr, 2));
   fast = PyErr_Occurred() || c->deferred < 0 ? -1 : c->enter != NULL && c->end != NULL;
 done:
-  Py_XDECREF(d);
   Py_XDECREF(cr);
-  if (fast == 1) c->agent = agent;
-  else Py_DECREF(agent);
+  if (fast == 1) {
+    Py_INCREF(agent);
+    c->agent = agent;
+  }
   return fast;
 }
 
@@ -1223,24 +1253,18 @@ static int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc) {
 
 static int list_clear(PyObject *l) { return PyList_SetSlice(l, 0, PyList_Size(l), NULL); }
 
-/* The layer's lock (Layer._lock, an RLock) taken: the lock, or NULL on an exception. */
-static PyObject *lock_take(Hot *h) {
-  PyObject *lock = PyObject_GetAttr(h->o.layer, s_lock);
-  PyObject *r = lock != NULL ? PyObject_CallMethodObjArgs(lock, s_acquire, NULL) : NULL;
-  if (r == NULL) {
-    Py_XDECREF(lock);
-    return NULL;
-  }
-  Py_DECREF(r);
-  return lock;
+/* The layer's lock (Layer._lock, an RLock) taken: 0, or -1 on an exception. */
+static int lock_take(Hot *h) {
+  PyObject *r = PyObject_CallObject(h->r.acquire, NULL);
+  Py_XDECREF(r);
+  return r == NULL ? -1 : 0;
 }
 
-/* Releases a lock lock_take took (an exception pending is kept); -1 when the release failed. */
-static int lock_give(PyObject *lock) {
+/* Releases the lock lock_take took (an exception pending is kept); -1 when the release failed. */
+static int lock_give(Hot *h) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
-  PyObject *r = PyObject_CallMethodObjArgs(lock, s_release, NULL);
-  Py_DECREF(lock);
+  PyObject *r = PyObject_CallObject(h->r.release, NULL);
   if (type != NULL) {
     Py_XDECREF(r);
     PyErr_Restore(type, value, tb);
@@ -1255,7 +1279,7 @@ static int lock_give(PyObject *lock) {
  * prefetch may wait for a copy whose storage op is Python), where the agent gives them and has neither
  * replaced; else its Python methods. A failed call is warned of once, as Agent.backward_enter does. */
 static int backward_call(Hot *h, int exit) {
-  PyObject *agent = PyObject_GetAttr(h->o.layer, s_agent), *cb = NULL, *d = NULL, *r = NULL;
+  PyObject *agent = hot_agent(h), *cb = NULL, *r = NULL;
   if (agent == NULL) return -1;
   int rc = -1;
   void *fn = NULL;
@@ -1263,14 +1287,8 @@ static int backward_call(Hot *h, int exit) {
     if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
     PyErr_Clear();
   } else if (PyTuple_Check(cb) && PyTuple_Size(cb) == 2) {
-    if ((d = PyObject_GetAttr(agent, s_dict)) == NULL) {
-      if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
-      PyErr_Clear();
-    }
-    int replaced = d != NULL && PyDict_Check(d) &&
-                   (PyDict_GetItemWithError(d, s_backward_enter) != NULL ||
-                    PyDict_GetItemWithError(d, s_backward_exit) != NULL);
-    if (PyErr_Occurred()) goto done;
+    int replaced = agent_replaced(h, s_backward_enter, s_backward_exit);
+    if (replaced < 0) goto done;
     if (!replaced && (fn = PyLong_AsVoidPtr(PyTuple_GetItem(cb, exit))) == NULL && PyErr_Occurred()) goto done;
   }
   if (fn != NULL) {
@@ -1286,16 +1304,14 @@ static int backward_call(Hot *h, int exit) {
   rc = r == NULL ? -1 : 0;
 done:
   Py_XDECREF(r);
-  Py_XDECREF(d);
   Py_XDECREF(cb);
-  Py_DECREF(agent);
   return rc;
 }
 
 /* Layer.maybe_exit: reports the backward exit of the latest forward once the rule holds. */
 static int hot_maybe_exit(Hot *h) {
-  PyObject *lock = lock_take(h), *p = NULL, *left = NULL, *handles = NULL;
-  if (lock == NULL) return -1;
+  PyObject *p = NULL, *left = NULL, *handles = NULL;
+  if (lock_take(h) < 0) return -1;
   int go = 0;
   if ((p = PyObject_GetAttr(h->o.layer, s_latest)) == NULL) goto locked;
   if (p == Py_None || h->waiting != 0) goto locked;
@@ -1314,7 +1330,7 @@ static int hot_maybe_exit(Hot *h) {
 locked:
   Py_XDECREF(left);
   Py_XDECREF(p);
-  int bad = lock_give(lock) < 0 || PyErr_Occurred();
+  int bad = lock_give(h) < 0 || PyErr_Occurred();
   if (bad || !go) {
     Py_XDECREF(handles);
     return bad ? -1 : 0;
@@ -1332,43 +1348,39 @@ locked:
 
 /* Layer.input_grad(p): the gradient of one of p's positional inputs arrived. */
 static int hot_input_grad(Hot *h, PyObject *p) {
-  PyObject *lock = lock_take(h);
-  if (lock == NULL) return -1;
+  if (lock_take(h) < 0) return -1;
   PyObject *left = PyObject_GetAttr(p, s_inputs_left), *one = PyLong_FromLong(1);
   PyObject *less = left != NULL && one != NULL ? PyNumber_Subtract(left, one) : NULL;
   if (less != NULL) PyObject_SetAttr(p, s_inputs_left, less);
   Py_XDECREF(less);
   Py_XDECREF(one);
   Py_XDECREF(left);
-  if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
+  if (lock_give(h) < 0 || PyErr_Occurred()) return -1;
   return hot_maybe_exit(h);
 }
 
 /* Layer.backward_end(p): the backward pass that entered p ended (its end call, queued at enter). */
 static int hot_backward_end(Hot *h, PyObject *p) {
-  PyObject *lock = lock_take(h);
-  if (lock == NULL) return -1;
+  if (lock_take(h) < 0) return -1;
   PyObject_SetAttr(p, s_ended, Py_True);
-  if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
+  if (lock_give(h) < 0 || PyErr_Occurred()) return -1;
   return hot_maybe_exit(h);
 }
 
 /* Layer.enter(p): the backward of forward p begins (its first output gradient or unpack). */
 static int hot_enter(Hot *h, PyObject *p) {
-  PyObject *lock = lock_take(h);
-  if (lock == NULL) return -1;
+  if (lock_take(h) < 0) return -1;
   int entered = attr_true(p, s_entered), exited = entered == 0 ? attr_true(p, s_exited) : -1;
   int removed = exited == 0 ? attr_true(h->o.layer, s_removed) : -1;
   int go = entered == 0 && exited == 0 && removed == 0 && PyObject_SetAttr(p, s_entered, Py_True) == 0;
-  if (lock_give(lock) < 0 || PyErr_Occurred()) return -1;
+  if (lock_give(h) < 0 || PyErr_Occurred()) return -1;
   if (!go) return 0;
   if (backward_call(h, 0) < 0) return -1;
   Call *end = call_new(p, KIND_END, (PyObject *)h);
   if (end == NULL) return -1;
-  PyObject *fw = PyObject_GetAttr(h->o.layer, s_fw);
-  PyObject *r = fw != NULL ? call_method(fw, s_at_backward_end, (PyObject *)end) : NULL;
+  /* Torch.at_backward_end, without its Python frame */
+  PyObject *r = PyObject_CallFunctionObjArgs(h->r.queue, (PyObject *)end, NULL);
   Py_XDECREF(r);
-  Py_XDECREF(fw);
   Py_DECREF(end);
   if (r == NULL) { /* not in a backward pass (an unpack outside one) */
     if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
@@ -1795,27 +1807,32 @@ static PyObject *hot_post(PyObject *self, PyObject *args) {
 }
 
 /* region(module, tensor_type, pass_type, saved, handles, param_cache, registered, push, pop, core, group,
- *        descs, describe, walk, is_tensor, chains, chain, include_cpu): makes pre and post this torch layer's
+ *        descs, describe, walk, is_tensor, chains, chain, queue, include_cpu): makes pre and post this torch layer's
  * region hooks (swapagent.torch._region_hooks says what each argument is). */
 static PyObject *hot_region(PyObject *self, PyObject *args) {
   Hot *h = (Hot *)self;
   PyObject *o[REGION_NOBJS];
   int include_cpu;
-  if (!PyArg_ParseTuple(args, "OOOO!O!O!OOOO!O!O!OOOO!Op", &o[0], &o[1], &o[2], &PyList_Type, &o[3], &PyList_Type,
+  if (!PyArg_ParseTuple(args, "OOOO!O!O!OOOO!O!O!OOOO!OOp", &o[0], &o[1], &o[2], &PyList_Type, &o[3], &PyList_Type,
                         &o[4], &PyDict_Type, &o[5], &o[6], &o[7], &o[8], &PyDict_Type, &o[9], &PyBytes_Type, &o[10],
-                        &PyDict_Type, &o[11], &o[12], &o[13], &o[14], &PyDict_Type, &o[15], &o[16], &include_cpu))
+                        &PyDict_Type, &o[11], &o[12], &o[13], &o[14], &PyDict_Type, &o[15], &o[16], &o[17],
+                        &include_cpu))
     return NULL;
-  for (size_t i = 0; i < 17; i++) Py_INCREF(o[i]);
-  o[17] = PyObject_GetAttrString(self, "pack");
-  o[18] = PyObject_GetAttrString(self, "unpack");
-  o[19] = PyFrozenSet_New(NULL);
+  for (size_t i = 0; i < 18; i++) Py_INCREF(o[i]);
+  o[18] = PyObject_GetAttrString(self, "pack");
+  o[19] = PyObject_GetAttrString(self, "unpack");
+  o[20] = PyFrozenSet_New(NULL);
+  PyObject *lock = PyObject_GetAttr(h->o.layer, s_lock);
+  o[21] = lock != NULL ? PyObject_GetAttr(lock, s_acquire) : NULL;
+  o[22] = lock != NULL ? PyObject_GetAttr(lock, s_release) : NULL;
+  Py_XDECREF(lock);
   PyObject **dst = (PyObject **)&h->r;
   for (size_t i = 0; i < REGION_NOBJS; i++) {
     PyObject *old = dst[i];
     dst[i] = o[i];
     Py_XDECREF(old);
   }
-  if (o[17] == NULL || o[18] == NULL || o[19] == NULL) {
+  if (o[18] == NULL || o[19] == NULL || o[20] == NULL || o[21] == NULL || o[22] == NULL) {
     h->native = 0;
     return NULL;
   }
@@ -1908,7 +1925,7 @@ PyMODINIT_FUNC PyInit__hot(void) {
       {&s_output_grad, "output_grad"}, {&s_requires_grad, "requires_grad"}, {&s_add, "add"},
       {&s_lock, "_lock"}, {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_ended, "ended"},
       {&s_c_backward, "c_backward"}, {&s_backward_enter, "backward_enter"}, {&s_backward_exit, "backward_exit"},
-      {&s_group, "group"}, {&s_at_backward_end, "at_backward_end"}, {&s_end_failed, "_end_failed"}};
+      {&s_group, "group"}, {&s_end_failed, "_end_failed"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if ((*names[i].dst = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
   if ((zero = PyLong_FromLong(0)) == NULL || (utf8_cache = PyDict_New()) == NULL) return NULL;

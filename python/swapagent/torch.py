@@ -99,7 +99,7 @@ class Torch(core.Framework):
 
     def at_backward_end(self, fn):
         try:
-            _torch.autograd.Variable._execution_engine.queue_callback(fn)  # pylint: disable=protected-access
+            _queue_callback(fn)
         except RuntimeError:  # "Final callbacks can only be installed during backward pass"
             return False
         return True
@@ -146,6 +146,9 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
 # torch's own push and pop of the default saved-tensor hooks (what saved_tensors_hooks' __enter__ and
 # __exit__ call), for the compiled region hooks; None where this torch lacks them.
 _autograd = _torch._C._autograd  # pylint: disable=protected-access
+# fn runs once the current backward pass ends (RuntimeError outside one): Torch.at_backward_end, and the
+# compiled path's, which calls it without that method's frame.
+_queue_callback = _torch.autograd.Variable._execution_engine.queue_callback  # pylint: disable=protected-access
 _push_hooks = getattr(_autograd, "_push_saved_tensors_default_hooks", None)
 _pop_hooks = getattr(_autograd, "_pop_saved_tensors_default_hooks", None)
 
@@ -157,14 +160,14 @@ def _region_hooks(layer):  # pylint: disable=protected-access
     parameter cache, the modules-registered generation ([n]; None without torch's registration hook), push
     and pop, core's globals (its hooks: forward_hook, saves_hook), the group's name, the description cache
     and its maker, the walker of other containers, the tensor test, the gradient-hook table and its maker,
-    include_cpu."""
+    torch's queue_callback (Torch.at_backward_end's), include_cpu."""
     hot = layer._hot
     if hot is None or _push_hooks is None or _pop_hooks is None:
         return None
     hot.region(layer.module, _torch.Tensor, core.Pass, layer._saved, layer._handles, layer._param_cache,
                _modules_registered if _register is not None else None, _push_hooks, _pop_hooks, vars(core),
                layer.group.encode(), core._saved_descs, core.saved_desc, core.walk_named, layer._is_tensor,
-               core._chains, core.chain, layer.include_cpu)
+               core._chains, core.chain, _queue_callback, layer.include_cpu)
     return hot.pre, hot.post
 
 
