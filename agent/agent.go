@@ -56,8 +56,7 @@ type Agent struct {
 	host     string
 	pid      int
 	argv     []string
-	t0       time.Time
-	off      int64 // TS of t0 on the trace clock
+	start    int64 // the trace clock's zero: CLOCK_MONOTONIC at the library's load (native.StartMono)
 
 	lg *zap.Logger // stderr at the configured level, plus the log file once open
 
@@ -106,8 +105,9 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 	a := &Agent{cfg: cfg, native: native, stderr: stderr, host: host, pid: os.Getpid(), argv: os.Args,
 		buf: make([]Raw, drainBatch), calls: make([]uint64, 1024), stop: make(chan struct{}),
 		hostMem: tracker.NewHostMaps(tracker.ProcMaps), tracker: tracker.New(), noted: map[string]bool{}}
-	// Both clocks read together: the ABI's events (ts) and the ring's (CLOCK_MONOTONIC) interleave in the trace.
-	a.t0, a.off = time.Now(), native.Now()-native.StartMono()
+	// One clock for every event: the ring's stamps (the C side's CLOCK_MONOTONIC) and the agent's own (ts)
+	// interleave in the trace, so both count from the same reading.
+	a.start = native.StartMono()
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))
 	var pending []string
@@ -288,14 +288,14 @@ func (a *Agent) Shutdown() {
 	_ = a.lg.Sync()
 }
 
-func (a *Agent) ts() int64 { return int64(time.Since(a.t0)) + a.off }
+func (a *Agent) ts() int64 { return a.native.Now() - a.start }
 
 // drainLocked feeds the ring to the tracker and counts it, then copies it into the trace (what the trace
 // level keeps). It stops at a deferred call and returns it with its stamp (the events after it wait in buf
 // for the next drain): the caller runs it outside mu (lockDrained) before anything later is drained.
 func (a *Agent) drainLocked() (*Deferred, stamp) {
 	total := 0
-	start := a.native.StartMono()
+	start := a.start
 	for total < maxDrainLoop {
 		if a.bufAt == a.bufN {
 			a.bufAt, a.bufN = 0, a.native.Drain(a.buf)

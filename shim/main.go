@@ -103,7 +103,7 @@ func (native) FnName(fn uint16) string {
 }
 
 func (native) TakeLost() uint64     { return uint64(C.sa_take_lost()) }
-func (native) Now() int64           { return int64(C.sa_now_ns()) }
+func (native) Now() int64           { return nanotime() }
 func (native) StartMono() int64     { return int64(C.sa_start_mono()) }
 func (native) StartWall() int64     { return int64(C.sa_start_wall()) }
 func (native) CrashPending() int    { return int(C.sa_crash_pending()) }

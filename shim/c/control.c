@@ -44,7 +44,18 @@ extern void sa_go_shutdown(void);
 
 _Atomic int sa_go_ready;
 static void sa_install_crash_handlers(void);
+/* The trace's clock starts once, at the first of sa_init and the Go agent's init to ask: in a c-shared
+ * library the Go runtime runs its package inits on a thread of its own, concurrently with this library's
+ * constructors, so the agent may read the start before sa_init ran. */
 static int64_t start_mono, start_wall;
+static pthread_once_t start_once = PTHREAD_ONCE_INIT;
+
+static void take_start(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  start_wall = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+  start_mono = sa_now();
+}
 
 static void sa_atfork_child(void) {
   /* The child never enters Go: the runtime's threads did not survive the fork. */
@@ -56,10 +67,9 @@ static void sa_atfork_child(void) {
 /* Runs after the Go runtime's entry (signals.c blocked the asynchronous signals around it). */
 __attribute__((constructor)) static void sa_init(void) {
   sa_restore_loader_mask();
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  start_wall = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-  start_mono = sa_now();
+  /* Tests only: lose the race to the Go runtime's init thread for certain, as a loaded machine sometimes does. */
+  if (getenv("SWAPAGENT_TEST_LATE_INIT") != NULL) usleep(50000);
+  pthread_once(&start_once, take_start);
   sa_dl_bootstrap();
   pthread_atfork(NULL, NULL, sa_atfork_child);
   const char *role = getenv("MS_ROLE");
@@ -82,9 +92,14 @@ __attribute__((destructor)) static void sa_fini(void) {
   atomic_store(&sa_mode, SA_INERT);
 }
 
-int64_t sa_now_ns(void) { return sa_now(); }
-int64_t sa_start_mono(void) { return start_mono; }
-int64_t sa_start_wall(void) { return start_wall; }
+int64_t sa_start_mono(void) {
+  pthread_once(&start_once, take_start);
+  return start_mono;
+}
+int64_t sa_start_wall(void) {
+  pthread_once(&start_once, take_start);
+  return start_wall;
+}
 void sa_set_active(void) {
   int expected = SA_STARTING;
   atomic_compare_exchange_strong(&sa_mode, &expected, SA_ACTIVE);

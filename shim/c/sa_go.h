@@ -25,7 +25,6 @@ int sa_ring_drain(sa_event *out, int max);
 uint64_t sa_take_lost(void);
 const char *sa_fn_name(int id);
 int sa_nfn(void);
-int64_t sa_now_ns(void);
 int64_t sa_start_mono(void);
 int64_t sa_start_wall(void);
 void sa_set_active(void);
