@@ -19,10 +19,11 @@ func (a *Agent) Guard(group string) int {
 		func(e *offload.Engine) error { return e.Guard(group) })
 }
 
-// GuardRelease answers a release the framework attempts (swapagent_guard_release): trace.ReleaseAllow or
-// trace.ReleaseKeep, or a negative code, and the token of an allowed release (the handle it is recorded
-// under; 0 for none). group "" lets the engine find the groups that saved the storage.
-func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, token int64) {
+// GuardRelease answers a release the framework attempts (swapagent_guard_release, and _held with the
+// framework's count of the storage's other holders): trace.ReleaseAllow or trace.ReleaseKeep, or a
+// negative code, and the token of an allowed release (the handle it is recorded under; 0 for none).
+// group "" lets the engine find the groups that saved the storage.
+func (a *Agent) GuardRelease(group string, ptr, nbytes uint64, held tracker.Holders) (answer int, token int64) {
 	if group != "" {
 		if err := checkGroup(group); err != nil {
 			return a.result("guard_release", err), 0
@@ -33,7 +34,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, toke
 	if e == nil {
 		return a.result("guard_release", errNoEngine), 0
 	}
-	d, err := e.GuardRelease(group, ptr, nbytes)
+	d, err := e.GuardRelease(group, ptr, nbytes, held)
 	if err != nil {
 		return a.result("guard_release", err), 0
 	}
@@ -51,7 +52,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64) (answer int, toke
 		what = guardWhat(si, d.Reason, d.Group)
 	}
 	a.recordText(trace.KindGuard, d.Group, d.Handle, int64(answer), nil, what, ptr, nbytes, uint64(answer),
-		uint64(reason+1))
+		uint64(reason+1), trace.HoldersArg(int64(held)))
 	return answer, token
 }
 

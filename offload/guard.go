@@ -34,16 +34,23 @@ type Decision struct {
 	Size    uint64
 	// Why says in words why a kept storage stays: its reason and the groups it matters to.
 	Why string
+	// Holders is the framework's evidence of other holders the decision was made with; ByHolders: the
+	// storage's role (an input, an output) would have kept it, and the evidence that nothing else holds it
+	// let it go (tracker.Releasable).
+	Holders   tracker.Holders
+	ByHolders bool
 }
 
 // GuardRelease decides whether the framework may release the storage based at ptr (nbytes long) that
 // group saved ("": whichever live group saved it; every live group's verdict counts either way, the name
-// only says whose release it is). safe allows a storage unless some live group that saved it holds it
-// owned (tracker.Reason.Owned: input, output, protected, param, shared) or the engine moves it itself;
-// outputs-only allows everything the engine does not move (it is the job's own swap, unguarded); off
-// allows nothing. An allowed release is recorded as an offload of its bytes, so the job's own swap shows
-// in the same figures as the engine's.
-func (e *Engine) GuardRelease(name string, ptr, nbytes uint64) (Decision, error) {
+// only says whose release it is), with the framework's evidence of its other holders. safe allows a
+// storage unless, for some live group that saved it, the ownership rule keeps it (tracker.Releasable: a
+// protected storage, a parameter, another group's save, or an input or output still held outside the
+// group's saved tensors, or with no evidence) or the engine moves it itself; outputs-only allows
+// everything the engine does not move (it is the job's own swap, unguarded); off allows nothing. An
+// allowed release is recorded as an offload of its bytes, so the job's own swap shows in the same figures
+// as the engine's.
+func (e *Engine) GuardRelease(name string, ptr, nbytes uint64, held tracker.Holders) (Decision, error) {
 	if ptr == 0 {
 		return Decision{}, fmt.Errorf("%w: release of address 0", ErrInvalid)
 	}
@@ -53,7 +60,7 @@ func (e *Engine) GuardRelease(name string, ptr, nbytes uint64) (Decision, error)
 	if !ok || si.Base != ptr {
 		return Decision{Allow: true}, nil
 	}
-	return e.guardReleaseLocked(name, si, nbytes, e.handlesOf(si.ID))
+	return e.guardReleaseLocked(name, si, nbytes, e.handlesOf(si.ID), held)
 }
 
 // handlesOf returns the first handle of storage sid in every live group.
@@ -67,12 +74,13 @@ func (e *Engine) handlesOf(sid uint64) []*handle {
 	return hs
 }
 
-func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes uint64, hs []*handle) (Decision, error) {
+func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes uint64, hs []*handle,
+	held tracker.Holders) (Decision, error) {
 	if len(hs) == 0 {
-		return Decision{Allow: true}, nil
+		return Decision{Allow: true, Holders: held}, nil
 	}
 	// The deciding handle: the first that keeps the storage (else the named group's, else any).
-	d := Decision{Known: true, Storage: si.ID, Size: max(nbytes, si.Size)}
+	d := Decision{Known: true, Storage: si.ID, Size: max(nbytes, si.Size), Holders: held}
 	pick := hs[0]
 	for _, h := range hs {
 		if h.g.name == name {
@@ -86,7 +94,7 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 			keeper = h // its region is still open: its outputs are not known yet
 			break
 		}
-		if h.reason.Owned() && keeper == nil {
+		if keeper == nil && !tracker.Releasable(h.match, h.reason, held) {
 			keeper = h
 		}
 	}
@@ -111,7 +119,11 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 	}
 	if !d.Allow && d.Why == "" {
 		d.Why = e.keepWhy(pick, si, engineMoves)
+		if held > 0 && (pick.reason == tracker.Input || pick.reason == tracker.Output) {
+			d.Why += fmt.Sprintf(", and %d references outside its saved tensors still hold it", held)
+		}
 	}
+	d.ByHolders = d.Allow && e.cfg.Policy == PolicySafe && tracker.ByHolders(pick.reason, held)
 	if !d.Allow {
 		e.st.GuardKept++
 		e.st.GuardKeptBytes += d.Size
@@ -119,7 +131,7 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 			Reason: d.Reason, Detail: d.Why})
 		return d, nil
 	}
-	e.guardRelease(pick, hs, si, d.Size)
+	e.guardRelease(pick, hs, si, d.Size, d.ByHolders)
 	return d, nil
 }
 
@@ -169,13 +181,14 @@ func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool) st
 }
 
 // guardRelease records an allowed release: the storage's unit goes device -> d2h -> host (the job's swap
-// copied it out), owned by h's group, and every handle of the storage rides on it.
-func (e *Engine) guardRelease(h *handle, hs []*handle, si tracker.StorageInfo, size uint64) {
+// copied it out), owned by h's group, and every handle of the storage rides on it. unheld: the evidence
+// showed nothing but the group's saved tensors holds it, so its role does not make it external.
+func (e *Engine) guardRelease(h *handle, hs []*handle, si tracker.StorageInfo, size uint64, unheld bool) {
 	u := &unit{sid: si.ID, size: size, state: Device, owner: h.g, rel: h.id, base: si.Base, guard: true}
 	for _, o := range hs {
 		o.u = u
 		u.refs++
-		u.external = u.external || o.truth.Owned()
+		u.external = u.external || (o.truth.Owned() && !unheld)
 		e.unresident(o)
 	}
 	e.units[si.ID] = u

@@ -2,6 +2,7 @@ package offload
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"swapagent/tracker"
@@ -10,6 +11,14 @@ import (
 // guardedStep runs one guarded group's forward as the guard reports it: the RoPE table and the hidden
 // state as inputs, an activation saved inside, the output; then the job's own swap asks to release each.
 func guardedStep(t *testing.T, p Policy) (e *Engine, rope, act, out *tensor, got map[string]Decision) {
+	t.Helper()
+	return guardedStepHeld(t, p, nil)
+}
+
+// guardedStepHeld is guardedStep with the framework's evidence of other holders per tensor (absent:
+// unknown).
+func guardedStepHeld(t *testing.T, p Policy, held map[string]tracker.Holders) (e *Engine, rope, act, out *tensor,
+	got map[string]Decision) {
 	t.Helper()
 	f := newFW(t)
 	e = NewEngine(Config{Policy: p, Prefetch: 1, MinBytes: 1024}, NewMemcpyMover(), f, nil)
@@ -30,7 +39,11 @@ func guardedStep(t *testing.T, p Policy) (e *Engine, rope, act, out *tensor, got
 	}
 	got = map[string]Decision{}
 	for _, x := range []*tensor{rope, act, out} {
-		d, err := e.GuardRelease("", x.ptr(), uint64(len(x.buf)))
+		h, ok := held[x.name]
+		if !ok {
+			h = tracker.HoldersUnknown
+		}
+		d, err := e.GuardRelease("", x.ptr(), uint64(len(x.buf)), h)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,6 +90,55 @@ func TestGuardReleasePolicies(t *testing.T) {
 	}
 }
 
+// Under safe an input or output goes once the framework shows nothing but the group's saved tensors
+// holds it, and stays while anything else does or nothing is known; it is not counted as external.
+func TestGuardReleaseByHolders(t *testing.T) {
+	e, _, _, _, got := guardedStepHeld(t, PolicySafe, map[string]tracker.Holders{"rope": 2, "act": 0, "out": 0})
+	if d := got["rope"]; d.Allow || d.ByHolders || !strings.Contains(d.Why, "2 references outside its saved tensors") {
+		t.Errorf("rope held twice elsewhere: %+v, want kept, saying by what", d)
+	}
+	if d := got["out"]; !d.Allow || !d.ByHolders || d.Reason != tracker.Output {
+		t.Errorf("output nobody else holds: %+v, want released by holders", d)
+	}
+	if d := got["act"]; !d.Allow || d.ByHolders {
+		t.Errorf("internal activation: %+v, want released, not by holders", d)
+	}
+	if st := e.Stats(); st.ReleasedExternal != 0 || st.GuardReleased != 2 || st.GuardKept != 1 {
+		t.Errorf("stats: released external %d, released %d, kept %d; want 0, 2, 1", st.ReleasedExternal,
+			st.GuardReleased, st.GuardKept)
+	}
+	_, _, _, _, got = guardedStepHeld(t, PolicyOff, map[string]tracker.Holders{"rope": 0, "act": 0, "out": 0})
+	for name, d := range got {
+		if d.Allow {
+			t.Errorf("off: %s released with no other holder: %+v", name, d)
+		}
+	}
+}
+
+func TestReleasableRule(t *testing.T) {
+	in := tracker.Mask(0)
+	in, _ = in.With(tracker.Input)
+	for _, c := range []struct {
+		m    tracker.Mask
+		r    tracker.Reason
+		h    tracker.Holders
+		want bool
+	}{
+		{in, tracker.Input, 0, true},
+		{in, tracker.Input, 1, false},
+		{in, tracker.Input, tracker.HoldersUnknown, false},
+		{in | 1<<tracker.Param, tracker.Input, 0, false},
+		{in | 1<<tracker.Shared, tracker.Input, 0, false},
+		{in | 1<<tracker.Protected, tracker.Input, 0, false},
+		{0, tracker.Internal, tracker.HoldersUnknown, true},
+		{1 << tracker.Small, tracker.Small, 3, true},
+	} {
+		if got := tracker.Releasable(c.m, c.r, c.h); got != c.want {
+			t.Errorf("Releasable(%b, %v, %d) = %v, want %v", c.m, c.r, c.h, got, c.want)
+		}
+	}
+}
+
 // An allowed release comes back by its token, not by its old address; an unknown storage is not the
 // agent's to decide; a token without a framework release is refused.
 func TestGuardRestoreByToken(t *testing.T) {
@@ -95,7 +157,7 @@ func TestGuardRestoreByToken(t *testing.T) {
 		t.Errorf("restore of a kept storage: %v, want ErrState", err)
 	}
 	other := newFW(t).tensor("other", 4096)
-	if d, err := e.GuardRelease("", other.ptr(), 4096); err != nil || !d.Allow || d.Known {
+	if d, err := e.GuardRelease("", other.ptr(), 4096, tracker.HoldersUnknown); err != nil || !d.Allow || d.Known {
 		t.Errorf("a storage no group saved: %+v, %v; want allowed, unknown", d, err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"unsafe"
 
 	"swapagent/agent"
+	"swapagent/tracker"
 )
 
 const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a reason to copy gigabytes
@@ -627,7 +628,7 @@ func optGroup(a *agent.Agent, group *C.char) (string, string) {
 }
 
 //export sa_go_guard_release
-func sa_go_guard_release(group *C.char, ptr C.uintptr_t, nbytes C.size_t, token *C.int64_t) (ret C.int) {
+func sa_go_guard_release(group *C.char, ptr C.uintptr_t, nbytes C.size_t, others C.int64_t, token *C.int64_t) (ret C.int) {
 	defer guard("swapagent_guard_release", &ret, agent.EDisabled)
 	a := theAgent
 	if a == nil {
@@ -642,7 +643,7 @@ func sa_go_guard_release(group *C.char, ptr C.uintptr_t, nbytes C.size_t, token 
 	if token != nil && !cWrite(a, unsafe.Pointer(token), dst) { // writable before the agent decides anything
 		return C.int(a.Invalid("guard_release", "token: not writable memory"))
 	}
-	answer, tok := a.GuardRelease(g, uint64(ptr), uint64(nbytes))
+	answer, tok := a.GuardRelease(g, uint64(ptr), uint64(nbytes), tracker.Holders(others))
 	if token != nil && !cWrite(a, unsafe.Pointer(token), dst) {
 		return C.int(a.Invalid("guard_release", "token: no longer writable memory"))
 	}

@@ -53,7 +53,8 @@ const (
 	// KindGuard: the job's own swap asked to release a storage (swapagent_guard_release). Group and Handle
 	// are the deciding group's and its save's (0 when no live group saved it), Args[0] = storage ptr,
 	// Args[1] = nbytes, Args[2] = the answer (ReleaseKeep or ReleaseAllow), Args[3] = keep reason + 1 (0: a
-	// storage no live group saved), Text = what the storage is ("keyword input rotary_cos_sin[0] of
+	// storage no live group saved), Args[4] = the framework's count of other holders + 1 (0: none given;
+	// HoldersArg), Text = what the storage is ("keyword input rotary_cos_sin[0] of
 	// swap_group_0..swap_group_4"; empty when unknown).
 	KindGuard Kind = 19
 	// KindGuardRestore: the job's swap gave a storage it released memory again (swapagent_guard_restore):
@@ -111,3 +112,15 @@ func (k Kind) String() string {
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
+
+// HoldersArg is a KindGuard event's Args[4] for a framework's count of a storage's other holders
+// (negative: none given); Holders reads it back (-1 for none given, as in traces before the count).
+func HoldersArg(n int64) uint64 {
+	if n < 0 {
+		return 0
+	}
+	return uint64(n) + 1
+}
+
+// Holders is the count of other holders a KindGuard event's Args[4] holds, -1 when none was given.
+func Holders(arg uint64) int64 { return int64(arg) - 1 }

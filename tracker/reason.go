@@ -66,3 +66,34 @@ var (
 	ErrGroup   = errors.New("unknown group")
 	ErrOrder   = errors.New("call out of order")
 )
+
+// Holders is a framework's evidence, at the moment the job's swap releases a storage, of who else holds
+// it: the references to the storage outside the saved tensors of the releasing group (the job's
+// variables, views, another layer's saved tensor, an autograd node). Negative: the framework cannot tell.
+type Holders int64
+
+// HoldersUnknown is the evidence of a framework that gives none.
+const HoldersUnknown Holders = -1
+
+// Known reports whether the framework gave a count.
+func (h Holders) Known() bool { return h >= 0 }
+
+// Releasable says whether a storage a group saved, classified with match m and reason r, may leave the
+// device when the releasing group's swap asks, given the holders' evidence. A storage the rules keep only
+// for its role in the region (an input, an output) may go once nothing but the group's own saved tensors
+// holds it: the role was true when the layer was entered, the holders are what is true now. An explicit
+// protect, a parameter and another live group's save keep it whatever the count, and missing evidence
+// keeps what the role keeps.
+func Releasable(m Mask, r Reason, h Holders) bool {
+	if !r.Owned() {
+		return true
+	}
+	if m.Has(Protected) || m.Has(Param) || m.Has(Shared) {
+		return false
+	}
+	return h == 0
+}
+
+// ByHolders reports whether Releasable allows the storage only because of the evidence: its role would
+// have kept it.
+func ByHolders(r Reason, h Holders) bool { return r.Owned() && h == 0 }

@@ -34,7 +34,7 @@ extern int sa_go_backward_enter(char *group);
 extern uintptr_t sa_go_unpack(int64_t handle);
 extern int sa_go_backward_exit(char *group);
 extern int sa_go_guard(char *group);
-extern int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t *token);
+extern int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token);
 extern int sa_go_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes);
 extern int sa_go_note(char *key, char *value);
 extern int sa_go_state(int64_t handle);
@@ -208,7 +208,13 @@ SA_EXPORT int swapagent_guard(const char *group) {
 
 SA_EXPORT int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_guard_release((char *)group, ptr, nbytes, token));
+  return SA_GO(sa_go_guard_release((char *)group, ptr, nbytes, -1, token));
+}
+
+SA_EXPORT int swapagent_guard_release_held(const char *group, uintptr_t ptr, size_t nbytes, int64_t others,
+                                           int64_t *token) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return SA_GO(sa_go_guard_release((char *)group, ptr, nbytes, others < 0 ? -1 : others, token));
 }
 
 SA_EXPORT int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes) {

@@ -136,6 +136,15 @@ int swapagent_guard(const char *group);
  * keeps everything), or a negative code. A storage no live group saved is allowed: not the agent's to
  * decide. *token (if not NULL) gets the handle an allowed release is recorded under (0 when none). */
 int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token);
+/* Like swapagent_guard_release, with the framework's evidence of who else holds the storage: others is the
+ * number of references to it outside the saved tensors of the group whose swap releases it (the job's
+ * variables, a view, another layer's saved tensor, an autograd node; 0: nothing but those saved tensors
+ * holds it), negative when the framework cannot tell. Under safe, a storage whose keep reason is only
+ * its role in the region (an input or an output of the group) may go when others is 0: its holders are
+ * gone, whatever it was when the layer was entered. A protected storage, a parameter, a storage another
+ * live group saved and one the agent moves itself stay, whatever the count; a negative count decides by
+ * the role, as swapagent_guard_release. */
+int swapagent_guard_release_held(const char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token);
 /* The framework gave a storage it released (swapagent_guard_release allowed it, token is what that call
  * gave) memory again: new_ptr is its base now. Addresses are reused, so the token, not the old base, names
  * the storage. */

@@ -189,8 +189,8 @@ int64_t sa_go_run_deferred(uintptr_t d) {
 }
 int sa_go_note(char *key, char *value) { return key != NULL && value != NULL ? SWAPAGENT_OK : SWAPAGENT_EINVAL; }
 int sa_go_guard(char *group) { return touch(group, NULL, 0); }
-int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {
-  (void)ptr, (void)nbytes;
+int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token) {
+  (void)ptr, (void)nbytes, (void)others;
   if (group != NULL) touch(group, NULL, 0);
   if (token != NULL) *token = 0;
   return SWAPAGENT_RELEASE_ALLOW;
