@@ -136,13 +136,14 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 }
 
 // guardKeeps tells the observer, at a guarded group's region exit, which of the storages its framework
-// saved to swap the policy keeps on device because someone outside the group owns them.
+// saved to swap the policy keeps on device whatever their holders do: protected, a parameter, another
+// group's. An input or output is decided when its release is asked, by the holders then (GuardRelease).
 func (e *Engine) guardKeeps(g *group) {
 	if e.cfg.Policy == PolicyOutputsOnly {
 		return
 	}
 	for _, h := range g.region {
-		if h.dup || !h.truth.Owned() {
+		if h.dup || tracker.Releasable(h.match, h.truth, 0) {
 			continue
 		}
 		si, _ := e.tr.Storage(h.sid)

@@ -19,6 +19,9 @@ type GuardReport struct {
 	KeptBytes       uint64      `json:"kept_bytes"`
 	Restores        uint64      `json:"restores"` // allowed releases given memory back
 	Kept            []GuardKept `json:"kept"`     // the storages kept on device, by argument
+	// Released: the inputs and outputs the job's swap released because nothing but their group's saved
+	// tensors held them any more (the holders' evidence), by argument.
+	Released []GuardKept `json:"released_unheld"`
 }
 
 // GuardKept is one argument (or kind of storage) the guard kept on device in its groups.
@@ -28,6 +31,9 @@ type GuardKept struct {
 	Groups string `json:"groups"` // the groups that kept it ("swap_group_0..swap_group_4")
 	Saves  uint64 `json:"saves"`
 	Bytes  uint64 `json:"bytes"`
+	// Held: the most references outside its group's saved tensors the framework counted when a release
+	// of it was refused (0: none counted, or none asked).
+	Held int64 `json:"held_by,omitempty"`
 }
 
 // guardOf folds the guard's work; nil when the trace shows none.
@@ -37,10 +43,11 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 		return nil
 	}
 	r := &GuardReport{Groups: g.Groups, ReleasesAllowed: g.Allowed, AllowedBytes: g.AllowedBytes,
-		ReleasesKept: g.Kept, KeptBytes: g.KeptBytes, Restores: g.Restores, Kept: []GuardKept{}}
+		ReleasesKept: g.Kept, KeptBytes: g.KeptBytes, Restores: g.Restores}
 	type key struct {
 		arg    string
 		reason uint64
+		unheld bool
 	}
 	groups := map[key][]string{}
 	byKey := map[key]*GuardKept{}
@@ -48,7 +55,7 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 		if !h.Classified || !g.Guarded(h.Group) || !tracker.Reason(h.Reason).Owned() {
 			continue
 		}
-		k := key{h.Tensor.Path, h.Reason}
+		k := key{h.Tensor.Path, h.Reason, h.Unheld}
 		e := byKey[k]
 		if e == nil {
 			e = &GuardKept{Arg: k.arg, Reason: nameOf(KeepReasons[:], h.Reason)}
@@ -56,23 +63,31 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 		}
 		e.Saves++
 		e.Bytes += h.Nbytes
+		e.Held = max(e.Held, h.Held)
 		if name := t.GroupName(h.Group); !slices.Contains(groups[k], name) {
 			groups[k] = append(groups[k], name)
 		}
 	}
+	r.Kept, r.Released = []GuardKept{}, []GuardKept{}
 	for k, e := range byKey {
 		e.Groups = tracker.GroupList(groups[k])
-		r.Kept = append(r.Kept, *e)
+		if k.unheld {
+			r.Released = append(r.Released, *e)
+		} else {
+			r.Kept = append(r.Kept, *e)
+		}
 	}
-	sort.Slice(r.Kept, func(i, j int) bool {
-		a, b := r.Kept[i], r.Kept[j]
-		if (a.Arg == "") != (b.Arg == "") {
-			return a.Arg != ""
-		}
-		if a.Arg != b.Arg {
-			return a.Arg < b.Arg
-		}
-		return a.Reason < b.Reason
-	})
+	for _, rows := range [][]GuardKept{r.Kept, r.Released} {
+		sort.Slice(rows, func(i, j int) bool {
+			a, b := rows[i], rows[j]
+			if (a.Arg == "") != (b.Arg == "") {
+				return a.Arg != ""
+			}
+			if a.Arg != b.Arg {
+				return a.Arg < b.Arg
+			}
+			return a.Reason < b.Reason
+		})
+	}
 	return r
 }

@@ -109,8 +109,20 @@ func writeTextOne(w io.Writer, s *Summary) {
 			if arg == "" {
 				arg = "(no argument)"
 			}
-			fmt.Fprintf(w, "    kept %s (%s) in %s: %d saves, %s\n", cli.Escape(arg), k.Reason, cli.Escape(k.Groups),
-				k.Saves, Bytes(k.Bytes))
+			held := ""
+			if k.Held > 0 {
+				held = fmt.Sprintf("; held by %d reference(s) outside its saved tensors", k.Held)
+			}
+			fmt.Fprintf(w, "    kept %s (%s) in %s: %d saves, %s%s\n", cli.Escape(arg), k.Reason, cli.Escape(k.Groups),
+				k.Saves, Bytes(k.Bytes), held)
+		}
+		for _, k := range g.Released {
+			arg := k.Arg
+			if arg == "" {
+				arg = "(no argument)"
+			}
+			fmt.Fprintf(w, "    released %s (%s) in %s: %d saves, %s; no other holder\n", cli.Escape(arg), k.Reason,
+				cli.Escape(k.Groups), k.Saves, Bytes(k.Bytes))
 		}
 	}
 	if v, ok := s.Meta[trace.MetaPythonGuard]; ok {

@@ -33,12 +33,21 @@ func (t *Timeline) guard(ev *trace.Event) {
 		if ev.Ret < 0 {
 			return
 		}
+		held := trace.Holders(ev.Args[4])
+		role := ev.Args[3] == trace.KeepInput+1 || ev.Args[3] == trace.KeepOutput+1
+		h := t.Handles[ev.Handle]
 		if ev.Args[2] == trace.ReleaseAllow {
 			g.Allowed++
 			g.AllowedBytes += ev.Args[1]
+			if h != nil && role && held == 0 {
+				h.Unheld = true
+			}
 		} else {
 			g.Kept++
 			g.KeptBytes += ev.Args[1]
+			if h != nil && held > h.Held {
+				h.Held = held
+			}
 		}
 	case trace.KindGuardRestore:
 		if ev.Ret == 0 {

@@ -19,13 +19,20 @@ type Handle struct {
 	Releases   int    // how often its device memory was released (a transition into host)
 	ReleaseSeq int    // its place in Timeline.Released (the first release); -1 while never released
 	Restored   bool   // back on device after a release
+	// Unheld: the job's own swap released it with the agent's consent although its role (an input, an
+	// output) would have kept it, because the framework showed nothing but its group's saved tensors held
+	// it (tracker.Releasable). Held is the most references outside those the framework counted at a
+	// refused release of it (0: none counted).
+	Unheld bool
+	Held   int64
 }
 
 // Released says whether the handle's storage was ever released.
 func (h *Handle) Released() bool { return h.ReleaseSeq >= 0 }
 
-// External says whether the ownership model would have kept the storage: any keep reason but internal.
-func (h *Handle) External() bool { return h.Reason != trace.KeepInternal }
+// External says whether the ownership model would have kept the storage: any keep reason but internal,
+// unless its holders' evidence let it go.
+func (h *Handle) External() bool { return h.Reason != trace.KeepInternal && !h.Unheld }
 
 // Param says whether the framework saved it as a parameter or buffer of the wrapped module.
 func (h *Handle) Param() bool { return h.Flags&trace.SaveParam != 0 }

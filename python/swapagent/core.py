@@ -159,11 +159,11 @@ class Agent:
                                   c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t]
         # The guard's calls (additive): a group its framework moves itself, and the releases it asks for.
         self._guard = getattr(lib, "swapagent_guard", None)
-        self._guard_release = getattr(lib, "swapagent_guard_release", None)
+        self._guard_release = getattr(lib, "swapagent_guard_release_held", None)
         self._guard_restore = getattr(lib, "swapagent_guard_restore", None)
         self._note = getattr(lib, "swapagent_note", None)
         for fn, args in ((self._guard, [c.c_char_p]),
-                         (self._guard_release, [c.c_char_p, _uintptr, c.c_size_t, c.c_void_p]),
+                         (self._guard_release, [c.c_char_p, _uintptr, c.c_size_t, c.c_int64, c.c_void_p]),
                          (self._guard_restore, [c.c_int64, _uintptr, c.c_size_t]),
                          (self._note, [c.c_char_p, c.c_char_p])):
             if fn is not None:
@@ -421,12 +421,14 @@ class Agent:
         rc = self._guard(self._name(group))
         return rc if rc in (OK, EDISABLED) else self.check("guard(%s)" % group, rc)
 
-    def guard_release(self, group, ptr, nbytes):
+    def guard_release(self, group, ptr, nbytes, holders=-1):
         """(RELEASE_ALLOW or RELEASE_KEEP, token) for a release the framework attempts (group None: any live
-        group that saved the storage); the token names an allowed release's storage for guard_restore (0:
-        none). A refused call answers RELEASE_ALLOW, warned once: the job's swap as it is."""
+        group that saved the storage), with the framework's count of references to the storage outside the
+        group's saved tensors (negative: unknown); the token names an allowed release's storage for
+        guard_restore (0: none). A refused call answers RELEASE_ALLOW, warned once: the job's swap as it is."""
         tok = ctypes.c_int64(0)
-        rc = self._guard_release(None if group is None else self._name(group), ptr, nbytes, ctypes.byref(tok))
+        rc = self._guard_release(None if group is None else self._name(group), ptr, nbytes, holders,
+                                 ctypes.byref(tok))
         if rc < 0:
             self.check("guard_release", rc)
             return RELEASE_ALLOW, 0

@@ -60,6 +60,7 @@ class Guard:
         self.layers = {}  # id(wrapper module) -> GuardLayer
         self.tls = threading.local()  # .open: the stack of guarded layers inside their forward
         self.saved_by = {}  # storage pointer -> GuardLayer that saved it (this step)
+        self.input_of = {}  # storage pointer -> the GuardLayers that received it as an input (this step)
         # storage key -> [GuardLayer, storage object, refused releases]: kept on device after a refused
         # release; as many later copies into it (the framework's loads of what it believes it released: one
         # per group that saved it) are skipped.
@@ -110,7 +111,10 @@ class Guard:
 
     def forget_storages(self, gl):
         """gl's previous step is over (its next forward begins): what it answered for is done with."""
+        gl.swaps = {}
         with self.lock:
+            for p in [p for p, ls in self.input_of.items() if ls.discard(gl) is None and not ls]:
+                del self.input_of[p]
             for d in (self.kept, self.released):
                 for k in [k for k, v in d.items() if v[0] is gl]:
                     del d[k]
@@ -126,7 +130,9 @@ class Guard:
             ptr, nbytes = storage.data_ptr(), storage.nbytes()
             gl = self.saved_by.get(ptr) if ptr and nbytes else None
             if gl is not None:
-                answer, token = self.agent.guard_release(None, ptr, nbytes)
+                # a companion's region (core.Layer) counts no holders: its storages decide by their role
+                held = gl.holders(storage, ptr) if isinstance(gl, GuardLayer) else HOLDERS_UNKNOWN
+                answer, token = self.agent.guard_release(None, ptr, nbytes, held)
                 if answer == core.RELEASE_KEEP:
                     with self.lock:
                         e = self.kept.get(key)
@@ -176,6 +182,7 @@ class GuardLayer:
         self.layer = None  # core.Layer, made at the first forward (the group name is wired by then)
         self.inputs = None
         self.boundary = []  # path layers: the Packed of the boundary tensors reported as saves
+        self.swaps = {}  # storage pointer -> weak references to the SwapTensors hyper-parallel made on it
 
     def group(self):
         if self.path is not None:
@@ -224,7 +231,7 @@ class GuardLayer:
             if self.inputs is not None:
                 protect = getattr(_manager(), "protect_alias_tensors", None)
                 if protect is not None:
-                    protect(self.layer.group, [t for _, t in core.walk_named(self.inputs, self.fw.is_tensor, "", [])])
+                    protect(self.layer.group, self.shared_inputs())
             self.inputs = None
         except Exception as ex:  # noqa: BLE001
             g.fail("the forward hook of %s" % self.layer.group, ex)
@@ -241,6 +248,35 @@ class GuardLayer:
             ptr = self.fw.ptr(tensor)
             if ptr:
                 self.guard.saved_by[ptr] = self
+                if swap_tensor is not None:
+                    self.swaps.setdefault(ptr, []).append(weakref.ref(swap_tensor))
+
+    def shared_inputs(self):
+        """The inputs hyper-parallel need not even copy: those another guarded layer of this step also
+        received (RoPE's tables, a mask), held beyond this layer. Every other input is left to its swap and
+        its release decided by its holders then (an input nothing else holds any more may go); where the
+        framework counts no holders, the role keeps every input, so all of them."""
+        counted = self.fw.name in _holder_counts
+        seen, out = self.guard.input_of, []
+        for _, t in core.walk_named(self.inputs, self.fw.is_tensor, "", []):
+            ptr = self.fw.ptr(t)
+            layers = seen.setdefault(ptr, set()) if ptr else set()
+            if layers - {self} or not counted:
+                out.append(t)
+            layers.add(self)
+        return out
+
+    def holders(self, storage, ptr):
+        """The references to storage outside this layer's saved tensors, as its framework counts them, or
+        HOLDERS_UNKNOWN: the evidence swapagent_guard_release_held takes (tracker.Releasable decides)."""
+        refs = self.swaps.get(ptr)
+        count = _holder_counts.get(self.fw.name)
+        if not refs or count is None:
+            return HOLDERS_UNKNOWN
+        sts = [st for st in (r() for r in refs) if st is not None]
+        if not sts:
+            return HOLDERS_UNKNOWN
+        return count(storage, sts)
 
 
 _guard = Guard()
@@ -257,6 +293,58 @@ def _companion_saves(layer, ptrs):
     _part(layer.fw.name)  # the framework's UntypedStorage, patched
     for p in ptrs:
         g.saved_by[p] = layer
+
+
+# ---- the holders' evidence ---------------------------------------------------------------------------
+
+# swapagent_guard_release_held's "the framework cannot tell" (any negative count).
+HOLDERS_UNKNOWN = -1
+
+
+def _torch_holders(storage, sts):
+    """torch: the references to storage beyond those of the saved tensors sts (hyper-parallel's SwapTensors
+    of one layer on it) and the guard's own aliases of them. Three counts, each against the same count
+    of a fresh object read the same way: the storage's use count (a tensor or storage object each: a view
+    or alias the job or another layer holds), each saved tensor's use count (a C++ holder: an autograd node
+    that saved it without hooks) and its Python references (a variable or list of the job's, another
+    layer's SwapTensor)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    use_count = torch._C._storage_Use_Count  # pylint: disable=protected-access
+    vals, aliases = {}, 0
+    for st in sts:
+        v = st.__dict__.get("val")
+        if v is None:
+            return HOLDERS_UNKNOWN
+        e = vals.get(id(v))
+        vals[id(v)] = (v, 1 if e is None else e[1] + 1)
+        aliases += core.is_packed(st.__dict__.get("_swapagent_packed"))
+    c = _calibration(torch)
+    extra = use_count(storage._cdata) - c[0] - len(vals) - aliases  # pylint: disable=protected-access
+    for v, held in vals.values():
+        extra += (v._use_count() - c[1]) + (sys.getrefcount(v) - c[2] - held)  # pylint: disable=protected-access
+    return max(extra, 0) if extra >= 0 else HOLDERS_UNKNOWN
+
+
+_calibrated = []
+
+
+def _calibration(torch):
+    """What _torch_holders' three counts read for a fresh tensor held once by a dict entry, as it holds a
+    saved tensor: the storage's count less its one tensor, the tensor's use count, its Python references
+    (the dict entry's, the loop's name and getrefcount's own argument)."""
+    if not _calibrated:
+        t = torch.empty(1)
+        vals = {id(t): (t, 1)}
+        del t
+        for v, _ in vals.values():
+            py = sys.getrefcount(v)
+            s = v.untyped_storage()
+            _calibrated.append((torch._C._storage_Use_Count(s._cdata) - 1,  # pylint: disable=protected-access
+                                v._use_count(), py))  # pylint: disable=protected-access
+    return _calibrated[0]
+
+
+_holder_counts = {"torch": _torch_holders}  # MindSpore counts no holders: its releases decide by role
 
 
 # ---- framework parts ---------------------------------------------------------------------------------

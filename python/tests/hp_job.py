@@ -5,8 +5,15 @@ with SwapManager().set_forward_prefetch_layer(layer i, layer i+1) (prefetch 1); 
 swaps the same layers with a hand-written swap instead (OwnSwap). It knows nothing of swapagent: the
 tests run it as it is, with and without `swapagent run`.
 
-    python hp_job.py --framework torch|mindspore --mode noswap|swap|ownswap [--layout checkpoint|memory]
-                     [--steps N] --out DIR
+    python hp_job.py --framework torch|mindspore --mode noswap|swap|ownswap|acswap
+                     [--layout checkpoint|memory] [--layers N] [--keep-inputs] [--embed] [--steps N] --out DIR
+
+--mode acswap (torch) is hyper-parallel's recompute + swap (its test_ac's swap mode): every layer wrapped
+with checkpoint_wrapper(layer, policy_fn=MUST_SWAP for matmuls else MUST_RECOMPUTE, swap_inputs=True) and
+chained with set_forward_prefetch_layer(layer i, layer i+1), so the hidden state entering each layer is
+what the swap offloads. --keep-inputs keeps every layer's input in a list, as output_hidden_states=True
+does. result.json's "held" is, per step, the bytes of the stand-in's saved storages still on device at
+the end of the forward (a census of its SwapTensors).
 
 Under msrun each worker writes into DIR/rank<R>. It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
 and writes DIR/result.json at the end: the losses, every gradient's bytes (hex) and the stand-in's count
@@ -110,7 +117,7 @@ class OwnSwap:
         return t
 
 
-def torch_parts(probe, bump=False):
+def torch_parts(probe, bump=False, keep=None, census=None, embed=False):
     import torch
     from torch import nn
 
@@ -136,7 +143,11 @@ def torch_parts(probe, bump=False):
             self.layers = nn.ModuleList([Layer(i, w) for i, w in enumerate(ws)])
 
         def forward(self, h, cos, sin):
+            if embed:  # the first layer's input made inside the model, as an embedding layer makes it
+                h = h * 1.0
             for layer in self.layers:
+                if keep is not None:
+                    keep.append(h)
                 h = layer(h, rotary_cos_sin=(cos, sin))
             return h
 
@@ -149,7 +160,11 @@ def torch_parts(probe, bump=False):
 
     def step():
         cos, sin = (torch.tensor(a) * 1.0 for a in rope())
+        if keep is not None:
+            keep.clear()
         h = model(emb_p * 1.0, cos, sin)
+        if census is not None:
+            census()
         loss = ((h - target_t) ** 2).mean()
         if bump:  # the job changes the RoPE table in place after the forward: backward reads the new bytes
             cos.data.mul_(1.5)
@@ -205,9 +220,13 @@ def ms_parts(probe):
 
 
 def main():
+    global LAYERS, SWAP  # pylint: disable=global-statement
     ap = argparse.ArgumentParser()
     ap.add_argument("--framework", choices=["torch", "mindspore"], required=True)
-    ap.add_argument("--mode", choices=["noswap", "swap", "ownswap"], required=True)
+    ap.add_argument("--mode", choices=["noswap", "swap", "ownswap", "acswap"], required=True)
+    ap.add_argument("--layers", type=int, default=LAYERS)
+    ap.add_argument("--keep-inputs", action="store_true")
+    ap.add_argument("--embed", action="store_true", help="torch: the first layer's input made inside the model")
     ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", required=True)
@@ -222,7 +241,23 @@ def main():
         a.out = os.path.join(a.out, "rank" + os.environ["RANK_ID"])
     os.makedirs(a.out, exist_ok=True)
     probe = Probe(a.out)
-    layers, step = torch_parts(probe, a.bump_rope) if a.framework == "torch" else ms_parts(probe)
+    LAYERS, SWAP = a.layers, list(range(a.layers - 1))  # layers 0..N-2 swapped, each prefetched with the next
+    held = []
+
+    def census():
+        from hyper_parallel.core.activation_checkpoint.swap import SwapManager as M
+        seen = {}
+        for sts in M().groups.values():
+            for st in sts:
+                s = st.val.untyped_storage()
+                if s.nbytes():
+                    seen[s.data_ptr()] = s.nbytes()
+        held.append(sum(seen.values()))
+    if a.framework == "torch":
+        layers, step = torch_parts(probe, a.bump_rope, [] if a.keep_inputs else None,
+                                   census if a.mode in ("swap", "acswap") else None, a.embed)
+    else:
+        layers, step = ms_parts(probe)
     if a.mode == "ownswap":
         import torch
         OwnSwap(torch, layers)
@@ -235,8 +270,20 @@ def main():
             layers[i] = swap_wrapper(layers[i])
         for i in SWAP:
             SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
+    if a.mode == "acswap":
+        import torch
+        from hyper_parallel.core.activation_checkpoint import CheckpointPolicy, SwapManager, checkpoint_wrapper
+        mm = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
+              torch.ops.aten.matmul.default}
+
+        def policy_fn(op):
+            return CheckpointPolicy.MUST_SWAP if op in mm else CheckpointPolicy.MUST_RECOMPUTE
+        for i in range(LAYERS):
+            layers[i] = checkpoint_wrapper(layers[i], policy_fn=policy_fn, swap_inputs=True)
+        for i in SWAP:
+            SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
     released = [0, 0]
-    if a.mode == "swap":  # the stand-in's own count of what it released (SwapTensor.wait_offload)
+    if a.mode in ("swap", "acswap"):  # the stand-in's own count of what it released (SwapTensor.wait_offload)
         from hyper_parallel.core.activation_checkpoint.swap import SwapTensor
         wait = SwapTensor.wait_offload
 
@@ -256,7 +303,7 @@ def main():
         print("step %d/%d: loss %.9g" % (i + 1, a.steps, loss), flush=True)
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump({"losses": [repr(x) for x in losses], "grads": grads, "released": released[0],
-                   "released_bytes": released[1]}, f)
+                   "released_bytes": released[1], "held": held}, f)
     print("done", flush=True)
     return 0
 

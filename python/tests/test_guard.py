@@ -80,7 +80,11 @@ def start(tmp, name, framework, mode, policy=None, layout="checkpoint", env=None
     return Run(p, out)
 
 
-# (name, framework, mode, policy, layout, env, python): every run of the module.
+# hyper-parallel's recompute + swap (hp_job.py --mode acswap): 8 layers, prefetch 1, the first layer's input
+# made inside the model as an embedding makes it.
+AC = ("--layers", "8", "--embed")
+
+# (name, framework, mode, policy, layout, env, python[, extra]): every run of the module.
 RUNS = []
 for fw in FRAMEWORKS:
     RUNS += [
@@ -99,6 +103,11 @@ RUNS += [
     ("mf-workaround", "mindformers", "swap", None, "", None, None),
     ("mf-bug", "mindformers", "swap", None, "no-workaround", None, None),
     ("mf-safe", "mindformers", "swap", "safe", "no-workaround", None, None),
+    ("torch-ac-noswap", "torch", "noswap", None, "checkpoint", None, None, AC),
+    ("torch-ac-standin", "torch", "acswap", None, "checkpoint", None, None, AC),
+    ("torch-ac-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC),
+    # the job keeps every layer's input (output_hidden_states=True): nothing it holds may go
+    ("torch-ac-keep-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC + ("--keep-inputs",)),
 ]
 
 
@@ -144,8 +153,13 @@ def check_safe(r, base):
     assert g["releases_allowed"] == r.result["released"] and g["allowed_bytes"] == r.result["released_bytes"]
     assert proc["released_external"] == 0 and proc["offloaded_bytes"] == r.result["released_bytes"]
     kept = {(k["arg"], k["reason"]): k for k in g["kept"]}
-    for arg in ("rotary_cos_sin[0]", "rotary_cos_sin[1]", "args[0]"):
+    for arg in ("rotary_cos_sin[0]", "rotary_cos_sin[1]"):
         assert kept[(arg, "input")]["groups"] == "swap_group_0..swap_group_4", g
+    # layer 0's hidden state is held by the model's own call (its argument) whatever the framework counts
+    assert kept[("args[0]", "input")]["groups"].startswith("swap_group_0"), g
+    if "mindspore" in r.out:  # MindSpore counts no holders: the role keeps every input
+        assert kept[("args[0]", "input")]["groups"] == "swap_group_0..swap_group_4", g
+        assert g["released_unheld"] == [], g
     assert proc["meta"].get("python_guard") == "attached"
 
 
@@ -153,8 +167,12 @@ def check_safe(r, base):
 def test_safe_is_bit_identical_and_still_swaps(runs, fw):
     r = runs["%s-safe" % fw]
     check_safe(r, runs["%s-noswap" % fw])
-    # hyper-parallel got the inputs through protect_alias_tensors: it never asked to release them
-    assert runs["%s-safe" % fw].report()[0]["guard"]["releases_kept"] == 0
+    g = runs["%s-safe" % fw].report()[0]["guard"]
+    if fw == "mindspore":  # hyper-parallel got every input through protect_alias_tensors: never asked for one
+        assert g["releases_kept"] == 0, g
+    else:  # it got those a second layer received (RoPE's, from layer 1 on); layer 0's were asked and kept
+        held = {k["arg"]: k["held_by"] for k in g["kept"]}
+        assert g["releases_kept"] > 0 and held["rotary_cos_sin[0]"] > 0 and held["args[0]"] > 0, g
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
@@ -379,3 +397,36 @@ def test_guard_layers_names_layers_of_a_hand_written_swap(tmp_path):
     assert g["groups"] == ["layers.%d" % i for i in range(6)] and g["releases_kept"] > 0, g
     kept = {(k["arg"], k["reason"]) for k in g["kept"]}
     assert ("rotary_cos_sin[0]", "input") in kept, g
+
+
+def test_recompute_swap_releases_what_nobody_else_holds(runs):
+    """hyper-parallel's checkpoint(..., swap_inputs=True): the hidden state entering each layer is saved for
+    the recompute and released after the next layer. Nothing but that saved tensor holds it then, so the
+    guard lets it go: the saved bytes left on device at the end of forward are the stand-in's own."""
+    base, alone, safe = runs["torch-ac-noswap"], runs["torch-ac-standin"], runs["torch-ac-safe"]
+    for r in (base, alone, safe):
+        assert r.rc == 0 and r.result is not None, r.why()
+    assert safe.result["losses"] == base.result["losses"] == alone.result["losses"]
+    assert safe.result["grads"] == base.result["grads"], "gradients differ from no swap"
+    assert alone.result["released"] == 14, alone.why()  # 7 swapped layers' inputs, 2 steps
+    assert safe.result["released"] == alone.result["released"], safe.why()
+    for got, own in zip(safe.result["held"], alone.result["held"]):
+        assert got <= own * 1.01, "saved bytes on device at the end of forward: %s, the stand-in alone %s" % (
+            safe.result["held"], alone.result["held"])
+    assert "released args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; no other holder" \
+        in safe.stderr, safe.why()
+    g = safe.report()[0]["guard"]
+    assert [(k["arg"], k["reason"], k["saves"]) for k in g["released_unheld"]] == [("args[0]", "input", 14)], g
+    assert g["kept"] == [] and g["releases_kept"] == 0, g
+
+
+def test_recompute_swap_keeps_inputs_the_job_holds(runs):
+    """The same job keeping every layer's input (as output_hidden_states=True does): each release is
+    refused, the holder counted, and the results stay bit-identical."""
+    base, r = runs["torch-ac-noswap"], runs["torch-ac-keep-safe"]
+    assert r.rc == 0 and r.result is not None, r.why()
+    assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
+    assert r.result["released"] == 0, r.why()
+    assert "kept args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; held by 1 reference(s) " \
+        "outside its saved tensors" in r.stderr, r.why()
+    assert "1 references outside its saved tensors still hold it" in r.stderr, r.why()

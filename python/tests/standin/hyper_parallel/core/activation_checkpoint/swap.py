@@ -167,6 +167,8 @@ def _install(manager, platform, layer):
         name = getattr(layer, "_swap_group_name", None)
         if name is not None:
             manager.start_forward(name)
+        else:
+            manager.set_current_group_name(None)  # a layer of no group: its saves stay where they are
 
     def post(_module, _args, output):
         name = getattr(layer, "_swap_group_name", None)
@@ -198,10 +200,13 @@ class SaveOnCpu:
 
     def pack(self, t):
         w = self.wrapper
-        group = getattr(w, "_swap_group_name", None)
+        if w is None:  # async_save_on_cpu: the current group's, no wrapper
+            group, params, policy_fn = SwapManager().get_current_group_name(), (), None
+        else:
+            group, params, policy_fn = getattr(w, "_swap_group_name", None), w.param_ptrs(), w.policy_fn
         s = t.untyped_storage()
         if group is None or not on_device(t) or isinstance(t, self.parameter_type) or s.nbytes() == 0 or \
-                s.data_ptr() in w.param_ptrs() or must_save(w.policy_fn, t):
+                s.data_ptr() in params or must_save(policy_fn, t):
             return t
         return (group, SwapManager().add_storage(group, SwapTensor(t, group)))
 

@@ -26,6 +26,20 @@ class AsyncSaveOnCpu(swap.SaveOnCpu, torch.autograd.graph.saved_tensors_hooks):
         torch.autograd.graph.saved_tensors_hooks.__init__(self, self.pack, self.unpack)
 
 
+class AsyncSaveOnCurrentGroup(swap.SaveOnCpu, torch.autograd.graph.saved_tensors_hooks):
+    """async_save_on_cpu(): checkpoint(..., swap_inputs=True)'s hooks, outside any swap wrapper: each
+    eligible saved tensor becomes a SwapTensor of the current group (the layer whose forward runs)."""
+    parameter_type = torch.nn.Parameter
+
+    def __init__(self):
+        swap.SaveOnCpu.__init__(self, None)
+        torch.autograd.graph.saved_tensors_hooks.__init__(self, self.pack, self.unpack)
+
+
+def async_save_on_cpu():
+    return AsyncSaveOnCurrentGroup()
+
+
 class SwapWrapper(torch.nn.Module):
     def __init__(self, module, policy_fn=None):
         super().__init__()
