@@ -34,10 +34,8 @@ type Decision struct {
 	Size    uint64
 	// Why says in words why a kept storage stays: its reason and the groups it matters to.
 	Why string
-	// Holders is the framework's evidence of other holders the decision was made with; ByHolders: the
-	// storage's role (an input, an output) would have kept it, and the evidence that nothing else holds it
-	// let it go (tracker.Releasable).
-	Holders   tracker.Holders
+	// ByHolders: the storage's role (an input, an output) would have kept it, and the framework's evidence
+	// that nothing else holds it let it go (tracker.Releasable).
 	ByHolders bool
 }
 
@@ -77,10 +75,10 @@ func (e *Engine) handlesOf(sid uint64) []*handle {
 func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes uint64, hs []*handle,
 	held tracker.Holders) (Decision, error) {
 	if len(hs) == 0 {
-		return Decision{Allow: true, Holders: held}, nil
+		return Decision{Allow: true}, nil
 	}
 	// The deciding handle: the first that keeps the storage (else the named group's, else any).
-	d := Decision{Known: true, Storage: si.ID, Size: max(nbytes, si.Size), Holders: held}
+	d := Decision{Known: true, Storage: si.ID, Size: max(nbytes, si.Size)}
 	pick := hs[0]
 	for _, h := range hs {
 		if h.g.name == name {
@@ -118,10 +116,7 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 		d.Reason = tracker.Output
 	}
 	if !d.Allow && d.Why == "" {
-		d.Why = e.keepWhy(pick, si, engineMoves)
-		if held > 0 && (pick.reason == tracker.Input || pick.reason == tracker.Output) {
-			d.Why += fmt.Sprintf(", and %d references outside its saved tensors still hold it", held)
-		}
+		d.Why = e.keepWhy(pick, si, engineMoves, held)
 	}
 	d.ByHolders = d.Allow && e.cfg.Policy == PolicySafe && tracker.ByHolders(pick.reason, held)
 	if !d.Allow {
@@ -148,12 +143,13 @@ func (e *Engine) guardKeeps(g *group) {
 		}
 		si, _ := e.tr.Storage(h.sid)
 		e.emit(Event{Kind: EvGuardKeep, Group: g.name, Handle: h.id, Storage: h.sid, Base: si.Base, Size: h.size,
-			Reason: h.truth, Detail: e.keepWhy(h, si, false)})
+			Reason: h.truth, Detail: e.keepWhy(h, si, false, tracker.HoldersUnknown)})
 	}
 }
 
-// keepWhy says why a storage stays, for the stderr line and the trace: who else needs it.
-func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool) string {
+// keepWhy says why a storage stays, for the stderr line and the trace: who else needs it, and for an input
+// or output how many references the framework counted outside its saved tensors (held).
+func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool, held tracker.Holders) string {
 	switch {
 	case engineMoves:
 		return "the agent moves this storage itself"
@@ -168,9 +164,9 @@ func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool) st
 				gs = append(gs, in.Group)
 			}
 		}
-		return "it is an input of " + tracker.GroupList(gs) + ", owned outside the layer"
+		return "it is an input of " + tracker.GroupList(gs) + ", owned outside the layer" + stillHeld(held)
 	case tracker.Output:
-		return "it is an output of " + h.g.name + ", which later layers read"
+		return "it is an output of " + h.g.name + ", which later layers read" + stillHeld(held)
 	case tracker.Param:
 		return "it is a parameter of " + h.g.name
 	case tracker.Shared:
@@ -179,6 +175,14 @@ func (e *Engine) keepWhy(h *handle, si tracker.StorageInfo, engineMoves bool) st
 		return "it is protected for " + h.g.name
 	}
 	return h.reason.String() + " in " + h.g.name
+}
+
+// stillHeld is keepWhy's clause for an input or output the framework counted other holders of.
+func stillHeld(held tracker.Holders) string {
+	if held <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", and %d references outside its saved tensors still hold it", held)
 }
 
 // guardRelease records an allowed release: the storage's unit goes device -> d2h -> host (the job's swap

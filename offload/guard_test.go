@@ -115,30 +115,6 @@ func TestGuardReleaseByHolders(t *testing.T) {
 	}
 }
 
-func TestReleasableRule(t *testing.T) {
-	in := tracker.Mask(0)
-	in, _ = in.With(tracker.Input)
-	for _, c := range []struct {
-		m    tracker.Mask
-		r    tracker.Reason
-		h    tracker.Holders
-		want bool
-	}{
-		{in, tracker.Input, 0, true},
-		{in, tracker.Input, 1, false},
-		{in, tracker.Input, tracker.HoldersUnknown, false},
-		{in | 1<<tracker.Param, tracker.Input, 0, false},
-		{in | 1<<tracker.Shared, tracker.Input, 0, false},
-		{in | 1<<tracker.Protected, tracker.Input, 0, false},
-		{0, tracker.Internal, tracker.HoldersUnknown, true},
-		{1 << tracker.Small, tracker.Small, 3, true},
-	} {
-		if got := tracker.Releasable(c.m, c.r, c.h); got != c.want {
-			t.Errorf("Releasable(%b, %v, %d) = %v, want %v", c.m, c.r, c.h, got, c.want)
-		}
-	}
-}
-
 // An allowed release comes back by its token, not by its old address; an unknown storage is not the
 // agent's to decide; a token without a framework release is refused.
 func TestGuardRestoreByToken(t *testing.T) {

@@ -105,24 +105,14 @@ func writeTextOne(w io.Writer, s *Summary) {
 			g.ReleasesAllowed+g.ReleasesKept, g.ReleasesAllowed, Bytes(g.AllowedBytes), g.ReleasesKept,
 			Bytes(g.KeptBytes), g.Restores)
 		for _, k := range g.Kept {
-			arg := k.Arg
-			if arg == "" {
-				arg = "(no argument)"
-			}
 			held := ""
 			if k.Held > 0 {
 				held = fmt.Sprintf("; held by %d reference(s) outside its saved tensors", k.Held)
 			}
-			fmt.Fprintf(w, "    kept %s (%s) in %s: %d saves, %s%s\n", cli.Escape(arg), k.Reason, cli.Escape(k.Groups),
-				k.Saves, Bytes(k.Bytes), held)
+			fmt.Fprintf(w, "    kept %s%s\n", guardRow(k), held)
 		}
 		for _, k := range g.Released {
-			arg := k.Arg
-			if arg == "" {
-				arg = "(no argument)"
-			}
-			fmt.Fprintf(w, "    released %s (%s) in %s: %d saves, %s; no other holder\n", cli.Escape(arg), k.Reason,
-				cli.Escape(k.Groups), k.Saves, Bytes(k.Bytes))
+			fmt.Fprintf(w, "    released %s; no other holder\n", guardRow(k))
 		}
 	}
 	if v, ok := s.Meta[trace.MetaPythonGuard]; ok {
@@ -289,4 +279,15 @@ func Bytes(n uint64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
+
+// guardRow is a guard row's argument, reason, groups, saves and bytes ("args[0] (input) in swap_group_0..
+// swap_group_4: 10 saves, 40.0 KiB").
+func guardRow(k GuardKept) string {
+	arg := k.Arg
+	if arg == "" {
+		arg = "(no argument)"
+	}
+	return fmt.Sprintf("%s (%s) in %s: %d saves, %s", cli.Escape(arg), k.Reason, cli.Escape(k.Groups), k.Saves,
+		Bytes(k.Bytes))
 }

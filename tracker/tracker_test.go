@@ -395,3 +395,29 @@ func TestDescribeNamesTheArgument(t *testing.T) {
 		t.Errorf("undescribed storage %q, want %q", got, want)
 	}
 }
+
+// The holder rule: a role keeps only while something outside the group's saved tensors holds the storage
+// or nothing is known; a protect, a parameter or another group's save keeps it whatever the count.
+func TestReleasableRule(t *testing.T) {
+	in := Mask(0)
+	in, _ = in.With(Input)
+	for _, c := range []struct {
+		m    Mask
+		r    Reason
+		h    Holders
+		want bool
+	}{
+		{in, Input, 0, true},
+		{in, Input, 1, false},
+		{in, Input, HoldersUnknown, false},
+		{in | 1<<Param, Input, 0, false},
+		{in | 1<<Shared, Input, 0, false},
+		{in | 1<<Protected, Input, 0, false},
+		{0, Internal, HoldersUnknown, true},
+		{1 << Small, Small, 3, true},
+	} {
+		if got := Releasable(c.m, c.r, c.h); got != c.want {
+			t.Errorf("Releasable(%b, %v, %d) = %v, want %v", c.m, c.r, c.h, got, c.want)
+		}
+	}
+}

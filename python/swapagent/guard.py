@@ -113,8 +113,10 @@ class Guard:
         """gl's previous step is over (its next forward begins): what it answered for is done with."""
         gl.swaps = {}
         with self.lock:
-            for p in [p for p, ls in self.input_of.items() if ls.discard(gl) is None and not ls]:
-                del self.input_of[p]
+            for p, layers in list(self.input_of.items()):
+                layers.discard(gl)
+                if not layers:
+                    del self.input_of[p]
             for d in (self.kept, self.released):
                 for k in [k for k, v in d.items() if v[0] is gl]:
                     del d[k]
@@ -322,7 +324,7 @@ def _torch_holders(storage, sts):
     extra = use_count(storage._cdata) - c[0] - len(vals) - aliases  # pylint: disable=protected-access
     for v, held in vals.values():
         extra += (v._use_count() - c[1]) + (sys.getrefcount(v) - c[2] - held)  # pylint: disable=protected-access
-    return max(extra, 0) if extra >= 0 else HOLDERS_UNKNOWN
+    return extra if extra >= 0 else HOLDERS_UNKNOWN  # fewer than its own: a count this code misreads
 
 
 _calibrated = []
