@@ -437,6 +437,14 @@ func (a *Agent) Protect(group string, ptrs []uint64) int {
 		func(e *offload.Engine) error { return e.Protect(group, ptrs) })
 }
 
+// Holders gives the framework's count of the references to each storage at ptrs outside group's saved
+// tensors (swapagent_holders): the engine releases a layer input nothing else holds (offload.Engine.Holders).
+// The evidence is traced on the KindClassify it makes, not as a call.
+func (a *Agent) Holders(group string, ptrs []uint64, counts []int64) int {
+	return a.groupCall(live, "holders", 0, group, nil,
+		func(e *offload.Engine) error { return e.Holders(group, ptrs, counts) })
+}
+
 // GroupStreams states the streams group's kernels run on (swapagent_group_streams).
 func (a *Agent) GroupStreams(group string, streams []uint64) int {
 	return a.groupCall(live, "group_streams", 0, group, nil,
@@ -504,7 +512,7 @@ func (a *Agent) KeepReason(handle int64) int {
 func (a *Agent) Observe(ev offload.Event) {
 	switch ev.Kind {
 	case offload.EvClassify, offload.EvReclassify:
-		a.record(trace.KindClassify, ev.Group, ev.Handle, 0, nil, ev.Base, ev.Size, uint64(ev.Reason), 0)
+		a.record(trace.KindClassify, ev.Group, ev.Handle, 0, nil, ev.Base, ev.Size, uint64(ev.Reason), 0, ev.HeldArg)
 	case offload.EvState:
 		a.record(trace.KindState, ev.Group, ev.Handle, 0, nil, uint64(ev.From), uint64(ev.To), ev.Base, ev.Size)
 		if !ev.ByFramework {

@@ -1034,6 +1034,78 @@ func (e *Engine) Protect(name string, ptrs []uint64) error {
 	return out
 }
 
+// Holders takes the framework's count of the references to each storage at ptrs outside group's saved
+// tensors (negative: it cannot tell), read after the group's region exited, once the job's own variables
+// have moved on (the companions count when the next layer is entered). Under safe a storage the rules keep
+// only for its role (a layer input) that nothing else holds loses that reason (tracker.Releasable): an
+// internal one's copy out starts now and completes, like the region's own, at the next region exit. Every count on such a
+// storage is recorded (EvReclassify with HeldArg), whatever it decided.
+func (e *Engine) Holders(name string, ptrs []uint64, counts []int64) error {
+	if len(ptrs) != len(counts) {
+		return fmt.Errorf("%w: %d pointers, %d counts", ErrInvalid, len(ptrs), len(counts))
+	}
+	e.lock()
+	defer e.unlock()
+	g := e.groups[name]
+	if g == nil {
+		return fmt.Errorf("%w: holders(%q)", ErrGroup, name)
+	}
+	if g.phase != phExited || g.guarded {
+		return nil // in its region, or its backward began: too early or too late; a guarded group asks at release
+	}
+	fenced := false
+	for i, ptr := range ptrs {
+		held := tracker.Holders(counts[i])
+		si, ok := e.tr.LookupStorage(ptr)
+		if !held.Known() || !ok || si.Base != ptr {
+			continue
+		}
+		h := g.first[si.ID]
+		if h == nil || e.handles[h.id] != h || !h.classified || !h.reason.Owned() || e.unitOf(h) != nil {
+			continue
+		}
+		ev := Event{Kind: EvReclassify, Group: name, Handle: h.id, Storage: h.sid, Base: si.Base, Size: h.size,
+			Reason: h.reason, HeldArg: trace.HoldersArg(int64(held))}
+		if e.cfg.Policy != PolicySafe || !tracker.Releasable(h.match, h.reason, held) {
+			ev.Detail = fmt.Sprintf("%v kept: held by %d reference(s) outside its saved tensors", h.reason, held)
+			e.emit(ev)
+			continue
+		}
+		e.count(h, -1)
+		rest := h.match.WithoutRole()
+		ev.Detail = fmt.Sprintf("%v -> %v: no holder outside its saved tensors", h.reason, rest)
+		h.truth, h.reason = rest, rest
+		e.count(h, 1)
+		ev.Reason = h.reason
+		e.emit(ev)
+		if rest != tracker.Internal {
+			continue // small: the engine's economy keeps it
+		}
+		if e.mover != nil && !fenced {
+			// The copy reads what kernels queued so far may still write: all of them, as the storage was
+			// produced before the group's region.
+			fenced = true
+			if err := e.after(e.streams.All()); err != nil {
+				e.st.Errors++
+				e.emit(Event{Kind: EvError, Group: name, Detail: "ordering the copies out: " + err.Error()})
+				return nil
+			}
+		}
+		u := e.attach(g, h)
+		if u == nil {
+			continue
+		}
+		e.pending = append(e.pending, u)
+		for _, o := range g.handles {
+			if o.dup && o.sid == h.sid && o.u == nil {
+				o.u = u
+				u.refs++
+			}
+		}
+	}
+	return nil
+}
+
 // State returns the handle's state (Device for kept storages).
 func (e *Engine) State(id int64) (int, error) {
 	e.lock()

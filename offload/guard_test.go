@@ -137,3 +137,74 @@ func TestGuardRestoreByToken(t *testing.T) {
 		t.Errorf("a storage no group saved: %+v, %v; want allowed, unknown", d, err)
 	}
 }
+
+// The engine's holder rule (Engine.Holders): a layer input the layer saved goes once the framework counts
+// no holder outside the group's saved tensors, counted once and restored bitwise for its backward; one
+// something else holds, one with no count, a protected one and any under off stay.
+func TestHoldersReleaseUnheldInputs(t *testing.T) {
+	for _, p := range []Policy{PolicySafe, PolicyOff} {
+		f := newFW(t)
+		e := NewEngine(Config{Policy: p, Prefetch: 1, MinBytes: 1024}, NewMemcpyMover(), f, nil)
+		ls := f.stack(4, 1, 4096)
+		for _, l := range ls {
+			l.saves = append(l.saves, l.pos[0]) // the layer's first operation saves its input
+		}
+		counts := []int64{0, 2, -1, 0}
+		for i, l := range ls {
+			f.forward(t, e, l)
+			if i == 3 {
+				if err := e.Protect(l.name, ptrs(l.pos)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := e.Holders(l.name, ptrs(l.pos), counts[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.completePending()
+		for i, l := range ls {
+			in := l.pos[0]
+			want := 0
+			if p == PolicySafe && i == 0 {
+				want = 1
+			}
+			if got := f.released(in); got != want {
+				t.Errorf("%v: input of %s (holders %d) released %d times, want %d", p, l.name, counts[i], got, want)
+			}
+			r, _ := e.KeepReason(l.hs[1])
+			if wantR := tracker.Input; want == 1 {
+				if tracker.Reason(r) != tracker.Internal {
+					t.Errorf("%v: released input of %s has keep reason %v", p, l.name, tracker.Reason(r))
+				}
+			} else if i < 3 && tracker.Reason(r) != wantR {
+				t.Errorf("%v: kept input of %s has keep reason %v, want %v", p, l.name, tracker.Reason(r), wantR)
+			}
+		}
+		if st := e.Stats(); st.ReleasedExternal != 0 {
+			t.Errorf("%v: %d external releases", p, st.ReleasedExternal)
+		}
+		for i := len(ls) - 1; i >= 0; i-- {
+			f.backward(t, e, ls[i])
+		}
+		if err := e.Holders("g0", ptrs(ls[0].pos), []int64{0, 1}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("mismatched counts: %v, want ErrInvalid", err)
+		}
+	}
+}
+
+// A layer input below the engine's threshold that nothing else holds loses its role but stays: small.
+func TestHoldersKeepSmallInputs(t *testing.T) {
+	f := newFW(t)
+	e := NewEngine(Config{Policy: PolicySafe, Prefetch: 1, MinBytes: 1024}, NewMemcpyMover(), f, nil)
+	in := f.tensor("in", 512)
+	l := &layer{name: "g0", pos: []*tensor{in}, saves: []*tensor{in}, outs: []*tensor{f.tensor("out", 512)}}
+	f.forward(t, e, l)
+	if err := e.Holders("g0", ptrs(l.pos), []int64{0}); err != nil {
+		t.Fatal(err)
+	}
+	e.completePending()
+	if r, _ := e.KeepReason(l.hs[0]); tracker.Reason(r) != tracker.Small || f.released(in) != 0 {
+		t.Errorf("small unheld input: reason %v, released %d times; want small, kept", tracker.Reason(r), f.released(in))
+	}
+	f.backward(t, e, l)
+}

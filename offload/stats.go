@@ -56,6 +56,9 @@ type Event struct {
 	// ByFramework is set on the EvState of a storage the framework's own swap moves (the guard): no copy
 	// of the engine's is in flight, so no kernel can race one.
 	ByFramework bool
+	// HeldArg is the framework's count of the storage's holders outside its group's saved tensors, as
+	// trace.HoldersArg encodes it (0: none given), on the EvReclassify of Engine.Holders.
+	HeldArg uint64
 }
 
 // Observer receives every decision. It is called after the engine released its lock, so it may call

@@ -253,6 +253,12 @@ func (s *sim) step(i int, ev *trace.Event) {
 		}
 	case trace.KindLost:
 		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
+	case trace.KindClassify:
+		if ev.Args[4] != 0 { // the evidence swapagent_holders gave: the simulated policy decides on it again
+			s.evIndex, s.evTS, s.during = i, ev.TS, ev
+			s.engineErr(s.eng.Holders(s.group(ev), []uint64{ev.Args[0]}, []int64{trace.Holders(ev.Args[4])}))
+			s.drainEngine()
+		}
 	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
 		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit, trace.KindDescribe,
 		trace.KindGuarded, trace.KindGuard, trace.KindGuardRestore:

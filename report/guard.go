@@ -24,16 +24,25 @@ type GuardReport struct {
 	Released []GuardKept `json:"released_unheld"`
 }
 
-// GuardKept is one argument (or kind of storage) the guard kept on device in its groups.
+// GuardKept is one argument (or kind of storage) kept on device, or released on the holders' evidence, in
+// its groups.
 type GuardKept struct {
 	Arg    string `json:"arg"`    // the argument path ("rotary_cos_sin[0]"); "" for a storage that is no argument
-	Reason string `json:"reason"` // its keep reason
+	Reason string `json:"reason"` // its keep reason (for a released one: the role that would have kept it)
 	Groups string `json:"groups"` // the groups that kept it ("swap_group_0..swap_group_4")
 	Saves  uint64 `json:"saves"`
 	Bytes  uint64 `json:"bytes"`
-	// Held: the most references outside its group's saved tensors the framework counted when a release
-	// of it was refused (0: none counted, or none asked).
+	// Held: the most references outside its group's saved tensors the framework counted when it was
+	// kept (0: none counted, or none asked).
 	Held int64 `json:"held_by,omitempty"`
+}
+
+// HolderReport is what the holders' evidence decided for the groups the agent's own engine moves (the
+// companions): the layer inputs it swapped because nothing but their group's saved tensors held them,
+// and those it kept because something else did, by argument.
+type HolderReport struct {
+	Released []GuardKept `json:"released_unheld"`
+	Kept     []GuardKept `json:"kept_held"`
 }
 
 // guardOf folds the guard's work; nil when the trace shows none.
@@ -44,6 +53,27 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 	}
 	r := &GuardReport{Groups: g.Groups, ReleasesAllowed: g.Allowed, AllowedBytes: g.AllowedBytes,
 		ReleasesKept: g.Kept, KeptBytes: g.KeptBytes, Restores: g.Restores}
+	r.Kept, r.Released = byArgument(t, func(h *timeline.Handle) bool {
+		return g.Guarded(h.Group) && tracker.Reason(h.Reason).Owned()
+	})
+	return r
+}
+
+// holdersOf folds the holders' evidence on the engine's groups; nil when the trace has none.
+func holdersOf(t *timeline.Timeline) *HolderReport {
+	r := &HolderReport{}
+	r.Kept, r.Released = byArgument(t, func(h *timeline.Handle) bool {
+		return !t.Guard.Guarded(h.Group) && (h.Unheld || h.Held > 0)
+	})
+	if len(r.Kept)+len(r.Released) == 0 {
+		return nil
+	}
+	return r
+}
+
+// byArgument folds the classified handles that pass in by argument path and reason: those their holders'
+// evidence released (Handle.Unheld) and the rest.
+func byArgument(t *timeline.Timeline, in func(*timeline.Handle) bool) (kept, released []GuardKept) {
 	type key struct {
 		arg    string
 		reason uint64
@@ -52,7 +82,7 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 	groups := map[key][]string{}
 	byKey := map[key]*GuardKept{}
 	for _, h := range t.Handles {
-		if !h.Classified || !g.Guarded(h.Group) || !tracker.Reason(h.Reason).Owned() {
+		if !h.Classified || !in(h) {
 			continue
 		}
 		k := key{h.Tensor.Path, h.Reason, h.Unheld}
@@ -68,16 +98,16 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 			groups[k] = append(groups[k], name)
 		}
 	}
-	r.Kept, r.Released = []GuardKept{}, []GuardKept{}
+	kept, released = []GuardKept{}, []GuardKept{}
 	for k, e := range byKey {
 		e.Groups = tracker.GroupList(groups[k])
 		if k.unheld {
-			r.Released = append(r.Released, *e)
+			released = append(released, *e)
 		} else {
-			r.Kept = append(r.Kept, *e)
+			kept = append(kept, *e)
 		}
 	}
-	for _, rows := range [][]GuardKept{r.Kept, r.Released} {
+	for _, rows := range [][]GuardKept{kept, released} {
 		sort.Slice(rows, func(i, j int) bool {
 			a, b := rows[i], rows[j]
 			if (a.Arg == "") != (b.Arg == "") {
@@ -89,5 +119,5 @@ func guardOf(t *timeline.Timeline) *GuardReport {
 			return a.Reason < b.Reason
 		})
 	}
-	return r
+	return kept, released
 }

@@ -49,6 +49,9 @@ type ProcessJSON struct {
 	Meta       trace.Meta        `json:"meta"`
 	// Guard is the guard's work (report/guard.go), null when no group was guarded.
 	Guard *GuardReport `json:"guard"`
+	// Holders is what the holders' evidence decided in the groups the agent's engine moves (report/guard.go),
+	// null when the companion gave none.
+	Holders *HolderReport `json:"holders"`
 }
 
 // LostRange is a damaged stretch of the trace that was skipped (trace.Gap).
@@ -79,7 +82,7 @@ func JSON(sums []*Summary) Report {
 			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond,
 			TraceSegments: s.Segments, TraceFirstSegment: s.FirstSegment, TraceFromNS: s.FromNS, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
-			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, Guard: s.Guard,
+			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, Guard: s.Guard, Holders: s.Holders,
 		}
 		for _, g := range s.Gaps {
 			p.LostRanges = append(p.LostRanges, LostRange{Batch: g.Batch, Offset: g.Offset, Bytes: g.Bytes,

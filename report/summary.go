@@ -90,6 +90,8 @@ type Summary struct {
 
 	// Guard is what the guard did (guard.go); nil when the trace shows no guarded group.
 	Guard *GuardReport
+	// Holders is what the holders' evidence decided in the engine's groups; nil when none was given.
+	Holders *HolderReport
 
 	// Warnings are the lines to print about what reading lost (trace.File.Warnings; LoadFile sets them).
 	Warnings []string
@@ -104,7 +106,7 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 		ABI: abiOf(t), Spans: spans(t)}
 	s.Mem = figures(&t.Foot, &t.Reserved, t.VMM)
 	s.Stats = mergeStats(t.StatsJSON, derivedStats(t))
-	s.Guard = guardOf(t)
+	s.Guard, s.Holders = guardOf(t), holdersOf(t)
 	return s
 }
 

@@ -104,16 +104,11 @@ func writeTextOne(w io.Writer, s *Summary) {
 			"%d refused (%s); %d given memory back\n", len(g.Groups), cli.Escape(tracker.GroupList(g.Groups)),
 			g.ReleasesAllowed+g.ReleasesKept, g.ReleasesAllowed, Bytes(g.AllowedBytes), g.ReleasesKept,
 			Bytes(g.KeptBytes), g.Restores)
-		for _, k := range g.Kept {
-			held := ""
-			if k.Held > 0 {
-				held = fmt.Sprintf("; held by %d reference(s) outside its saved tensors", k.Held)
-			}
-			fmt.Fprintf(w, "    kept %s%s\n", guardRow(k), held)
-		}
-		for _, k := range g.Released {
-			fmt.Fprintf(w, "    released %s; no other holder\n", guardRow(k))
-		}
+		holderRows(w, g.Kept, g.Released)
+	}
+	if h := s.Holders; h != nil {
+		fmt.Fprintf(w, "  holders: the companion counted who else holds the layers' inputs\n")
+		holderRows(w, h.Kept, h.Released)
 	}
 	if v, ok := s.Meta[trace.MetaPythonGuard]; ok {
 		fmt.Fprintf(w, "  python guard: %s\n", cli.Escape(v))
@@ -279,6 +274,21 @@ func Bytes(n uint64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMGTP"[i])
+}
+
+// holderRows prints the kept rows (with their holders' count where one was given) and the rows released
+// because nothing but their group's saved tensors held them.
+func holderRows(w io.Writer, kept, released []GuardKept) {
+	for _, k := range kept {
+		held := ""
+		if k.Held > 0 {
+			held = fmt.Sprintf("; held by %d reference(s) outside its saved tensors", k.Held)
+		}
+		fmt.Fprintf(w, "    kept %s%s\n", guardRow(k), held)
+	}
+	for _, k := range released {
+		fmt.Fprintf(w, "    released %s; no other holder\n", guardRow(k))
+	}
 }
 
 // guardRow is a guard row's argument, reason, groups, saves and bytes ("args[0] (input) in swap_group_0..

@@ -553,6 +553,31 @@ func sa_go_protect(group *C.char, ptrs *C.uintptr_t, n C.size_t) (ret C.int) {
 	return groupPtrsCall("protect", group, ptrs, n, "ptrs", (*agent.Agent).Protect)
 }
 
+//export sa_go_holders
+func sa_go_holders(group *C.char, ptrs *C.uintptr_t, counts *C.int64_t, n C.size_t) (ret C.int) {
+	defer guard("swapagent_holders", &ret, agent.EDisabled)
+	a := theAgent
+	if a == nil {
+		return agent.EDisabled
+	}
+	g, bad := cGroup(a, group)
+	var ps, cs []uint64
+	if bad == "" {
+		ps, bad = ptrSlice(a, ptrs, n, "ptrs")
+	}
+	if bad == "" {
+		cs, bad = ptrSlice(a, (*C.uintptr_t)(unsafe.Pointer(counts)), n, "counts")
+	}
+	if bad != "" {
+		return C.int(a.Invalid("holders", bad))
+	}
+	held := make([]int64, len(cs))
+	for i, c := range cs {
+		held[i] = int64(c)
+	}
+	return C.int(a.Holders(g, ps, held))
+}
+
 //export sa_go_group_streams
 func sa_go_group_streams(group *C.char, streams *C.uintptr_t, n C.size_t) (ret C.int) {
 	defer guard("swapagent_group_streams", &ret, agent.EDisabled)

@@ -19,12 +19,22 @@ type Handle struct {
 	Releases   int    // how often its device memory was released (a transition into host)
 	ReleaseSeq int    // its place in Timeline.Released (the first release); -1 while never released
 	Restored   bool   // back on device after a release
-	// Unheld: the job's own swap released it with the agent's consent although its role (an input, an
-	// output) would have kept it, because the framework showed nothing but its group's saved tensors held
-	// it (tracker.Releasable). Held is the most references outside those the framework counted at a
-	// refused release of it (0: none counted).
+	// Unheld: the job's own swap released it with the agent's consent, or the agent's engine swapped it,
+	// although its role (an input, an output; still in Reason) would have kept it, because the framework
+	// showed nothing but its group's saved tensors held it (tracker.Releasable). Held is the most
+	// references outside those the framework counted at a refused release of it, or at the engine's
+	// question (0: none counted).
 	Unheld bool
 	Held   int64
+}
+
+// counted is the reason the handle is counted under in Timeline.Reasons: internal once its holders'
+// evidence let it go.
+func (h *Handle) counted() uint64 {
+	if h.Unheld {
+		return trace.KeepInternal
+	}
+	return h.Reason
 }
 
 // Released says whether the handle's storage was ever released.
@@ -87,9 +97,21 @@ func (t *Timeline) save(ev *trace.Event) {
 // classify records a KindClassify: the keep reason, and the storage's base and size as the agent knew
 // them (a zero says nothing new).
 func (t *Timeline) classify(ev *trace.Event) {
-	t.Reasons[ev.Args[2]]++
 	h := t.handle(ev.Handle)
-	h.Group, h.Reason, h.Classified = ev.Group, ev.Args[2], true
+	if h.Classified { // a reclassification moves the handle's count
+		t.Reasons[h.counted()]--
+	}
+	t.Reasons[ev.Args[2]]++
+	reason := ev.Args[2]
+	if ev.Args[4] != 0 { // the holders' evidence (offload.Engine.Holders)
+		held := trace.Holders(ev.Args[4])
+		role := h.Reason == trace.KeepInput || h.Reason == trace.KeepOutput
+		if held == 0 && h.Classified && role && (reason == trace.KeepInternal || reason == trace.KeepSmall) {
+			h.Unheld, reason = true, h.Reason // the role stays in Reason, as for the guard's releases
+		}
+		h.Held = max(h.Held, held)
+	}
+	h.Group, h.Reason, h.Classified = ev.Group, reason, true
 	if ev.Args[0] != 0 {
 		h.Base = ev.Args[0]
 	}

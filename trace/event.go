@@ -32,7 +32,8 @@ const (
 	// KindBackwardExit: Group.
 	KindBackwardExit Kind = 10
 	// KindClassify: Group, Handle, Args[0] = storage base, Args[1] = nbytes, Args[2] = keep reason,
-	// Args[3] = generation.
+	// Args[3] = generation, Args[4] = the framework's count of the storage's other holders + 1 (HoldersArg;
+	// 0: none given), on the reclassification swapagent_holders made.
 	KindClassify Kind = 11
 	// KindState: Handle, Args[0] = from state, Args[1] = to state, Args[2] = device base after the change,
 	// Args[3] = nbytes.

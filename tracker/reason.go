@@ -94,6 +94,10 @@ func Releasable(m Mask, r Reason, h Holders) bool {
 	return h == 0
 }
 
+// WithoutRole is the reason the rules give a storage of match m once its role in the region (an input, an
+// output) no longer keeps it, as Releasable found: the next rule that matched (small), else internal.
+func (m Mask) WithoutRole() Reason { return First(m &^ (bit(Input) | bit(Output))) }
+
 // ByHolders reports whether Releasable allows the storage only because of the evidence: its role would
 // have kept it.
 func ByHolders(r Reason, h Holders) bool { return r.Owned() && h == 0 }

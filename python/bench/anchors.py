@@ -25,8 +25,10 @@ How each is measured:
 - all-offload freed: a census step in the none process replaces every saved tensor of layers 0-10 by a copy,
   as an offload to the host does, and reads at the forward's end which of the original storages are gone
   (torch's storage weak references): what save_on_cpu frees. The boundary tensors among them (the layers'
-  inputs and outputs, RoPE cos/sin included) are what swapagent must keep; torchtune frees those storages
-  all of whose saves its rule moves.
+  inputs and outputs, RoPE cos/sin included) are what a rule by roles keeps; swapagent keeps those that
+  something else still holds (RoPE) and moves the hidden states entering layers 1-9, which nothing but
+  their layer's saved tensors holds once the next layer is entered; torchtune frees those storages all of
+  whose saves its rule moves.
 - swapagent moved and freed: the agent's own stats (offloaded, restored, saved_bytes_peak: the most bytes
   it held released at once; a release is resize_(0), which frees a storage whoever else refers to it). The
   guard's: the stand-in's own count of the storages it released (resize_(0)) and copied back, all of them
@@ -370,8 +372,10 @@ def report(rs, steps, rounds):
     if "safe" in rows:
         soc, tt, safe = rows["save_on_cpu"][0], rows["torchtune"][0], rows["safe"][0]
         print("  safe moves %.2fx the bytes of save_on_cpu (target <= 0.5) and %.2fx torchtune's (target < 1); "
-              "frees %.2f of what the all-offload frees less the boundary tensors it must keep (target >= 0.9)"
-              % (safe / soc, safe / tt, rows["safe"][2] / ideal if ideal else 0))
+              "frees %.2f of what the all-offload frees, %.2f of that less the boundary tensors (target >= 0.9: "
+              "above 1 where it moves the layer inputs nothing else holds)"
+              % (safe / soc, safe / tt, rows["safe"][2] / c["all_freed"] if c["all_freed"] else 0,
+                 rows["safe"][2] / ideal if ideal else 0))
 
 
 def main():

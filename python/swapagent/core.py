@@ -168,6 +168,10 @@ class Agent:
                          (self._note, [c.c_char_p, c.c_char_p])):
             if fn is not None:
                 fn.restype, fn.argtypes = c.c_int, args
+        self._holders = getattr(lib, "swapagent_holders", None)
+        if self._holders is not None:
+            self._holders.restype = c.c_int
+            self._holders.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t]
         self._group_streams = getattr(lib, "swapagent_group_streams", None)  # additive, like the above
         if self._group_streams is not None:
             self._group_streams.restype = c.c_int
@@ -404,6 +408,18 @@ class Agent:
     def protect(self, group, ptrs):
         keep, a = self._array(ptrs)
         return self.check("protect", self.lib.swapagent_protect(group.encode(), a, len(ptrs)))
+
+    def has_holders(self):
+        """Whether the library takes the holders' evidence (swapagent_holders)."""
+        return self._holders is not None
+
+    def holders(self, group, ptrs, counts):
+        """The framework's count of the references to each storage at ptrs outside group's saved tensors
+        (negative: unknown), after its region exited: under safe the agent swaps a layer input nothing else
+        holds (swapagent_holders)."""
+        keep, a = self._array(ptrs)
+        keep2, b = self._array(counts, _I64)
+        return self.check("holders(%s)" % group, self._holders(self._name(group), a, b, len(ptrs)))
 
     def group_streams(self, group, streams):
         """Names the runtime streams (aclrtStream handles as integers) the group's kernels run on, for a
@@ -797,6 +813,11 @@ class Framework:
         without walking the module tree again, as long as what it returns is that of the module now."""
         raise NotImplementedError
 
+    def holders(self, storage, aliases):
+        """The references to storage (the object the registry holds) beyond those of the saved tensors of one
+        forward, which hold aliases of it (Framework.alias), or None where this framework counts none."""
+        return None
+
     def alias(self, t):
         """A tensor on t's storage without t's autograd history, for Packed to hold: holding t itself
         makes a reference cycle (t -> its grad_fn -> the saved tensor -> Packed -> t) when an operation
@@ -1145,6 +1166,29 @@ class Layer:
                     n_pos += 1
         self.agent.region_enter(self.group, ptrs, n_pos, descs)
 
+    def report_holders(self, ptrs):
+        """Tells the agent, for each storage at ptrs (the layer's inputs) that its latest forward saved, how
+        many references outside that forward's saved tensors hold it (Framework.holders). Nothing when the
+        framework counts none, or the forward is no longer waiting for its backward."""
+        p = self.latest
+        if p is None or not p.handles or p.entered or len(self._bptr):
+            return
+        saved = self._saved
+        at = {saved[i]: saved[i + 1] for i in range(0, len(saved), 4)}  # handle -> storage pointer
+        wanted = set(ptrs)
+        got_ptrs, counts = [], []
+        for slot, h in enumerate(p.handles):
+            ptr = at.get(h)
+            if ptr is None or ptr not in wanted or slot >= len(p.refs):
+                continue
+            wanted.discard(ptr)
+            n = self.fw.holders(_entries.get(h), p.refs[slot])
+            if n is not None:
+                got_ptrs.append(ptr)
+                counts.append(n)
+        if got_ptrs:
+            self.agent.holders(self.group, got_ptrs, counts)
+
     def forward_post(self, output):
         named = walk_named(output, self._is_tensor, "output", [])
         outs = [t for _, t in named]
@@ -1419,6 +1463,23 @@ def select(layers, swap):
         if bad:
             raise ValueError("swapagent: swap indices %s out of range for %d layers" % (bad, len(layers)))
     return [(i, layers[i]) for i in idx]
+
+
+# ---- the holders of a layer's inputs ----------------------------------------------------------------------
+
+# The layers whose inputs' holders the next layer's entry counts: while a layer's call returns, the job's
+# variable still holds its input; once the next layer is entered the job has moved on, and an input that
+# nothing but the layer's saved tensors holds may be swapped like the layer's own activations.
+_inputs_to_count = []
+
+
+def count_holders(layer, args, kwargs):
+    """A forward pre-hook of the companions' layers under safe and off, before the region's own: reports
+    the holders of the inputs of the layer entered before (Layer.report_holders), then notes this one's."""
+    while _inputs_to_count:
+        before, ptrs = _inputs_to_count.pop()
+        before.report_holders(ptrs)
+    _inputs_to_count.append((layer, layer.pointers((args, kwargs))))
 
 
 def start(prefetch):

@@ -17,7 +17,7 @@ import inspect
 
 import torch as _torch
 
-from . import core
+from . import core, guard
 
 stats = core.stats
 group_name = core.group_name
@@ -62,6 +62,16 @@ class Torch(core.Framework):
         except (RuntimeError, NotImplementedError):
             return None
         return s, s.data_ptr(), s.nbytes()
+
+    def holders(self, storage, aliases):
+        # The storage's use count: one for each tensor or storage object on it. Less what a fresh tensor's
+        # storage object reads (guard._calibration) and the saved tensors' aliases, the rest are the job's,
+        # another layer's or an autograd node's.
+        if storage is None:
+            return None
+        c = guard._calibration(_torch)  # pylint: disable=protected-access
+        extra = _torch._C._storage_Use_Count(storage._cdata) - c[0] - aliases  # pylint: disable=protected-access
+        return extra if extra >= 0 else None  # fewer than its own: a count this code misreads
 
     def param_ptrs(self, module, cache=None):
         """The parameters' and buffers' storage pointers. With a cache: the submodules are walked again
@@ -128,6 +138,8 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     fw = Torch(include_cpu)
     removers, wrapped = [], []
     always = "always_call" in inspect.signature(_torch.nn.Module.register_forward_hook).parameters
+    # Under outputs-only the agent swaps layer inputs anyway: no count needed.
+    count = agent.policy() != core.POLICY_OUTPUTS_ONLY and agent.has_holders()
     try:
         for i, module in core.select(layers, swap):
             if not isinstance(module, _torch.nn.Module):
@@ -135,6 +147,10 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
                                 % (i, type(module).__name__))
             layer = core.Layer(agent, fw, module, core.group_name(i), include_cpu)
             wrapped.append(layer)
+            if count:
+                removers.append(module.register_forward_pre_hook(
+                    lambda _m, args, kwargs, layer=layer: core.count_holders(layer, args, kwargs),
+                    with_kwargs=True).remove)
             removers.extend(_install(module, layer, always))
     except BaseException:
         while removers:

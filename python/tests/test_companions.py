@@ -174,17 +174,25 @@ def test_boundary_regressions(case, fw):
     """hyper-parallel issue 294's regression list, on the real model."""
     res = ok(*case(fw, "swap", "safe")[:2])
     assert res["groups_wrapped"] == ["layer.%d" % i for i in models.SWAP]
+    last = "layer.%d" % models.SWAP[-1]
     for g, entries in res["groups"].items():
         roles = collections.defaultdict(list)
         for e in entries:
             roles[e["role"]].append(e)
-        # positional and keyword inputs protected, with reason input, left on device
+        # keyword inputs the model still holds (RoPE), with reason input, left on device
         for role in ("pos0", "cos", "sin"):
             assert roles[role], "%s: %s was not saved (test model changed?)" % (g, role)
-            for e in roles[role]:
-                assert e["reason"] in ("input", "duplicate"), (g, e)
-                assert e["state"] == 0, (g, e)
+        for e in roles["cos"] + roles["sin"]:
+            assert e["reason"] in ("input", "duplicate"), (g, e)
+            assert e["state"] == 0, (g, e)
         assert any(e["reason"] == "input" for e in roles["cos"]), g
+        # the hidden state entering a layer: nothing but the layer's saved tensors holds it once the next
+        # layer is entered, so under torch (which counts holders) it moves like an activation; MindSpore
+        # counts none, and the last layer's is never counted (no wrapped layer comes after it): kept
+        released = fw == "torch" and g != last
+        for e in roles["pos0"]:
+            assert e["reason"] in (("internal",) if released else ("input", "duplicate")), (g, e)
+            assert e["state"] == (2 if released else 0), (g, e)
         # output pointers passed too: v is saved inside the layer and returned
         assert roles["out_v"] and all(e["reason"] in ("output", "duplicate") for e in roles["out_v"]), (g, entries)
         assert any(e["reason"] == "output" for e in roles["out_v"]), g
@@ -218,22 +226,38 @@ def test_frameworks_agree(case):
     t = ok(*case("torch", "swap", "safe")[:2])
     m = ok(*case("mindspore", "swap", "safe")[:2])
 
-    # the same decisions for the same tensors: (role, keep reason, state) of every save, per group
-    def decisions(res):
-        return {g: sorted((e["role"], str(e["reason"]), e["state"]) for e in es) for g, es in res["groups"].items()}
-    td, md = decisions(t), decisions(m)
+    # the same decisions for the same tensors: (role, keep reason, state) of every save, per group; but the
+    # hidden state entering layers 0-9, which torch's holder count lets go and MindSpore (no count) keeps
+    moved = {"layer.%d" % i for i in models.SWAP[:-1]}
+
+    def decisions(res, fw):
+        out = {}
+        for g, es in res["groups"].items():
+            ds = [(e["role"], str(e["reason"]), e["state"]) for e in es]
+            if g in moved:
+                want = ("pos0", "internal", 2) if fw == "torch" else ("pos0", "input", 0)
+                assert want in ds, (fw, g, ds)
+                ds.remove(want)
+            out[g] = sorted(ds)
+        return out
+    td, md = decisions(t, "torch"), decisions(m, "mindspore")
     assert set(td) == set(md)
     for g in td:
         assert td[g] == md[g], "%s: torch %s\nmindspore %s" % (g, td[g], md[g])
-    # the same offloaded and kept counts per group, and in total
+    # the same offloaded and kept counts per group, and in total, but that storage
     tg, mg = t["stats"]["groups"], m["stats"]["groups"]
     assert set(tg) == set(mg) == {"layer.%d" % i for i in models.SWAP}
+    hidden = models.BATCH * models.SEQ * models.DIM * 4
     for g in tg:
-        for k in ("saves", "internal", "offloaded", "kept", "restored", "offloaded_bytes"):
-            assert tg[g][k] == mg[g][k], "%s %s: torch %d, mindspore %d" % (g, k, tg[g][k], mg[g][k])
-    assert t["stats"]["kept"] == m["stats"]["kept"]
-    for k in ("offloaded_storages", "offloaded_bytes", "restored_bytes", "saves"):
-        assert t["stats"][k] == m["stats"][k], (k, t["stats"][k], m["stats"][k])
+        d = STEPS if g in moved else 0  # the group counts are the run's
+        for k, diff in (("saves", 0), ("internal", d), ("offloaded", d), ("kept", -d), ("restored", d),
+                        ("offloaded_bytes", d * hidden)):
+            assert tg[g][k] == mg[g][k] + diff, "%s %s: torch %d, mindspore %d" % (g, k, tg[g][k], mg[g][k])
+    d = STEPS * len(moved)
+    assert t["stats"]["kept"] == dict(m["stats"]["kept"], input=m["stats"]["kept"]["input"] - d)
+    for k, diff in (("offloaded_storages", d), ("offloaded_bytes", d * hidden), ("restored_bytes", d * hidden),
+                    ("saves", 0)):
+        assert t["stats"][k] == m["stats"][k] + diff, (k, t["stats"][k], m["stats"][k])
 
 
 @pytest.mark.parametrize("fw", FRAMEWORKS)
@@ -350,6 +374,13 @@ def test_fanout_gradients_bit_identical(case, fw, policy):
         assert st["offloaded_bytes"] > 0 and st["restored_bytes"] == st["offloaded_bytes"], st
     else:
         assert st["offloaded_bytes"] == 0, st
+    if policy == "safe" and fw == "torch":
+        # The job keeps every layer's output in a list (as output_hidden_states=True does): layer 1's input
+        # (layer 0's output) stays; layer 2 gets a fresh tensor nothing else holds, which moves. (Layer 0's
+        # input takes no gradient and from layer 3 on the input is added to a skip before anything saves it.)
+        for g, want in (("layer.1", "input"), ("layer.2", "internal")):
+            pos0 = [e["reason"] for e in res["groups"][g] if e["role"] == "pos0"]
+            assert pos0 and set(pos0) <= {want, "duplicate"}, (g, pos0)
     assert res["alive_after_step"] == [], res["alive_after_step"]
     assert res["hooks_left"] == 0
     assert res["after_remove"]["loss_hex"] == base["after_remove"]["loss_hex"]

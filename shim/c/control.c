@@ -29,6 +29,7 @@ extern int sa_go_region_end(char *group, uintptr_t *out, size_t n_out, uintptr_t
                             uint32_t *flags, size_t n_save, int64_t *handles, uintptr_t *desc_ptrs, char **descs,
                             size_t n_desc);
 extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
+extern int sa_go_holders(char *group, uintptr_t *ptrs, int64_t *counts, size_t n);
 extern int sa_go_group_streams(char *group, uintptr_t *streams, size_t n);
 extern int sa_go_backward_enter(char *group);
 extern uintptr_t sa_go_unpack(int64_t handle);
@@ -199,6 +200,11 @@ SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
 SA_EXPORT int swapagent_backward_exit(const char *group) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return SA_GO(sa_go_backward_exit((char *)group));
+}
+
+SA_EXPORT int swapagent_holders(const char *group, const uintptr_t *ptrs, const int64_t *others, size_t n) {
+  if (sa_refuse()) return SWAPAGENT_EDISABLED;
+  return SA_GO(sa_go_holders((char *)group, (uintptr_t *)ptrs, (int64_t *)others, n));
 }
 
 SA_EXPORT int swapagent_guard(const char *group) {

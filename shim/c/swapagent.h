@@ -145,6 +145,13 @@ int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int
  * live group saved and one the agent moves itself stay, whatever the count; a negative count decides by
  * the role, as swapagent_guard_release. */
 int swapagent_guard_release_held(const char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token);
+/* The framework's count of the references to each storage at ptrs[i] outside the saved tensors of group,
+ * others[i] (negative: it cannot tell), read after the group's region exited and before its backward,
+ * once the job's own variables moved on (the companions count when the next layer is entered). Under safe
+ * a storage the agent keeps only for its role (a layer input) that nothing else holds (others[i] == 0)
+ * becomes internal: the agent swaps it like the group's own activations. The rest of the rule is
+ * swapagent_guard_release_held's. Companions' interface (ABI 1). */
+int swapagent_holders(const char *group, const uintptr_t *ptrs, const int64_t *others, size_t n);
 /* The framework gave a storage it released (swapagent_guard_release allowed it, token is what that call
  * gave) memory again: new_ptr is its base now. Addresses are reused, so the token, not the old base, names
  * the storage. */

@@ -171,6 +171,11 @@ int sa_go_region_end(char *group, uintptr_t *out, size_t n_out, uintptr_t *ptrs,
 }
 int sa_go_protect(char *group, uintptr_t *ptrs, size_t n) { return touch(group, ptrs, n); }
 int sa_go_group_streams(char *group, uintptr_t *streams, size_t n) { return touch(group, streams, n); }
+int sa_go_holders(char *group, uintptr_t *ptrs, int64_t *counts, size_t n) {
+  int rc = touch(group, ptrs, n);
+  if (rc == SWAPAGENT_OK) rc = touch(group, (const uintptr_t *)counts, n);
+  return rc;
+}
 int sa_go_backward_enter(char *group) { return touch(group, NULL, 0); }
 int sa_go_backward_exit(char *group) { return touch(group, NULL, 0); }
 /* The deferred calls, answered in C as under policy off (nothing runs them later but the free above). */

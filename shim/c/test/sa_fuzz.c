@@ -494,6 +494,19 @@ static void do_protect(void) {
   count(abi.protect(name, arr, n));
 }
 
+/* The holders' evidence: any count, on any pointers; one of 0 lets the agent move an input. */
+static void do_holders(void) {
+  const char *name;
+  pick_group(&name, -1);
+  uintptr_t buf[8];
+  int64_t counts[8];
+  const uintptr_t *arr;
+  size_t n;
+  ptr_array(buf, 8, &arr, &n);
+  for (size_t i = 0; i < 8; i++) counts[i] = (int64_t)below(3) - 1;
+  count(abi.holders(name, arr, chance(50) ? NULL : counts, n));
+}
+
 static void do_streams(void) {
   const char *name;
   pick_group(&name, -1);
@@ -800,8 +813,10 @@ int main(int argc, char **argv) {
       do_bwd_exit();
     else if (r < 880)
       do_query();
-    else if (r < 910)
+    else if (r < 895)
       do_protect();
+    else if (r < 910)
+      do_holders();
     else if (r < 925)
       do_streams();
     else if (r < 935)

@@ -60,6 +60,7 @@ static struct {
   __typeof__(&swapagent_region_end) end;
   __typeof__(&swapagent_protect) protect;
   __typeof__(&swapagent_group_streams) streams;
+  __typeof__(&swapagent_holders) holders;
   __typeof__(&swapagent_backward_enter) bwd_enter;
   __typeof__(&swapagent_unpack) unpack;
   __typeof__(&swapagent_backward_exit) bwd_exit;
@@ -90,6 +91,7 @@ static inline int sa_abi_load(const char *prog) {
   SA_LOOKUP(end, "swapagent_region_end");
   SA_LOOKUP(protect, "swapagent_protect");
   SA_LOOKUP(streams, "swapagent_group_streams");
+  SA_LOOKUP(holders, "swapagent_holders");
   SA_LOOKUP(bwd_enter, "swapagent_backward_enter");
   SA_LOOKUP(unpack, "swapagent_unpack");
   SA_LOOKUP(bwd_exit, "swapagent_backward_exit");
