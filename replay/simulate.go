@@ -467,38 +467,9 @@ func (s *sim) peak() {
 	}
 }
 
-// coverage says what a trace's figures cover when it is not a whole training run: one that ends at a
-// fault, or that never reached a backward ("" when neither).
-func coverage(t *timeline.Timeline) string {
-	backward := t.Count(trace.KindBackwardEnter)+t.Count(trace.KindUnpack) > 0
-	if len(t.Faults) > 0 {
-		f := t.Faults[0]
-		step := 0
-		for _, st := range t.Steps {
-			if st <= f.TS {
-				step++
-			}
-		}
-		where := fmt.Sprintf("in step %d", max(step, 1))
-		if f.Record.Kernel != "" {
-			where += " (" + f.Record.Kernel + ")"
-		}
-		if !backward {
-			return fmt.Sprintf("the recording faulted %s before any backward: these figures cover its forward up to the "+
-				"fault, not a whole step, and say nothing of restores", where)
-		}
-		return fmt.Sprintf("the recording faulted %s: these figures cover it up to there (%d fault records)", where,
-			len(t.Faults))
-	}
-	if !backward && t.Count(trace.KindRegionEnter) > 0 {
-		return "the recording has no backward: these figures cover forward passes only, and say nothing of restores"
-	}
-	return ""
-}
-
 func (s *sim) finish() {
 	r := s.res
-	if c := coverage(s.rec); c != "" {
+	if c, _ := s.rec.Coverage(); c != "" {
 		r.Notes = append(r.Notes, c)
 	}
 	r.BytesOut, r.BytesIn = s.ops.out, s.ops.in

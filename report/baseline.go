@@ -29,6 +29,19 @@ type Comparison struct {
 	SavedPercent   float64  `json:"saved_percent"`       // of BaselinePeak
 	// ImpliedSavedBytes is what the swap trace alone implies (its memory figures), for comparison.
 	ImpliedSavedBytes uint64 `json:"implied_saved_bytes"`
+	// Refused says why no saving is measured ("" when one is): a run that faulted before a whole step
+	// peaked as a run cut short, not as the job would have; SavedBytes and SavedPercent are then 0.
+	Refused string `json:"refused,omitempty"`
+}
+
+// Refused reports whether some comparison claims no saving (Comparison.Refused).
+func (r BaselineReport) Refused() bool {
+	for _, c := range r.Comparisons {
+		if c.Refused != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // BaselineReport is `report --baseline --format json`.
@@ -74,9 +87,16 @@ func Compare(baseline, swap []*Summary) BaselineReport {
 			c := Comparison{Argv: s.Header.Argv, Rank: s.Header.Rank, Baseline: displayPath(base.Path),
 				Swap: displayPath(s.Path), BaselinePolicy: base.Meta[trace.MetaPolicy], Policy: s.Meta[trace.MetaPolicy],
 				BaselinePeak: base.Mem.PeakInUse, Peak: s.Mem.PeakInUse, ImpliedSavedBytes: s.Mem.SavedBytes}
-			c.SavedBytes = int64(c.BaselinePeak) - int64(c.Peak)
-			if c.BaselinePeak > 0 {
-				c.SavedPercent = float64(c.SavedBytes) / float64(c.BaselinePeak) * 100
+			switch {
+			case s.Mem.Partial != "":
+				c.Refused = "this run faulted before a whole step: its peak is that of a run cut short"
+			case base.Mem.Partial != "":
+				c.Refused = "the baseline faulted before a whole step: its peak is that of a run cut short"
+			default:
+				c.SavedBytes = int64(c.BaselinePeak) - int64(c.Peak)
+				if c.BaselinePeak > 0 {
+					c.SavedPercent = float64(c.SavedBytes) / float64(c.BaselinePeak) * 100
+				}
 			}
 			if c.Argv == nil {
 				c.Argv = []string{}
@@ -119,7 +139,9 @@ func WriteBaselineText(w io.Writer, r BaselineReport) error {
 		fmt.Fprintf(tw, "  baseline (policy %s): peak in use %s (%s)\n", orDash(c.BaselinePolicy), Bytes(c.BaselinePeak),
 			cli.Escape(c.Baseline))
 		fmt.Fprintf(tw, "  this run (policy %s): peak in use %s (%s)\n", orDash(c.Policy), Bytes(c.Peak), cli.Escape(c.Swap))
-		if c.SavedBytes >= 0 {
+		if c.Refused != "" {
+			fmt.Fprintf(tw, "  saved, measured: none claimed: %s\n", c.Refused)
+		} else if c.SavedBytes >= 0 {
 			fmt.Fprintf(tw, "  saved, measured: %s (%.1f%% of the baseline's peak); this run's trace alone implied %s\n",
 				Bytes(uint64(c.SavedBytes)), c.SavedPercent, Bytes(c.ImpliedSavedBytes))
 		} else {

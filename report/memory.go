@@ -42,6 +42,9 @@ type MemFigures struct {
 	// ReservedPeak is the most VMM address space reserved at once (aclrtReserveMemAddress): address space,
 	// not memory, so it is in none of the figures above.
 	ReservedPeak uint64 `json:"reserved_address_space_peak_bytes"`
+	// Partial says why no saving is claimed: the trace ends at a fault before a whole step ("" otherwise; the
+	// saving fields are then 0).
+	Partial string `json:"partial,omitempty"`
 }
 
 // figures returns the footprint's memory figures; reserved is the reservation tracking (may be empty).
@@ -71,38 +74,48 @@ func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
 	return m
 }
 
-// Text is the figures in one line, as run's summary and `report` print them. The no-swap peak and the
-// saving are estimates: one trace cannot see how the pool would have grown and fragmented without swap
-// (`report --baseline` measures it), so the saving comes with its lower bound, and a saving below one step
-// of the pool's growth is not claimed.
+// Text is the figures in one short line, the same words in run's summary, report, the SVG and Perfetto:
+// the measured peak, the no-swap peak labelled as the estimate it is, and one saving (the estimate). A
+// trace cut short by a fault before a whole step claims none; a run that swapped nothing out says so.
+// What qualifies the estimate (its lower bound, the pool's steps, how to measure) is Detail's.
 func (m MemFigures) Text() string {
 	if m.PeakNoSwap == 0 {
 		return "no device allocations recorded"
 	}
-	s := fmt.Sprintf("peak in use %s with swap, about %s without swap (estimate implied by the trace, blind to the "+
-		"pool's growth and fragmentation without swap: `report --baseline` measures them); ",
-		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap))
-	if m.SavedBytes > 0 && !m.SavingSupported {
-		return s + fmt.Sprintf("saved: none this trace supports (the estimate, %d bytes, is less than the pool's "+
-			"%s step of growth)", m.SavedBytes, Bytes(m.PoolStep))
+	s := "peak " + Bytes(m.PeakInUse) + " in use"
+	switch {
+	case m.Partial != "":
+		return s + "; no saving claimed: " + m.Partial
+	case m.SwappedOutPeak == 0 && m.SavedBytes == 0:
+		return s + ", nothing swapped out"
 	}
-	s += fmt.Sprintf("saved about %d bytes (%s, %.1f%% of the no-swap estimate)", m.SavedBytes, Bytes(m.SavedBytes),
-		m.SavedPercent)
-	if m.SavedBytes == 0 {
-		return s
+	s += "; about " + Bytes(m.PeakNoSwap) + " without swap (estimate)"
+	if !m.SavingSupported {
+		return s + ": no saving this trace supports"
 	}
-	return s + ", " + m.bound() + m.steps()
+	return s + fmt.Sprintf(": saved about %s (%.0f%%)", Bytes(m.SavedBytes), m.SavedPercent)
 }
 
-// steps says the saving in whole steps of the pool's growth, where a step is coarse enough to matter: the
-// tensor bytes the estimate counts rarely fill whole steps, so a device counter shows the nearest count of
-// them (decoder-sim, hidden 40: about 6,766,592 bytes estimated, 3 steps of 2 MiB measured).
-func (m MemFigures) steps() string {
-	if m.SavedPoolSteps == 0 || m.SavedPoolSteps > maxStepsWorthSaying {
+// Detail is what qualifies Text's saving, for report's text (run's summary leaves it out), or "": the
+// estimate cannot see how the pool would have grown and fragmented without swap, so it comes with its
+// lower bound where the trace proves one, the saving in the pool's steps of growth where they are coarse
+// enough to matter, and the way to measure it.
+func (m MemFigures) Detail() string {
+	switch {
+	case m.Partial != "" || m.PeakNoSwap == 0 || m.SavedBytes == 0:
 		return ""
+	case !m.SavingSupported:
+		return fmt.Sprintf("the estimate, %d bytes, is less than one %s step of the pool's growth", m.SavedBytes,
+			Bytes(m.PoolStep))
 	}
-	return fmt.Sprintf("; the pool grows in %s steps, so the device saving is a whole number of them: about %d (%s)",
-		Bytes(m.PoolStep), m.SavedPoolSteps, Bytes(m.SavedPoolSteps*m.PoolStep))
+	s := fmt.Sprintf("about %d bytes, %s", m.SavedBytes, m.bound())
+	if m.SavedPoolSteps > 0 && m.SavedPoolSteps <= maxStepsWorthSaying {
+		// The tensor bytes the estimate counts rarely fill whole steps, so a device counter shows the nearest
+		// count of them (decoder-sim, hidden 40: about 6,766,592 bytes estimated, 3 steps of 2 MiB measured).
+		s += fmt.Sprintf("; in the pool's %s steps of growth, about %d (%s)", Bytes(m.PoolStep), m.SavedPoolSteps,
+			Bytes(m.SavedPoolSteps*m.PoolStep))
+	}
+	return s + "; the estimate cannot see the pool's growth and fragmentation without swap: `report --baseline` measures them"
 }
 
 // maxStepsWorthSaying: a saving of more pool steps than this is fine-grained enough that counting them says
@@ -114,19 +127,13 @@ func (m MemFigures) bound() string {
 	if m.SavedAtLeast == 0 {
 		return "with no lower bound this trace proves (little was swapped out when the run peaked)"
 	}
-	return fmt.Sprintf("at least %d bytes (%s: swapped out when the run peaked, less one %s step of the pool's growth)",
-		m.SavedAtLeast, Bytes(m.SavedAtLeast), Bytes(m.PoolStep))
+	return fmt.Sprintf("at least %d bytes (swapped out when the run peaked, less one %s step of the pool's growth)",
+		m.SavedAtLeast, Bytes(m.PoolStep))
 }
 
-// Short is Text for a picture's title line: the same figures, fewer words.
-func (m MemFigures) Short() string {
-	if m.PeakNoSwap == 0 {
-		return "no device allocations recorded"
-	}
-	if m.SavedBytes > 0 && !m.SavingSupported {
-		return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); no saving supported",
-			Bytes(m.PeakInUse), Bytes(m.PeakNoSwap))
-	}
-	return fmt.Sprintf("peak in use %s with swap vs about %s without (estimate); saved about %s (%.1f%%), at least %s",
-		Bytes(m.PeakInUse), Bytes(m.PeakNoSwap), Bytes(m.SavedBytes), m.SavedPercent, Bytes(m.SavedAtLeast))
+// withhold takes back the saving of a trace that faulted before a whole step (timeline.Coverage): its peak
+// is that of a run cut short, and the no-swap estimate that of the same partial run.
+func (m *MemFigures) withhold(why string) {
+	m.Partial = why
+	m.SavedBytes, m.SavedPercent, m.SavingSupported, m.SavedAtLeast, m.SavedPoolSteps = 0, 0, false, 0, 0
 }

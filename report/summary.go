@@ -105,6 +105,9 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 	s := &Summary{Timeline: t, Path: path, Events: events, Calls: t.CallCounts(), Device: t.Foot.Held,
 		ABI: abiOf(t), Spans: spans(t)}
 	s.Mem = figures(&t.Foot, &t.Reserved, t.VMM)
+	if _, partial := t.Coverage(); partial {
+		s.Mem.withhold("the run faulted before a whole step")
+	}
 	s.Stats = mergeStats(t.StatsJSON, derivedStats(t))
 	s.Guard, s.Holders = guardOf(t), holdersOf(t)
 	return s

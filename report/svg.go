@@ -146,7 +146,7 @@ func svgPanelOf(w io.Writer, s *Summary, sc svgScale, offset int64) {
 	fmt.Fprintf(w, `<text class="title" x="%d" y="%d">%s<title>%s</title></text>`+"\n", 8, svgTitleY,
 		esc(shorten(who+": "+argvString(s.Header.Argv), 140)), esc(who+": "+argvString(s.Header.Argv)))
 	fmt.Fprintf(w, `<text class="figures" x="%d" y="%d">device memory: %s; %d fault(s)<title>%s</title></text>`+"\n",
-		8, svgFiguresY, esc(s.Mem.Short()), len(s.Stats.Faults), esc(s.Mem.Text()))
+		8, svgFiguresY, esc(s.Mem.Text()), len(s.Stats.Faults), esc(strings.TrimSpace(s.Mem.Text()+". "+s.Mem.Detail())))
 	svgLegend(w, s)
 
 	// Axes, grid, ticks and titles.

@@ -21,19 +21,25 @@ var faultKeys = []string{"kernel", "arg", "tensor", "addr", "size", "storage", "
 
 // WriteText writes one block per process. Everything goes through cli.Terminal: argv, names and log
 // lines come from the traced process and may hold control characters.
-func WriteText(w io.Writer, sums []*Summary) error {
+func WriteText(w io.Writer, sums []*Summary) error { return writeText(w, sums, true) }
+
+// WriteRunText is WriteText for run's summary at the job's end: the memory figures in their one line, without
+// the detail that qualifies the saving (`report` explains it).
+func WriteRunText(w io.Writer, sums []*Summary) error { return writeText(w, sums, false) }
+
+func writeText(w io.Writer, sums []*Summary, detail bool) error {
 	bw := bufio.NewWriter(w)
 	tw := cli.Terminal(bw)
 	for i, s := range sums {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
-		writeTextOne(tw, s)
+		writeTextOne(tw, s, detail)
 	}
 	return bw.Flush()
 }
 
-func writeTextOne(w io.Writer, s *Summary) {
+func writeTextOne(w io.Writer, s *Summary, detail bool) {
 	h := s.Header
 	who := fmt.Sprintf("process %d", h.PID)
 	if h.Rank >= 0 {
@@ -74,6 +80,9 @@ func writeTextOne(w io.Writer, s *Summary) {
 	}
 
 	fmt.Fprintf(w, "  device memory: %s\n", s.Mem.Text())
+	if d := s.Mem.Detail(); detail && d != "" {
+		fmt.Fprintf(w, "    saving: %s\n", d)
+	}
 	d := s.Device
 	fmt.Fprintf(w, "  %s: %s allocated in %d calls, peak %s", s.Mem.Source, Bytes(d.AllocatedBytes), d.Allocs,
 		Bytes(d.PeakBytes))

@@ -123,7 +123,8 @@ func TestSIGKILLAnytimeLeavesAReadableTrace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for trial := range 20 {
 		out := t.TempDir()
-		cmd := exec.Command(sim, "--steps", "400", "--layers", "2", "--seq", "512", "--sync", "step")
+		// Far more steps than any machine runs before the kill: the kill, not the run's end, must stop it.
+		cmd := exec.Command(sim, "--steps", "1000000", "--layers", "2", "--seq", "512", "--sync", "step")
 		cmd.Env = testenv.AgentEnv(t, out, "SWAPAGENT_TRACE_LIMIT=64K")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -21,6 +21,7 @@ const (
 	exitFail    = 1 // the command could not finish (e.g. an output file could not be written)
 	exitUsage   = cli.ExitUsage
 	exitPartial = 3 // the output was written, but some input was left out (a bad file, a damaged batch)
+	exitNoClaim = 4 // report --baseline: written, but a run faulted before a whole step, so no saving is claimed
 )
 
 type command struct {

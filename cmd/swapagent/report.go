@@ -24,7 +24,8 @@ of the baseline (the same job under --policy off, say) that ran the same command
 the report gives both peaks and the saving measured between them (text or json).
 
 Exit: 0 written; 1 the output could not be written; 2 bad usage, or nothing readable;
-3 written, but some input was left out (a bad file in a directory, or events lost in damaged batches).`,
+3 written, but some input was left out (a bad file in a directory, or events lost in damaged batches);
+4 (--baseline) written, but a run faulted before a whole step, so no saving is claimed for it.`,
 }
 
 // renderers maps --format to its renderer; each is a small function in package report.
@@ -73,6 +74,9 @@ func cmdReport(args []string) int {
 			return report.WriteBaselineText(w, cmp)
 		}
 		code = max(code, bcode)
+		if cmp.Refused() && code == exitOK {
+			code = exitNoClaim
+		}
 	}
 	if *out == "" {
 		if err := render(os.Stdout, sums); err != nil {

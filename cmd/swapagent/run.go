@@ -323,7 +323,7 @@ func summarise(dir string, before map[string]bool, began time.Time, python bool)
 	}
 	fmt.Fprintln(os.Stderr)
 	runCmd.Errorf(os.Stderr, "%d traced process(es), traces in %s", len(sums), dir)
-	_ = report.WriteText(os.Stderr, sums)
+	_ = report.WriteRunText(os.Stderr, sums)
 	if python {
 		for _, s := range sums {
 			if v, ok := s.Meta[trace.MetaPythonGuard]; v == "absent" || (!ok && trace.IsPython(s.Header.Argv)) {
