@@ -139,12 +139,13 @@ func WriteBaselineText(w io.Writer, r BaselineReport) error {
 		fmt.Fprintf(tw, "  baseline (policy %s): peak in use %s (%s)\n", orDash(c.BaselinePolicy), Bytes(c.BaselinePeak),
 			cli.Escape(c.Baseline))
 		fmt.Fprintf(tw, "  this run (policy %s): peak in use %s (%s)\n", orDash(c.Policy), Bytes(c.Peak), cli.Escape(c.Swap))
-		if c.Refused != "" {
+		switch {
+		case c.Refused != "":
 			fmt.Fprintf(tw, "  saved, measured: none claimed: %s\n", c.Refused)
-		} else if c.SavedBytes >= 0 {
+		case c.SavedBytes >= 0:
 			fmt.Fprintf(tw, "  saved, measured: %s (%.1f%% of the baseline's peak); this run's trace alone implied %s\n",
 				Bytes(uint64(c.SavedBytes)), c.SavedPercent, Bytes(c.ImpliedSavedBytes))
-		} else {
+		default:
 			fmt.Fprintf(tw, "  saved, measured: none: this run peaked %s above the baseline; its trace alone implied %s saved\n",
 				Bytes(uint64(-c.SavedBytes)), Bytes(c.ImpliedSavedBytes))
 		}
