@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -127,32 +128,31 @@ func TestReportAfterSIGKILL(t *testing.T) {
 	}
 }
 
-// The memory figures are the same everywhere: run's summary, report's text and JSON, and replay of the same
-// trace under the same policy agree on the estimated saving and its lower bound (replay within 1%: it
-// simulates the peak), and the saving is more than half the no-swap peak.
+// The memory figures are the same everywhere: run's summary (its one line), report's text (the line and its
+// saving detail, in bytes) and JSON, and replay of the same trace under the same policy agree on the
+// estimated saving and its lower bound (replay within 1%: it simulates the peak), and the saving is more
+// than half the no-swap peak.
 func TestMemoryFiguresAgree(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	out := t.TempDir()
-	saved := regexp.MustCompile(`device memory: peak in use .* with swap, about .* without swap \(estimate implied by the trace.*\); ` +
-		`saved about (\d+) bytes .*, at least (\d+) bytes`)
-	figures := func(what, s string) (uint64, uint64) {
-		t.Helper()
-		m := saved.FindStringSubmatch(s)
-		if m == nil {
-			t.Fatalf("%s has no memory figures:\n%s", what, s)
-		}
-		about, _ := strconv.ParseUint(m[1], 10, 64)
-		least, _ := strconv.ParseUint(m[2], 10, 64)
-		return about, least
-	}
+	line := regexp.MustCompile(`device memory: peak (\S+ \S+) in use; about (\S+ \S+) without swap \(estimate\): saved about (\S+ \S+) \(`)
+	detail := regexp.MustCompile(`    saving: about (\d+) bytes, at least (\d+) bytes`)
 	r := swapagent(t, nil, "run", "--lib", agentLib(t), "--policy", "safe", "--out", out, "--", sim, "--hidden", "64", "--steps", "2")
 	if r.Code != 0 {
 		t.Fatalf("run: exit %d\n%s", r.Code, r.Stderr)
 	}
-	runAbout, runLeast := figures("run's summary", r.Stderr)
+	runLine := line.FindStringSubmatch(r.Stderr)
+	if runLine == nil {
+		t.Fatalf("run's summary has no memory line:\n%s", r.Stderr)
+	}
 
 	r = swapagent(t, nil, "report", out)
-	textAbout, textLeast := figures("report text", r.Stdout)
+	textLine, d := line.FindStringSubmatch(r.Stdout), detail.FindStringSubmatch(r.Stdout)
+	if textLine == nil || d == nil {
+		t.Fatalf("report text has no memory line or saving detail:\n%s", r.Stdout)
+	}
+	textAbout, _ := strconv.ParseUint(d[1], 10, 64)
+	textLeast, _ := strconv.ParseUint(d[2], 10, 64)
 
 	r = swapagent(t, nil, "report", out, "--format", "json")
 	var doc struct {
@@ -176,12 +176,14 @@ func TestMemoryFiguresAgree(t *testing.T) {
 		t.Errorf("replay's text has no estimate and bound:\n%s", replayText)
 	}
 
-	t.Logf("saved about/at least: run %d/%d, text %d/%d, json %d/%d (%.1f%% of the no-swap peak %d, in use %d), replay %d/%d",
-		runAbout, runLeast, textAbout, textLeast, m.SavedBytes, m.SavedAtLeast, m.SavedPercent, m.PeakNoSwap, m.PeakInUse,
+	t.Logf("saved about/at least: run %q, text %d/%d, json %d/%d (%.1f%% of the no-swap peak %d, in use %d), replay %d/%d",
+		runLine[0], textAbout, textLeast, m.SavedBytes, m.SavedAtLeast, m.SavedPercent, m.PeakNoSwap, m.PeakInUse,
 		rep.SavedVsNoSwap, rep.SavedAtLeast)
-	if runAbout != textAbout || textAbout != m.SavedBytes || runLeast != textLeast || textLeast != m.SavedAtLeast {
-		t.Errorf("figures differ: run %d/%d, report text %d/%d, report json %d/%d", runAbout, runLeast, textAbout,
-			textLeast, m.SavedBytes, m.SavedAtLeast)
+	want := []string{report.Bytes(m.PeakInUse), report.Bytes(m.PeakNoSwap), report.Bytes(m.SavedBytes)}
+	if !slices.Equal(runLine[1:], want) || !slices.Equal(textLine[1:], want) || textAbout != m.SavedBytes ||
+		textLeast != m.SavedAtLeast {
+		t.Errorf("figures differ: run %q, report text %q with %d/%d, report json %q with %d/%d", runLine[1:],
+			textLine[1:], textAbout, textLeast, want, m.SavedBytes, m.SavedAtLeast)
 	}
 	for _, f := range []struct {
 		what             string
@@ -252,7 +254,7 @@ func TestSavedFigureAgainstMeasured(t *testing.T) {
 				safe.SavedAtLeast, safe.SavingSupported, safe.PoolStep)
 			switch {
 			case !safe.SavingSupported:
-				if measured > int64(safe.PoolStep) || !strings.Contains(summary, "saved: none this trace supports") {
+				if measured > int64(safe.PoolStep) || !strings.Contains(summary, "no saving this trace supports") {
 					t.Errorf("no saving claimed, but %d bytes were measured (or the summary does not say so):\n%s", measured, summary)
 				}
 			case int64(safe.SavedAtLeast) > measured:

@@ -185,6 +185,7 @@ class GuardLayer:
         self.inputs = None
         self.boundary = []  # path layers: the Packed of the boundary tensors reported as saves
         self.swaps = {}  # storage pointer -> weak references to the SwapTensors hyper-parallel made on it
+        self.nested = False  # this forward runs inside another guarded layer's, in its group (pre)
 
     def group(self):
         if self.path is not None:
@@ -199,6 +200,13 @@ class GuardLayer:
         if g.failed:
             return
         try:
+            # A wrapper hyper-parallel named no group of its own (its swap_wrapper inside a block that the
+            # prefetch chain names) saves into the group of the layer around it: one agent group per
+            # hyper-parallel group, the region left to that layer.
+            self.nested = (self.path is None and not getattr(self.module, "_swap_group_name", None)
+                           and g.open_layer() is not None)
+            if self.nested:
+                return
             name = self.group()
             if self.layer is None or self.layer.group != name:
                 if g.agent.guard(name) == core.EDISABLED:  # an inert agent (msrun's scheduler): stay out
@@ -222,7 +230,7 @@ class GuardLayer:
         st = getattr(g.tls, "open", None)
         if st and st[-1] is self:
             st.pop()
-        if g.failed or self.layer is None:
+        if g.failed or self.layer is None or self.nested:
             return
         try:
             if self.path is not None:

@@ -6,7 +6,12 @@ swaps the same layers with a hand-written swap instead (OwnSwap). It knows nothi
 tests run it as it is, with and without `swapagent run`.
 
     python hp_job.py --framework torch|mindspore --mode noswap|swap|ownswap|acswap
-                     [--layout checkpoint|memory] [--layers N] [--keep-inputs] [--embed] [--steps N] --out DIR
+                     [--layout checkpoint|memory] [--layers N] [--keep-inputs] [--embed] [--nested] [--steps N]
+                     --out DIR
+
+--nested (torch, --mode swap) is hyper-parallel's own test_act_swap layout: swap_wrapper on each layer's
+attention (layer.attn) and the layers chained with set_forward_prefetch_layer, so hyper-parallel's groups
+are the layers and the wrapped modules sit inside them.
 
 --mode acswap (torch) is hyper-parallel's recompute + swap (its test_ac's swap mode): every layer wrapped
 with checkpoint_wrapper(layer, policy_fn=MUST_SWAP for matmuls else MUST_RECOMPUTE, swap_inputs=True) and
@@ -117,24 +122,42 @@ class OwnSwap:
         return t
 
 
-def torch_parts(probe, bump=False, keep=None, census=None, embed=False):
+def torch_parts(probe, bump=False, keep=None, census=None, embed=False, nested=False):
     import torch
     from torch import nn
+
+    def attention(h, cos, sin, wq, wo):
+        q = h @ wq
+        half = DIM // 2
+        q = q * cos + torch.cat([-q[..., half:], q[..., :half]], dim=-1) * sin
+        return torch.tanh(q) @ wo
+
+    class Attn(nn.Module):  # --nested: the part of a layer that swap_wrapper wraps (its layer.attn)
+        def __init__(self, w):
+            super().__init__()
+            self.wq, self.wo = nn.Parameter(torch.tensor(w["wq"])), nn.Parameter(torch.tensor(w["wo"]))
+
+        def forward(self, h, cos, sin):
+            return attention(h, cos, sin, self.wq, self.wo)
 
     class Layer(nn.Module):
         def __init__(self, i, w):
             super().__init__()
             self.i = i
-            for n, a in w.items():
-                setattr(self, n, nn.Parameter(torch.tensor(a)))
+            if nested:
+                self.attn = Attn(w)
+                self.wu = nn.Parameter(torch.tensor(w["wu"]))
+            else:
+                for n, a in w.items():
+                    setattr(self, n, nn.Parameter(torch.tensor(a)))
 
         def forward(self, h, *, rotary_cos_sin):
             cos, sin = rotary_cos_sin
             probe(self.i, cos.untyped_storage().nbytes())
-            q = h @ self.wq
-            half = DIM // 2
-            q = q * cos + torch.cat([-q[..., half:], q[..., :half]], dim=-1) * sin
-            h = h + torch.tanh(q) @ self.wo
+            if nested:
+                h = h + self.attn(h, cos, sin)
+            else:
+                h = h + attention(h, cos, sin, self.wq, self.wo)
             return h + torch.sigmoid(h @ self.wu) * h
 
     class Stack(nn.Module):  # the model: its layers' module paths are layers.0 .. layers.5
@@ -156,7 +179,10 @@ def torch_parts(probe, bump=False, keep=None, census=None, embed=False):
     layers = model.layers
     emb_p = nn.Parameter(torch.tensor(emb))
     target_t = torch.tensor(target)
-    params = [emb_p] + [p for l in layers for p in (l.wq, l.wo, l.wu)]
+    if nested:
+        params = [emb_p] + [p for l in layers for p in (l.attn.wq, l.attn.wo, l.wu)]
+    else:
+        params = [emb_p] + [p for l in layers for p in (l.wq, l.wo, l.wu)]
 
     def step():
         cos, sin = (torch.tensor(a) * 1.0 for a in rope())
@@ -227,6 +253,8 @@ def main():
     ap.add_argument("--layers", type=int, default=LAYERS)
     ap.add_argument("--keep-inputs", action="store_true")
     ap.add_argument("--embed", action="store_true", help="torch: the first layer's input made inside the model")
+    ap.add_argument("--nested", action="store_true",
+                    help="torch, --mode swap: swap_wrapper on each layer's attention, the layers chained (its test_act_swap)")
     ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", required=True)
@@ -255,7 +283,7 @@ def main():
         held.append(sum(seen.values()))
     if a.framework == "torch":
         layers, step = torch_parts(probe, a.bump_rope, [] if a.keep_inputs else None,
-                                   census if a.mode in ("swap", "acswap") else None, a.embed)
+                                   census if a.mode in ("swap", "acswap") else None, a.embed, a.nested)
     else:
         layers, step = ms_parts(probe)
     if a.mode == "ownswap":
@@ -267,7 +295,10 @@ def main():
         else:
             from hyper_parallel.core.activation_checkpoint import SwapManager, swap_wrapper
         for i in SWAP:
-            layers[i] = swap_wrapper(layers[i])
+            if a.nested:  # hyper-parallel's groups are the layers, the wrapped attention inside them
+                layers[i].attn = swap_wrapper(layers[i].attn)
+            else:
+                layers[i] = swap_wrapper(layers[i])
         for i in SWAP:
             SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
     if a.mode == "acswap":

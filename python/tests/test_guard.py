@@ -108,6 +108,9 @@ RUNS += [
     ("torch-ac-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC),
     # the job keeps every layer's input (output_hidden_states=True): nothing it holds may go
     ("torch-ac-keep-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC + ("--keep-inputs",)),
+    # hyper-parallel's test_act_swap layout: swap_wrapper on each layer's attention, the layers chained
+    ("torch-nested-noswap", "torch", "noswap", None, "checkpoint", None, None, ("--nested",)),
+    ("torch-nested-safe", "torch", "swap", "safe", "checkpoint", None, None, ("--nested",)),
 ]
 
 
@@ -430,3 +433,20 @@ def test_recompute_swap_keeps_inputs_the_job_holds(runs):
     assert "kept args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; held by 1 reference(s) " \
         "outside its saved tensors" in r.stderr, r.why()
     assert "1 references outside its saved tensors still hold it" in r.stderr, r.why()
+
+
+def test_nested_wrappers_one_group_per_hyper_parallel_group(runs):
+    """swap_wrapper on each layer's attention inside layers that set_forward_prefetch_layer chains:
+    hyper-parallel's groups are the layers (swap_group_0..4), the attention's saves go into them. The guard
+    reports one group per hyper-parallel group (no group of the inner wrapper's own, so no region entered
+    twice: no EORDER), keeps RoPE, lets the rest go, and the job is bit-identical."""
+    base, r = runs["torch-nested-noswap"], runs["torch-nested-safe"]
+    assert r.rc == 0 and r.result, r.why()
+    assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
+    assert "EORDER" not in r.stderr, r.why()
+    assert r.result["released"] > 0, r.result  # the stand-in still swapped the attention's activations
+    g = r.report()[0]["guard"]
+    assert g["groups"] == ["swap_group_%d" % i for i in range(5)], g["groups"]
+    kept = {(k["arg"], k["reason"]) for k in g["kept"]}
+    assert ("rotary_cos_sin[0]", "input") in kept and ("rotary_cos_sin[1]", "input") in kept, g
+    assert g["releases_allowed"] > 0, g

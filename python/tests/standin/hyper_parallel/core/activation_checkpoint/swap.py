@@ -202,8 +202,9 @@ class SaveOnCpu:
         w = self.wrapper
         if w is None:  # async_save_on_cpu: the current group's, no wrapper
             group, params, policy_fn = SwapManager().get_current_group_name(), (), None
-        else:
-            group, params, policy_fn = getattr(w, "_swap_group_name", None), w.param_ptrs(), w.policy_fn
+        else:  # a wrapper no prefetch chain named (one inside a chained block): the block's group
+            group = getattr(w, "_swap_group_name", None) or SwapManager().get_current_group_name()
+            params, policy_fn = w.param_ptrs(), w.policy_fn
         s = t.untyped_storage()
         if group is None or not on_device(t) or isinstance(t, self.parameter_type) or s.nbytes() == 0 or \
                 s.data_ptr() in params or must_save(policy_fn, t):
