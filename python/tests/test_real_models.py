@@ -217,3 +217,31 @@ def test_example_runs(runs, model):
     saved = re.search(r"bytes saved: ([\d.]+) MB", p.stdout)
     assert saved and float(saved.group(1)) > 0, p.stdout
     assert FAULT not in p.stderr, p.stderr[-6000:]
+
+
+def test_safe_moves_the_hidden_states_nothing_else_holds(runs):
+    """torch Llama under safe: once the next layer is entered, the hidden state entering layers 1-9 is held
+    by nothing but its layer's saved tensors (the companion counts its holders), so it moves like an
+    activation: internal, on its way to the host by the forward's end, and the report lists it released
+    with no other holder, each storage offloaded once. Layer 0's (transformers keeps inputs_embeds) and
+    layer 10's (no wrapped layer is entered after it) stay, as does RoPE."""
+    p, res, out, _ = runs("llama", "swap", "safe")
+    res = ok(p, res)
+    for g, entries in res["groups"].items():
+        i = int(g.split(".")[1])
+        pos0 = [e for e in entries if e["role"] == "pos0"]
+        assert pos0, "%s: its hidden state was not saved (model changed?)" % g
+        if 1 <= i <= 9:
+            assert all(e["reason"] == "internal" and e["state"] in (1, 2) for e in pos0), (g, pos0)
+        else:
+            assert all(e["reason"] in ("input", "duplicate") and e["state"] == 0 for e in pos0), (g, pos0)
+    st = res["stats"]
+    assert st["offloaded_storages"] == st["internal"] and st["released_external"] == 0, st
+    rep = subprocess.run([CLI, "report", "--format", "json", os.path.join(out, "trace")], capture_output=True,
+                         text=True, timeout=60)
+    assert rep.returncode == 0, rep.stderr
+    holders = json.loads(rep.stdout)["processes"][0]["holders"]
+    released = [(r["arg"], r["groups"], r["saves"]) for r in holders["released_unheld"]]
+    assert released == [("args[0]", "layer.1..layer.9", 9 * STEPS)], holders
+    kept = {r["arg"]: r for r in holders["kept_held"]}
+    assert kept["position_embeddings[0]"]["held_by"] > 0 and kept["args[0]"]["groups"] == "layer.0", holders
