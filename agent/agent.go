@@ -95,8 +95,8 @@ type Agent struct {
 	deferClosed atomic.Bool // mayMove ended the deferred calls under safe
 }
 
-// New builds an agent. problems are the configuration problems LoadConfig found: each is printed once
-// on stderr and kept for the trace.
+// New builds an agent. problems are the configuration problems LoadConfig found: each is kept for the
+// trace and printed on stderr by the first process of the job (firstToWarn).
 func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent {
 	host, _ := os.Hostname()
 	if host == "" {
@@ -111,8 +111,11 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 	a.lg = zap.New(zapcore.NewCore(consoleEncoder(), zapcore.Lock(zapcore.AddSync(stderr)), cfg.Level),
 		zap.Hooks(a.logHook))
 	var pending []string
+	say := len(problems) > 0 && firstToWarn(cfg.Out)
 	for _, p := range problems {
-		fmt.Fprintf(stderr, "swapagent: %s\n", p)
+		if say {
+			fmt.Fprintf(stderr, "swapagent: %s\n", p)
+		}
 		pending = append(pending, "warn: "+p)
 	}
 	a.sink = newSink(sinkEnv{cfg: cfg, host: a.host, pid: a.pid, argv: a.argv, stderr: stderr, ts: a.ts,

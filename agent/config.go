@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"swapagent/internal/bytesize"
 	"swapagent/offload"
 	"swapagent/trace"
 )
@@ -74,9 +75,38 @@ type Config struct {
 // Inert reports whether the agent must stay out of this process (msrun's scheduler).
 func (c Config) Inert() bool { return c.Role == "MS_SCHED" }
 
+// Problem is one bad setting: the variable, its value, what it should be and the default used instead.
+type Problem struct{ Name, Value, Want, Default string }
+
+// String is the line a preloaded agent prints: it goes on with the default.
+func (p Problem) String() string {
+	return fmt.Sprintf("%s=%q is not %s; using %s", p.Name, p.Value, p.Want, p.Default)
+}
+
+// Refusal is the line of a command that refuses to start a job with the setting (swapagent run).
+func (p Problem) Refusal() string {
+	return fmt.Sprintf("bad %s %q in the environment (want %s)", p.Name, p.Value, p.Want)
+}
+
 // LoadConfig reads the configuration with lookup (os.LookupEnv in the library). Each bad value gives
 // one problem line and its default; LoadConfig never fails.
 func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
+	c, ps := load(lookup)
+	var lines []string
+	for _, p := range ps {
+		lines = append(lines, p.String())
+	}
+	return c, lines
+}
+
+// CheckEnv is LoadConfig's verdict alone: every setting the agent would refuse, for a command that checks
+// the environment it passes on before it starts a job.
+func CheckEnv(lookup func(string) (string, bool)) []Problem {
+	_, ps := load(lookup)
+	return ps
+}
+
+func load(lookup func(string) (string, bool)) (Config, []Problem) {
 	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
 		Trace: DefaultTrace, TraceLimit: trace.DefaultLimit, Level: zapcore.WarnLevel, Rank: -1}
 	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
@@ -84,9 +114,9 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 	if v, _ := lookup("SWAPAGENT_TEST_UNORDERED"); v == "1" {
 		c.TestUnordered = true
 	}
-	var problems []string
+	var problems []Problem
 	bad := func(name, val, want, def string) {
-		problems = append(problems, fmt.Sprintf("%s=%q is not %s; using %s", name, val, want, def))
+		problems = append(problems, Problem{name, val, want, def})
 	}
 	if v, ok := lookup(EnvPolicy); ok && v != "" {
 		if p := strings.ToLower(strings.TrimSpace(v)); contains(Policies, p) {
@@ -106,10 +136,10 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 		}
 	}
 	if v, ok := lookup(EnvMinBytes); ok && v != "" {
-		if n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64); err == nil {
+		if n, ok := bytesize.Parse(v); ok {
 			c.MinBytes = n
 		} else {
-			bad(EnvMinBytes, v, "a byte count", strconv.Itoa(DefaultMinBytes))
+			bad(EnvMinBytes, v, "a byte count (64K, 64KiB, 1M, or a number of bytes)", "64K")
 		}
 	}
 	if v, ok := lookup(EnvTrace); ok && v != "" {
@@ -120,10 +150,11 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 		}
 	}
 	if v, ok := lookup(EnvTraceLimit); ok && v != "" {
-		if n, ok := ParseByteSize(v); ok {
-			c.TraceLimit = n
+		// Below one smallest segment the limit could keep nothing whole.
+		if n, ok := bytesize.Parse(v); ok && (n == 0 || n >= trace.MinLimit) {
+			c.TraceLimit = int64(n)
 		} else {
-			bad(EnvTraceLimit, v, "a byte count (2M, 512MiB, 1G, or 0 for no limit)", "1G")
+			bad(EnvTraceLimit, v, "a byte count of at least 16K (2M, 512MiB, 1G), or 0 for no limit", "1G")
 		}
 	}
 	if v, ok := lookup(EnvLog); ok && v != "" {
@@ -159,34 +190,6 @@ func LoadConfig(lookup func(string) (string, bool)) (Config, []string) {
 		}
 	}
 	return c, problems
-}
-
-// ParseByteSize reads a byte count: digits, then optionally K, M, G or T with an optional "iB" or "B"
-// (powers of 1024 either way: 2M is 2 MiB, as SWAPAGENT_TRACE_LIMIT's users write it).
-func ParseByteSize(v string) (int64, bool) {
-	s := strings.ToUpper(strings.TrimSpace(v))
-	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
-	shift := 0
-	if n := len(s); n > 0 {
-		switch s[n-1] {
-		case 'K':
-			shift = 10
-		case 'M':
-			shift = 20
-		case 'G':
-			shift = 30
-		case 'T':
-			shift = 40
-		}
-		if shift > 0 {
-			s = s[:n-1]
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)>>shift {
-		return 0, false
-	}
-	return n << shift, true
 }
 
 func contains(list []string, s string) bool {

@@ -30,6 +30,7 @@ func TestLoadConfig(t *testing.T) {
 		}, 0, ""},
 		{map[string]string{EnvPolicy: "bogus"}, func(c Config) bool { return c.Policy == "safe" }, 1,
 			`SWAPAGENT_POLICY="bogus" is not one of safe, outputs-only, off; using safe`},
+		{map[string]string{EnvMinBytes: "64K"}, func(c Config) bool { return c.MinBytes == 65536 }, 0, ""},
 		{map[string]string{EnvPrefetch: "-1", EnvMinBytes: "lots", EnvLog: "loud"}, func(c Config) bool {
 			return c.Prefetch == 1 && c.MinBytes == 65536 && c.Level == zapcore.WarnLevel
 		}, 3, ""},
@@ -81,7 +82,9 @@ func TestTraceLimit(t *testing.T) {
 		{"512k", 512 << 10, false},
 		{"1G", 1 << 30, false},
 		{"1gb", 1 << 30, false},
-		{"4096", 4096, false},
+		{"16384", 16384, false},
+		{"4096", trace.DefaultLimit, true}, // below one smallest segment: nothing whole could be kept
+		{"1", trace.DefaultLimit, true},
 		{"0", 0, false},
 		{"-1", trace.DefaultLimit, true},
 		{"2X", trace.DefaultLimit, true},

@@ -292,6 +292,7 @@ func (s *sink) metaText() string {
 		trace.MetaOut:        cfg.Out,
 		trace.MetaArgv:       trace.QuoteArgv(s.env.argv),
 		trace.MetaTraceLevel: s.level,
+		trace.MetaTraceLimit: strconv.FormatInt(cfg.TraceLimit, 10),
 	}
 	maps.Copy(m, s.notes)
 	return m.String()

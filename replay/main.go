@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"swapagent/internal/bytesize"
 	"swapagent/internal/cli"
 	"swapagent/offload"
 	"swapagent/report"
@@ -44,7 +45,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	policy := fs.String("policy", trace.PolicySafe, "policy to simulate: "+
 		strings.Join(trace.Policies[:], ", "))
 	prefetch := fs.Int("prefetch", offload.DefaultPrefetch, "groups restored ahead in backward (default: as recorded)")
-	minBytes := fs.Uint64("min-bytes", offload.DefaultMinBytes, "size threshold for the small rule (default: as recorded)")
+	minBytes := &bytesize.Flag{} // unset: as recorded, else offload.DefaultMinBytes
+	fs.Var(minBytes, "min-bytes", "size threshold for the small rule: 64K, 64KiB, 1M or a number of bytes (default: as recorded)")
 	execMode := fs.Bool("exec", false, "re-issue the trace's runtime calls against the AscendCL runtime")
 	format := fs.String("format", "text", "output format: text or json")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
@@ -85,7 +87,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return runExec(files[0], *format, stdout, stderr)
 	}
-	opts := Options{Policy: pol, Prefetch: *prefetch, PrefetchSet: fs.Changed("prefetch"), MinBytes: *minBytes,
+	opts := Options{Policy: pol, Prefetch: *prefetch, PrefetchSet: fs.Changed("prefetch"), MinBytes: minBytes.N,
 		MinBytesSet: fs.Changed("min-bytes")}
 	var results []*Result
 	code := ExitClean

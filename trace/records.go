@@ -273,6 +273,8 @@ const (
 	// MetaTraceLevel is the trace level the agent recorded at (SWAPAGENT_TRACE): all, memory or off; a trace
 	// without it was recorded at all.
 	MetaTraceLevel = "trace_level"
+	// MetaTraceLimit is the bytes of trace the process keeps (SWAPAGENT_TRACE_LIMIT; 0: no limit).
+	MetaTraceLimit = "trace_limit"
 	// MetaCompanionPath is the hot path a framework companion or the guard runs (swapagent_note): "compiled"
 	// (python/swapagent/_hot.c) or "python: <why the compiled one is not running>".
 	MetaCompanionPath = "companion_path"

@@ -21,6 +21,9 @@ import (
 // DefaultLimit is the bytes of trace one process keeps when SWAPAGENT_TRACE_LIMIT is unset: 1 GiB.
 const DefaultLimit = 1 << 30
 
+// MinLimit is the smallest limit that keeps anything whole: one segment of the smallest size.
+const MinLimit = minSegment
+
 // Segment sizes: a limit is split into segmentsPerLimit segments, within these bounds.
 const (
 	segmentsPerLimit = 8

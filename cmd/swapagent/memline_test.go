@@ -1,10 +1,12 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"swapagent/internal/testenv"
 )
@@ -46,5 +48,46 @@ func TestMemoryLineOfTheDemoRuns(t *testing.T) {
 	b = swapagent(t, nil, "report", "--baseline", filepath.Join(dir, "off"), filepath.Join(dir, "safe"))
 	if b.Code != exitOK || !strings.Contains(b.Stdout, "saved, measured: ") || strings.Contains(b.Stdout, "none claimed") {
 		t.Errorf("report --baseline off safe: exit %d\n%s%s", b.Code, b.Stdout, b.Stderr)
+	}
+}
+
+// Settings: one reading of byte counts everywhere, and run refuses a bad setting before it runs anything.
+func TestSettingsCheckedOnce(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	out := t.TempDir()
+	r := swapagent(t, []string{"SWAPAGENT_MIN_BYTES=64K", "SWAPAGENT_TRACE_LIMIT=64K"}, "run", "--out", out, "--",
+		sim, "--steps", "1")
+	if r.Code != 0 || strings.Contains(r.Stderr, "is not") {
+		t.Fatalf("64K settings: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 10))
+	}
+	j := swapagent(t, nil, "report", "--format", "json", out)
+	for _, k := range []string{`"min_bytes": "65536"`, `"trace_limit": "65536"`} {
+		if !strings.Contains(j.Stdout, k) {
+			t.Errorf("the trace's metadata lacks %s", k)
+		}
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	for _, bad := range []string{"SWAPAGENT_TRACE_LIMIT=garbage", "SWAPAGENT_TRACE_LIMIT=1", "SWAPAGENT_MIN_BYTES=-1",
+		"SWAPAGENT_PREFETCH=x"} {
+		r := swapagent(t, []string{bad}, "run", "--out", out, "--", "sh", "-c", "touch "+marker)
+		name, _, _ := strings.Cut(bad, "=")
+		if r.Code != exitUsage {
+			t.Errorf("%s: exit %d, want %d", bad, r.Code, exitUsage)
+		}
+		oneLine(t, r, "bad "+name)
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatalf("%s: the command ran", bad)
+		}
+	}
+}
+
+// A directly preloaded agent cannot refuse a bad setting: it says so once per job (a launcher's shell and
+// the processes it starts share a process group), uses the default, and every trace records it.
+func TestPreloadedAgentWarnsOncePerJob(t *testing.T) {
+	out := t.TempDir()
+	r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out, "SWAPAGENT_TRACE_LIMIT=garbage"), "/bin/sh", "-c",
+		"/bin/true; /bin/true; /bin/true")
+	if r.Code != 0 || strings.Count(r.Stderr, `SWAPAGENT_TRACE_LIMIT="garbage" is not`) != 1 {
+		t.Errorf("exit %d; want one warning in:\n%s", r.Code, r.Stderr)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"swapagent/agent"
 	"swapagent/internal/cli"
 	"swapagent/offload"
 	"swapagent/report"
@@ -93,6 +94,12 @@ func cmdRun(args []string) int {
 	}
 
 	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir(), pyMode)
+	// Every setting the agent reads, by the agent's own rule: a bad one refused now, not warned of in every
+	// process of the job.
+	if ps := agent.CheckEnv(func(k string) (string, bool) { v := getenv(env, k); return v, v != "" }); len(ps) > 0 {
+		c.Errorf(os.Stderr, "%s", ps[0].Refusal())
+		return exitUsage
+	}
 	if warn != "" {
 		c.Errorf(os.Stderr, "%s", warn)
 	}
@@ -297,6 +304,20 @@ func traceSet(dir string) map[string]bool {
 	return set
 }
 
+// unwritable says why no file can be made in dir, or "" when one can.
+func unwritable(dir string) string {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err.Error()
+	}
+	f, err := os.CreateTemp(dir, ".swapagent-probe-*")
+	if err != nil {
+		return err.Error()
+	}
+	_ = f.Close()
+	_ = os.Remove(f.Name())
+	return ""
+}
+
 // summarise prints, on stderr, a summary of every trace this run wrote: files that did not exist
 // before it, or older names (a reused pid) whose header says they started after the run began.
 // python says whether the bootstrap was offered to Python processes: those it never reached are named.
@@ -318,7 +339,11 @@ func summarise(dir string, before map[string]bool, began time.Time, python bool)
 		sums = append(sums, s)
 	}
 	if len(sums) == 0 {
-		runCmd.Errorf(os.Stderr, "no traces written to %s during this run", dir)
+		if why := unwritable(dir); why != "" { // said at the job's start too, maybe hours ago
+			runCmd.Errorf(os.Stderr, "no traces written to %s during this run: %s", dir, why)
+		} else {
+			runCmd.Errorf(os.Stderr, "no traces written to %s during this run", dir)
+		}
 		return
 	}
 	fmt.Fprintln(os.Stderr)

@@ -1,0 +1,64 @@
+// Package bytesize reads the byte counts users write, the same way everywhere (SWAPAGENT_MIN_BYTES,
+// SWAPAGENT_TRACE_LIMIT, replay --min-bytes): digits, then optionally K, M, G or T with an optional "iB"
+// or "B", powers of 1024 either way (64K, 64KiB and 64KB are 65536; 2M is 2 MiB). A bare number is bytes.
+package bytesize
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Parse reads a byte count; false for anything else (a sign, a fraction, an unknown unit, an overflow).
+func Parse(v string) (uint64, bool) {
+	s := strings.ToUpper(strings.TrimSpace(v))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
+	shift := 0
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		case 'T':
+			shift = 40
+		}
+		if shift > 0 {
+			s = s[:n-1]
+		}
+	}
+	if s == "" || s[0] < '0' || s[0] > '9' { // ParseUint would take "+1"
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n > (1<<62)>>shift {
+		return 0, false
+	}
+	return n << shift, true
+}
+
+// Flag is a pflag.Value holding a byte count read by Parse.
+type Flag struct{ N uint64 }
+
+// String is the count in bytes.
+func (f *Flag) String() string { return strconv.FormatUint(f.N, 10) }
+
+// Set reads v with Parse.
+func (f *Flag) Set(v string) error {
+	n, ok := Parse(v)
+	if !ok {
+		return errSyntax
+	}
+	f.N = n
+	return nil
+}
+
+// Type is the placeholder help shows.
+func (f *Flag) Type() string { return "BYTES" }
+
+type syntaxError struct{}
+
+func (syntaxError) Error() string { return "not a byte count (64K, 64KiB, 2M, 1G, or a number of bytes)" }
+
+var errSyntax error = syntaxError{}
