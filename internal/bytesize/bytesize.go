@@ -59,6 +59,8 @@ func (f *Flag) Type() string { return "BYTES" }
 
 type syntaxError struct{}
 
-func (syntaxError) Error() string { return "not a byte count (64K, 64KiB, 2M, 1G, or a number of bytes)" }
+func (syntaxError) Error() string {
+	return "not a byte count (64K, 64KiB, 2M, 1G, or a number of bytes)"
+}
 
 var errSyntax error = syntaxError{}
