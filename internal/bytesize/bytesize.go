@@ -4,6 +4,7 @@
 package bytesize
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -57,10 +58,4 @@ func (f *Flag) Set(v string) error {
 // Type is the placeholder help shows.
 func (f *Flag) Type() string { return "BYTES" }
 
-type syntaxError struct{}
-
-func (syntaxError) Error() string {
-	return "not a byte count (64K, 64KiB, 2M, 1G, or a number of bytes)"
-}
-
-var errSyntax error = syntaxError{}
+var errSyntax = errors.New("not a byte count (64K, 64KiB, 2M, 1G, or a number of bytes)")
