@@ -68,6 +68,10 @@ type Fault struct {
 	// show: reads of released storages at launch, region inputs with no device memory.
 	AgentFaults []trace.Fault `json:"agent_faults,omitempty"`
 	Note        string        `json:"note,omitempty"`
+	// Count is how many faults of this cause the block stands for (fold; 1 for a fault of its own), Also
+	// the others, one line each.
+	Count int      `json:"count"`
+	Also  []string `json:"also,omitempty"`
 }
 
 // nearNullLimit: addresses below it are a null base plus a view offset, never a real device address.
@@ -165,7 +169,18 @@ func findLogs(dir string) ([]logFile, []string, error) {
 		}
 		level = next
 	}
-	return collect(dir, anyLog), notes, nil
+	return collect(dir, func(n string) bool { return anyLog(n) && !agentLog(dir, n) }), notes, nil
+}
+
+// agentLog says whether name in dir is the agent's own log (<host>[.rank<R>].<pid>.log beside its trace),
+// not a log of the job: it repeats the faults the trace holds.
+func agentLog(dir, name string) bool {
+	stem := filepath.Join(dir, strings.TrimSuffix(name, ".log"))
+	if _, err := os.Stat(stem + ".swtrace"); err == nil {
+		return true
+	}
+	segs, _ := filepath.Glob(stem + ".*.swtrace")
+	return len(segs) > 0
 }
 
 // subdirs lists the directories in d, sorted, leaving out where traces live (swapagent-out) and hidden ones.
@@ -198,10 +213,16 @@ func Diagnose(dir string) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s", dir, oneLine(err))
 	}
-	if len(logs) == 0 {
-		return nil, fmt.Errorf("%s: no log files (expected worker_<rank>.log or scheduler.log)", dir)
+	res := &Result{Dir: dir, Notes: notes, Faults: []Fault{}, Traces: []string{}, Logs: []string{}}
+	if len(logs) == 0 { // a trace directory (swapagent run --out): the traces alone
+		traces := loadTraces(dir, nil, res)
+		if len(traces) == 0 {
+			return nil, fmt.Errorf("%s: no log files (expected worker_<rank>.log or scheduler.log) and no traces", dir)
+		}
+		attachTraces(res, traces, nil)
+		res.finish()
+		return res, nil
 	}
-	res := &Result{Dir: dir, Notes: notes, Faults: []Fault{}, Traces: []string{}}
 	read := 0
 	var infos []logInfo
 	for _, lf := range logs {
@@ -237,11 +258,18 @@ func Diagnose(dir string) (*Result, error) {
 
 	traces := loadTraces(dir, logs, res)
 	attachTraces(res, traces, infos)
-	for i := range res.Faults {
-		explain(&res.Faults[i])
+	res.finish()
+	return res, nil
+}
+
+// finish explains every fault, folds those of one cause (fold) and puts them in rank order.
+func (r *Result) finish() {
+	for i := range r.Faults {
+		explain(&r.Faults[i])
 	}
-	sort.SliceStable(res.Faults, func(i, j int) bool {
-		ri, rj := res.Faults[i].Rank, res.Faults[j].Rank
+	r.Faults = fold(r.Faults)
+	sort.SliceStable(r.Faults, func(i, j int) bool {
+		ri, rj := r.Faults[i].Rank, r.Faults[j].Rank
 		if ri < 0 {
 			ri = int(^uint(0) >> 1)
 		}
@@ -250,7 +278,51 @@ func Diagnose(dir string) (*Result, error) {
 		}
 		return ri < rj
 	})
-	return res, nil
+}
+
+// fold keeps one block per cause, as run's summary does: the faults the agent caught in one process that
+// read the same kind of argument released by swap the same way (at a kernel or at a region's entry) are
+// one cause, shown by its first fault with a count and a line for each of the others. A fault of a job
+// log stands alone: each has its own place in the log.
+func fold(fs []Fault) []Fault {
+	type key struct {
+		trace, detected, role string
+		rank                  int
+	}
+	at := map[key]int{}
+	var out []Fault
+	for _, f := range fs {
+		f.Count = 1
+		if f.Source != "trace" || f.StorageRef == nil || f.ReleasedBy == "" {
+			out = append(out, f)
+			continue
+		}
+		role, _, _ := strings.Cut(f.Owner, " of ")
+		k := key{f.Trace, "kernel", role, f.Rank}
+		if isRegion(trace.Fault{Kernel: f.Kernel, Detected: f.Detected}) {
+			k.detected = "region"
+		}
+		if i, ok := at[k]; ok {
+			out[i].Count++
+			out[i].Also = append(out[i].Also, f.brief())
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, f)
+	}
+	return out
+}
+
+// brief is a folded fault in one line: where, what it read, whose it was.
+func (f *Fault) brief() string {
+	s := f.Kernel
+	if f.Addr != nil {
+		s += fmt.Sprintf(" read %#x", *f.Addr)
+	}
+	if ref := f.StorageRef; ref != nil {
+		s += fmt.Sprintf(" (storage %#x, %s, released by %s)", ref.Base, orUnknown(ref.Owner), orUnknown(ref.ReleasedBy))
+	}
+	return s
 }
 
 func parseFile(path string) ([]acllog.Record, error) {
@@ -446,7 +518,7 @@ func attachTraces(res *Result, all []*traceIndex, logs []logInfo) {
 				rank = l.rank
 			}
 			logName = l.name
-		} else {
+		} else if len(logs) > 0 {
 			note = fmt.Sprintf("no log of this process (pid %d on %s) is among the logs", ix.Header.PID, orUnknown(ix.Header.Host))
 		}
 		for k, tf := range ix.faults {

@@ -32,7 +32,7 @@ func TestRopeFixtureText(t *testing.T) {
 		t.Fatalf("exit %d, want 1; stderr %q", code, errs)
 	}
 	for _, want := range []string{
-		"2 fault(s) in 9 logs",
+		"2 faults under ", ", in 9 logs",
 		"rank 0 (worker_0.log:", "rank 3 (worker_3.log:",
 		"kernel Mul_ee98c6628030785f610b924ab1557b31_high_performance (op Mul)",
 		"error code 0x800000", "The DDR address of the MTE instruction is out of range", "subErrType 4",

@@ -59,21 +59,25 @@ func explain(f *Fault) {
 	}
 	named := ref != nil && ref.ReleasedBy != ""
 	external := ref != nil && ref.Owner != ""
+	// The trace's own account comes first whatever the address: the block's storage and owner lines say it.
+	released := func(after string) {
+		c := fmt.Sprintf("storage %#x (generation %d, %d bytes) was released by %s's activation swap",
+			ref.Base, ref.Generation, ref.Nbytes, ref.ReleasedBy)
+		if ref.KeepReason != "" {
+			c += " (classified " + ref.KeepReason + ")"
+		}
+		if external {
+			c += " while it was still owned as " + ref.Owner + "; " + after
+		} else {
+			c += "; the kernel read it before it was restored"
+		}
+		f.Causes = append(f.Causes, c)
+	}
 
 	switch f.AddrKind {
 	case "null", "near-null":
 		if named {
-			c := fmt.Sprintf("storage %#x (generation %d, %d bytes) was released by %s's activation swap",
-				ref.Base, ref.Generation, ref.Nbytes, ref.ReleasedBy)
-			if ref.KeepReason != "" {
-				c += " (classified " + ref.KeepReason + ")"
-			}
-			if external {
-				c += " while it was still owned as " + ref.Owner + "; the kernel then read it with no device memory behind it"
-			} else {
-				c += "; the kernel read it before it was restored"
-			}
-			f.Causes = append(f.Causes, c)
+			released("the kernel then read it with no device memory behind it")
 		}
 		if isRoPE {
 			f.Causes = append(f.Causes, fmt.Sprintf("a tensor shared by several layers, most likely a RoPE cos/sin "+
@@ -88,7 +92,9 @@ func explain(f *Fault) {
 				nearNullNote(f)+" is what a released storage's tensors point at",
 			"a tensor freed or resized to zero elsewhere (framework or user code) and still referenced by a later kernel")
 	case "non-null":
-		if ref != nil && ref.MatchedBy == "address" {
+		if named && ref.MatchedBy != "address" {
+			released("the kernel then read its old address, memory the swap had given back")
+		} else if ref != nil && ref.MatchedBy == "address" {
 			f.Causes = append(f.Causes, fmt.Sprintf("the address lies in storage %#x (generation %d, %d bytes), "+
 				"released by %s's activation swap: a use after release, possibly of an address already reused "+
 				"by a newer storage", ref.Base, ref.Generation, ref.Nbytes, orUnknown(ref.ReleasedBy)))
@@ -245,16 +251,37 @@ func (r *Result) Render(out io.Writer) {
 		r.renderNotes(w)
 		return
 	}
-	fmt.Fprintf(w, "swapagent doctor: %d fault(s) in %d logs under %s", len(r.Faults), len(r.Logs), r.Dir)
-	if len(r.Traces) > 0 {
-		fmt.Fprintf(w, " (%d traces)", len(r.Traces))
+	n := 0
+	for _, f := range r.Faults {
+		n += max(f.Count, 1)
+	}
+	fmt.Fprintf(w, "swapagent doctor: %s under %s", plural(n, "fault"), r.Dir)
+	switch {
+	case len(r.Logs) == 0:
+		fmt.Fprintf(w, ", from %s alone (no job logs)", plural(len(r.Traces), "trace"))
+	case len(r.Traces) > 0:
+		fmt.Fprintf(w, ", in %s and %s", plural(len(r.Logs), "log"), plural(len(r.Traces), "trace"))
+	default:
+		fmt.Fprintf(w, ", in %s", plural(len(r.Logs), "log"))
+	}
+	if len(r.Faults) != n {
+		fmt.Fprintf(w, "; %s of one cause each", plural(len(r.Faults), "block"))
 	}
 	fmt.Fprintln(w)
+	sizes := map[uint64]bool{} // sizes whose table a block above printed
 	for i := range r.Faults {
 		fmt.Fprintln(w)
-		r.Faults[i].render(w)
+		r.Faults[i].render(w, sizes)
 	}
 	r.renderNotes(w)
+}
+
+// plural is "1 fault", "3 faults".
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 func (r *Result) renderNotes(w io.Writer) {
@@ -263,7 +290,7 @@ func (r *Result) renderNotes(w io.Writer) {
 	}
 }
 
-func (f *Fault) render(w io.Writer) {
+func (f *Fault) render(w io.Writer, sizes map[uint64]bool) {
 	who := "unknown rank"
 	if f.Rank >= 0 {
 		who = fmt.Sprintf("rank %d", f.Rank)
@@ -290,6 +317,9 @@ func (f *Fault) render(w io.Writer) {
 	}
 	if f.Op != "" {
 		fmt.Fprintf(w, " (op %s)", f.Op)
+	}
+	if f.Count > 1 {
+		fmt.Fprintf(w, ", and %d more of this cause", f.Count-1)
 	}
 	fmt.Fprintln(w)
 	if f.Note != "" && f.Source == "trace" {
@@ -352,7 +382,10 @@ func (f *Fault) render(w io.Writer) {
 			line += ": " + top.Note
 		}
 		fmt.Fprintf(w, "  size:    %s (guessed from the size)\n", line)
+	} else if si != nil && len(si.Shapes) > 1 && sizes[si.Bytes] {
+		fmt.Fprintf(w, "  size:    %d bytes (the shapes it may be: above)\n", si.Bytes)
 	} else if si != nil && len(si.Shapes) > 1 {
+		sizes[si.Bytes] = true
 		// Several shapes fit: say so, rather than present the first as the answer.
 		var elems []string
 		for _, dt := range []string{"float32", "bf16/fp16"} {
@@ -396,6 +429,9 @@ func (f *Fault) render(w io.Writer) {
 			src += fmt.Sprintf("; %d other released storages have the same size", ref.Others)
 		}
 		fmt.Fprintf(w, "           (%s in %s)\n", src, ref.Trace)
+	}
+	for _, a := range f.Also {
+		fmt.Fprintf(w, "  also:    %s\n", a)
 	}
 	f.renderTraces(w)
 	if len(f.Causes) > 0 {

@@ -91,3 +91,26 @@ func TestPreloadedAgentWarnsOncePerJob(t *testing.T) {
 		t.Errorf("exit %d; want one warning in:\n%s", r.Code, r.Stderr)
 	}
 }
+
+// doctor on a trace directory (swapagent run --out, no msrun logs): a diagnosis from the traces alone that
+// does not take the agent's own log for the job's, folds the faults of one cause, and names the cause its
+// own owner and release lines show.
+func TestDoctorOnATraceDirectory(t *testing.T) {
+	out := t.TempDir()
+	swapagent(t, nil, "run", "--policy", "outputs-only", "--out", out, "--", testenv.Path(t, testenv.DecoderSim),
+		"--steps", "2")
+	d := swapagent(t, nil, "doctor", out)
+	blocks := strings.Count(d.Stdout, "\nunknown rank (")
+	if d.Code != 1 || strings.Contains(d.Stdout, "no log of this process") || blocks == 0 || blocks > 3 ||
+		!strings.Contains(d.Stdout, "from 1 trace alone (no job logs)") {
+		t.Fatalf("doctor: exit %d, %d blocks\n%s%s", d.Code, blocks, d.Stdout, d.Stderr)
+	}
+	_, first, _ := strings.Cut(d.Stdout, "cause (most likely first):\n    1. ")
+	first, _, _ = strings.Cut(first, "\n")
+	if !strings.Contains(first, "released by layer.0's activation swap while it was still owned as keyword input of layer.0") {
+		t.Errorf("the first block's cause: %q", first)
+	}
+	if n := strings.Count(d.Stdout, "guessed from the size as one of"); n > 2 {
+		t.Errorf("%d size tables: one per size", n)
+	}
+}
