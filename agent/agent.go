@@ -123,13 +123,18 @@ func New(cfg Config, native Native, stderr io.Writer, problems []string) *Agent 
 	return a
 }
 
+// consoleEncoder writes stderr lines in the agent's own form, as its fault blocks and summary are written
+// ("swapagent: warning: MESSAGE {fields}"): no time stamp among them (the log file keeps zap's JSON).
 func consoleEncoder() zapcore.Encoder {
-	ec := zap.NewProductionEncoderConfig()
-	ec.EncodeTime = zapcore.ISO8601TimeEncoder
-	ec.EncodeLevel = zapcore.CapitalLevelEncoder
-	ec.MessageKey = "msg"
-	ec.NameKey = "logger"
-	return zapcore.NewConsoleEncoder(ec)
+	return zapcore.NewConsoleEncoder(zapcore.EncoderConfig{MessageKey: "msg", LevelKey: "level",
+		ConsoleSeparator: " ", EncodeDuration: zapcore.StringDurationEncoder,
+		EncodeLevel: func(l zapcore.Level, enc zapcore.PrimitiveArrayEncoder) {
+			word := l.String()
+			if l == zapcore.WarnLevel {
+				word = "warning"
+			}
+			enc.AppendString("swapagent: " + word + ":")
+		}})
 }
 
 // teeLog adds the log file lf (nil: none) to the logger, at info level or below, and returns the logger.

@@ -519,8 +519,8 @@ func (a *Agent) faultSummary() string {
 	for i, c := range order {
 		parts[i] = fmt.Sprintf("%d %s", counts[c], c)
 	}
-	return fmt.Sprintf("swapagent: ========= ERROR SUMMARY: %d fault(s) in %d block(s) in pid %d (policy %s): %s\n",
-		total, len(a.faults), a.pid, a.cfg.Policy, strings.Join(parts, "; "))
+	return fmt.Sprintf("swapagent: ========= ERROR SUMMARY: %d fault(s) with their repeats, %d distinct (one block "+
+		"each), in pid %d (policy %s): %s\n", total, len(a.faults), a.pid, a.cfg.Policy, strings.Join(parts, "; "))
 }
 
 func orNone(s string) string {

@@ -31,7 +31,7 @@ Exit: 0 no fault; 1 fault diagnosed; 2 bad usage or input.`,
 func Main(args []string, stdout, stderr io.Writer) int {
 	c := Command
 	fs := c.Flags()
-	format := fs.String("format", "text", "output format: text or json")
+	format := fs.String("format", "text", "output `FORMAT`: text or json")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
 		return code
 	}

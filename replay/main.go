@@ -42,13 +42,13 @@ Exit: 0 clean; 1 violations (--exec: the runtime faulted); 2 bad usage or input;
 func Main(args []string, stdout, stderr io.Writer) int {
 	c := Command
 	fs := c.Flags()
-	policy := fs.String("policy", trace.PolicySafe, "policy to simulate: "+
-		strings.Join(trace.Policies[:], ", "))
-	prefetch := fs.Int("prefetch", offload.DefaultPrefetch, "groups restored ahead in backward (default: as recorded)")
+	policy := fs.String("policy", trace.PolicySafe, "policy `P` to simulate: "+strings.Join(trace.Policies[:], ", "))
+	// unset: as recorded, else offload.DefaultPrefetch (no default of its own for the help to print)
+	prefetch := fs.Int("prefetch", 0, "`N` groups restored ahead in backward (default: as recorded)")
 	minBytes := &bytesize.Flag{} // unset: as recorded, else offload.DefaultMinBytes
-	fs.Var(minBytes, "min-bytes", "size threshold for the small rule: 64K, 64KiB, 1M or a number of bytes (default: as recorded)")
-	execMode := fs.Bool("exec", false, "re-issue the trace's runtime calls against the AscendCL runtime")
-	format := fs.String("format", "text", "output format: text or json")
+	fs.Var(minBytes, "min-bytes", "size threshold `N` for the small rule: 64K, 64KiB, 1M or a number of bytes (default: as recorded)")
+	execMode := cli.Switch(fs, "exec", "re-issue the trace's runtime calls against the AscendCL runtime")
+	format := fs.String("format", "text", "output `FORMAT`: text or json")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
 		return code
 	}

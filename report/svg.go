@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"swapagent/internal/cli"
@@ -34,8 +35,11 @@ const (
 	svgMaxPts    = 4000
 	svgFaultR    = 5
 	svgMaxLabels = 8 // fault labels per panel; the others keep their hover text
-	svgFaultLine = 15
-	svgMaxSteps  = 24
+	// svgFaultNumberW: marks closer than this (px) share one number over the first ("3-5"): numbers of a
+	// burst would print over each other.
+	svgFaultNumberW = 14.0
+	svgFaultLine    = 15
+	svgMaxSteps     = 24
 )
 
 const svgStyle = `<style>
@@ -223,15 +227,27 @@ func svgPanelOf(w io.Writer, s *Summary, sc svgScale, offset int64) {
 
 	// Faults, marked on the in-use curve with their number; the numbered list under the lanes says what
 	// each is (labels on the curve would cover each other: faults come in bursts).
-	for i, f := range s.Faults {
-		cx, cy := x(f.TS), y(liveAt(s.Foot.InUse, f.TS))
-		fmt.Fprintf(w, `<circle class="fault" cx="%.1f" cy="%.1f" r="%d"><title>%s</title></circle>`,
-			cx, cy, svgFaultR, esc(fmt.Sprintf("fault %d at +%s: %s", i+1, durString(f.TS), faultText(f.Raw))))
-		if i < svgMaxLabels {
-			fmt.Fprintf(w, `<text class="fault-number" x="%.1f" y="%.1f" text-anchor="middle">%d</text>`,
-				cx, cy-svgFaultR-2, i+1)
+	// Marks closer than a number's width share one number, "3-5", over the first of them.
+	for i := 0; i < len(s.Faults); {
+		j := i
+		for j+1 < len(s.Faults) && x(s.Faults[j+1].TS)-x(s.Faults[i].TS) < svgFaultNumberW {
+			j++
 		}
-		fmt.Fprintln(w)
+		for k := i; k <= j; k++ {
+			f := s.Faults[k]
+			fmt.Fprintf(w, `<circle class="fault" cx="%.1f" cy="%.1f" r="%d"><title>%s</title></circle>`+"\n",
+				x(f.TS), y(liveAt(s.Foot.InUse, f.TS)), svgFaultR,
+				esc(fmt.Sprintf("fault %d at +%s: %s", k+1, durString(f.TS), faultText(f.Raw))))
+		}
+		if i < svgMaxLabels {
+			num := strconv.Itoa(i + 1)
+			if j > i {
+				num += "-" + strconv.Itoa(min(j, svgMaxLabels-1)+1)
+			}
+			fmt.Fprintf(w, `<text class="fault-number" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
+				x(s.Faults[i].TS), y(liveAt(s.Foot.InUse, s.Faults[i].TS))-svgFaultR-2, num)
+		}
+		i = j + 1
 	}
 
 	// One lane per swap group.
@@ -289,7 +305,7 @@ func svgFaultList(w io.Writer, s *Summary, offset int64, y int) {
 			label += ", released by " + by
 		}
 		if d, ok := f.Fields["detected"].(string); ok && d != "" {
-			label += " (detected at " + d + ")"
+			label += " (" + detectedWords(d) + ")"
 		}
 		fmt.Fprintf(w, `<text class="fault-label" x="%d" y="%d">%s</text>`+"\n", svgLeft, y+i*svgFaultLine, esc(shorten(label, 140)))
 	}
@@ -376,4 +392,19 @@ func liveAt(series []MemPoint, ts int64) uint64 {
 		return 0
 	}
 	return series[i-1].Bytes
+}
+
+// detectedWords says where the agent caught a fault (trace.Fault's Detected) in a reader's words.
+func detectedWords(d string) string {
+	switch d {
+	case "launch":
+		return "found at the kernel's launch"
+	case "race":
+		return "found at the kernel's launch, reading a storage the policy moved"
+	case "sync":
+		return "found at a stream sync"
+	case "region_enter":
+		return "found at its region's entry"
+	}
+	return "found at " + d
 }

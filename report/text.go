@@ -134,7 +134,17 @@ func writeTextOne(w io.Writer, s *Summary, detail bool) {
 			countList(a.KeepReasons, KeepReasons[:]))
 	}
 
-	fmt.Fprintf(w, "  faults: %d\n", len(st.Faults))
+	all := uint64(0)
+	for _, raw := range st.Faults {
+		var f trace.Fault
+		_ = json.Unmarshal(raw, &f) // unreadable: counted once
+		all += 1 + f.Repeats
+	}
+	if all == uint64(len(st.Faults)) {
+		fmt.Fprintf(w, "  faults: %d\n", len(st.Faults))
+	} else { // the agent's ERROR SUMMARY counts the repeats too
+		fmt.Fprintf(w, "  faults: %d distinct, %d with their repeats (the ERROR SUMMARY's count)\n", len(st.Faults), all)
+	}
 	for _, f := range faultLines(s) {
 		fmt.Fprintf(w, "    %s\n", f)
 	}

@@ -360,7 +360,7 @@ func TestOutputsOnlyFaultsReadLikeASanitizer(t *testing.T) {
 	if len(blocks) > 12 {
 		t.Errorf("%d fault blocks: repeats of one storage must fold", len(blocks))
 	}
-	m := regexp.MustCompile(`ERROR SUMMARY: (\d+) fault\(s\) in (\d+) block\(s\) in pid \d+ \(policy outputs-only\): (.*)`).FindStringSubmatch(r.Stderr)
+	m := regexp.MustCompile(`ERROR SUMMARY: (\d+) fault\(s\) with their repeats, (\d+) distinct \(one block each\), in pid \d+ \(policy outputs-only\): (.*)`).FindStringSubmatch(r.Stderr)
 	if m == nil {
 		t.Fatalf("no ERROR SUMMARY line:\n%s", r.Stderr)
 	}

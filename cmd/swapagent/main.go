@@ -59,6 +59,8 @@ func mainArgs(args []string) int {
 	case "-h", "--help":
 		usage(os.Stdout)
 		return exitOK
+	case "--version":
+		return cmdVersion(args[1:])
 	}
 	for _, c := range commands {
 		if c.Name == args[0] {

@@ -11,7 +11,11 @@ import (
 	"swapagent/internal/cli"
 )
 
-var versionCmd = cli.Command{Name: "version"}
+var versionCmd = cli.Command{Name: "version", About: `Prints the release, the control ABI version the agent library speaks (swapagent.h's
+SWAPAGENT_ABI_VERSION), the Go toolchain, the platform the binary is for and the VCS revision it was built
+from ("unknown" without a VCS stamp). swapagent --version is the same.
+
+Exit: 0; 2 bad usage.`}
 
 func cmdVersion(args []string) int {
 	c := versionCmd

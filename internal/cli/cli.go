@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -192,3 +193,31 @@ func incompleteTail(b []byte) int {
 	}
 	return 0
 }
+
+// Switch defines a flag that is on when given (--exec) and off otherwise. Its help line shows the flag
+// alone, as a placeholder shows a value elsewhere (pflag's own bool flags print "[=true|false]").
+func Switch(fs *pflag.FlagSet, name, usage string) *bool {
+	b := new(bool)
+	fs.Var((*switchValue)(b), name, usage)
+	fs.Lookup(name).NoOptDefVal = "true"
+	return b
+}
+
+type switchValue bool
+
+func (s *switchValue) String() string { return strconv.FormatBool(bool(*s)) }
+
+func (s *switchValue) Set(v string) error {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return err
+	}
+	*s = switchValue(b)
+	return nil
+}
+
+// Type is pflag's name for a flag of no value in help.
+func (s *switchValue) Type() string { return "boolfunc" }
+
+// IsBoolFlag lets the flag be given without a value.
+func (s *switchValue) IsBoolFlag() bool { return true }

@@ -150,7 +150,7 @@ func TestDeferredCallsRefusedUnderOutputsOnly(t *testing.T) {
 // Threads making deferred calls at once: every call reaches the trace, none is refused.
 func TestDeferredCallsFromThreads(t *testing.T) {
 	r, path := runDeferred(t, "threads")
-	if strings.Contains(r.Stderr, "WARN") {
+	if strings.Contains(r.Stderr, "swapagent: warning:") {
 		t.Errorf("the agent refused calls:\n%s", testenv.Tail(r.Stderr, 20))
 	}
 	tids := map[uint32]bool{}
