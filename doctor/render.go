@@ -368,10 +368,11 @@ func (f *Fault) render(w io.Writer, sizes map[uint64]bool) {
 		fmt.Fprintf(w, "  tensor:  %s\n", strings.Join(t, ", "))
 	}
 	ref := f.StorageRef
-	if si := f.SizeInfo; si != nil && ref != nil && ref.Tensor != "" && ref.Nbytes == si.Bytes {
+	switch si := f.SizeInfo; {
+	case si != nil && ref != nil && ref.Tensor != "" && ref.Nbytes == si.Bytes:
 		// The companion described the storage: no guess from its size.
 		fmt.Fprintf(w, "  size:    %d bytes = %s (as the framework described the storage)\n", si.Bytes, ref.Tensor)
-	} else if si != nil && len(si.Shapes) == 1 {
+	case si != nil && len(si.Shapes) == 1:
 		top := si.Shapes[0]
 		line := fmt.Sprintf("%d bytes", si.Bytes)
 		if n, ok := si.Elements[top.DType]; ok {
@@ -382,9 +383,9 @@ func (f *Fault) render(w io.Writer, sizes map[uint64]bool) {
 			line += ": " + top.Note
 		}
 		fmt.Fprintf(w, "  size:    %s (guessed from the size)\n", line)
-	} else if si != nil && len(si.Shapes) > 1 && sizes[si.Bytes] {
+	case si != nil && len(si.Shapes) > 1 && sizes[si.Bytes]:
 		fmt.Fprintf(w, "  size:    %d bytes (the shapes it may be: above)\n", si.Bytes)
-	} else if si != nil && len(si.Shapes) > 1 {
+	case si != nil && len(si.Shapes) > 1:
 		sizes[si.Bytes] = true
 		// Several shapes fit: say so, rather than present the first as the answer.
 		var elems []string

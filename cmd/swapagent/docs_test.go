@@ -43,7 +43,10 @@ func TestCLIDocMatchesTheBinary(t *testing.T) {
 		testenv.Path(t, testenv.DecoderSim), "--steps", "2").Stderr
 	version := swapagent(t, nil, "version").Stdout
 	for cmd, got := range map[string]string{"run": run, "version": version} {
-		block := sections[cmd][strings.Index(sections[cmd], "$ swapagent "+cmd):]
+		_, block, found := strings.Cut(sections[cmd], "$ swapagent "+cmd)
+		if !found {
+			t.Fatalf("docs/cli.md's %s section has no example", cmd)
+		}
 		block, _, _ = strings.Cut(block, "```")
 		n := 0
 		for _, line := range strings.Split(block, "\n")[1:] {

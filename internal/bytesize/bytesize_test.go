@@ -4,7 +4,7 @@ import "testing"
 
 func TestParse(t *testing.T) {
 	for v, want := range map[string]uint64{"0": 0, "1024": 1024, "64K": 65536, "64KiB": 65536, "64kb": 65536,
-		" 2M ": 2 << 20, "1G": 1 << 30, "1GiB": 1 << 30, "3T": 3 << 40} {
+		"\t2M\n": 2 << 20, "1G": 1 << 30, "1GiB": 1 << 30, "3T": 3 << 40} {
 		if got, ok := Parse(v); !ok || got != want {
 			t.Errorf("Parse(%q) = %d, %v; want %d", v, got, ok, want)
 		}
