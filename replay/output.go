@@ -60,18 +60,10 @@ func WriteText(w io.Writer, r *Result) {
 		fmt.Fprintf(w, "  memory saved vs the recorded run: %s (the recorded run released more)\n",
 			signedMiB(r.SavedVsRecord))
 	}
-	switch {
-	case r.SavedVsNoSwap > 0 && uint64(r.SavedVsNoSwap) < r.PoolStep:
-		fmt.Fprintf(w, "  memory saved vs no swap: none this trace supports (the estimate, %s, is less than the "+
-			"pool's step of growth, %s)\n", mib(uint64(r.SavedVsNoSwap)), mib(r.PoolStep))
-	case r.SavedVsNoSwap > 0 && r.SavedAtLeast > 0:
-		fmt.Fprintf(w, "  memory saved vs no swap: about %s, an estimate; at least %s (released at the "+
-			"simulated peak, less one step of the pool's growth)\n", mib(uint64(r.SavedVsNoSwap)), mib(uint64(r.SavedAtLeast)))
-	case r.SavedVsNoSwap > 0:
-		fmt.Fprintf(w, "  memory saved vs no swap: about %s, an estimate, with no lower bound this trace proves\n",
-			mib(uint64(r.SavedVsNoSwap)))
-	default:
-		fmt.Fprintf(w, "  memory saved vs no swap: %s\n", signedMiB(r.SavedVsNoSwap))
+	// The simulated policy's figures in the words of run's and report's memory line.
+	fmt.Fprintf(w, "  device memory, simulated: %s\n", r.Memory.Text())
+	if d := r.Memory.Detail(); d != "" {
+		fmt.Fprintf(w, "    saving: %s\n", d)
 	}
 	if r.EngineErrors > 0 {
 		fmt.Fprintf(w, "  engine rejected %d ABI calls; first: %s\n", r.EngineErrors, r.FirstEngineErr)

@@ -14,6 +14,7 @@ import (
 	"sort"
 
 	"swapagent/offload"
+	"swapagent/report"
 	"swapagent/timeline"
 	"swapagent/trace"
 	"swapagent/tracker"
@@ -87,6 +88,8 @@ type Result struct {
 	SavedAtLeast   int64        `json:"saved_at_least_bytes_vs_no_swap"`
 	PoolStep       uint64       `json:"pool_step_bytes"`
 	ReleasedPeak   uint64       `json:"released_bytes_peak"`          // most device bytes the simulation held released at once
+	// Memory is the simulated policy's memory figures, as report gives a recording's (report.Figures).
+	Memory report.MemFigures `json:"memory"`
 	RecordedFreed  uint64       `json:"recorded_released_bytes_peak"` // the same for the recording
 	Violations     []*Violation `json:"violations"`
 	EngineErrors   int          `json:"engine_errors"`
@@ -469,7 +472,8 @@ func (s *sim) peak() {
 
 func (s *sim) finish() {
 	r := s.res
-	if c, _ := s.rec.Coverage(); c != "" {
+	c, partial := s.rec.Coverage()
+	if c != "" {
 		r.Notes = append(r.Notes, c)
 	}
 	r.BytesOut, r.BytesIn = s.ops.out, s.ops.in
@@ -485,6 +489,10 @@ func (s *sim) finish() {
 	st := s.eng.Stats()
 	r.Stats = &st
 	r.ReleasedPeak = st.SavedBytesPeak
+	r.Memory = report.Figures(r.PeakSimulated, r.PeakNoSwap, r.ReleasedPeak, r.PoolStep, s.releasedAtPeak)
+	if partial {
+		r.Memory.Withhold(report.PartialRun)
+	}
 	for _, v := range s.all {
 		// The owner grows as later groups receive the storage: report what the whole trace says.
 		for _, id := range v.storageIDs {

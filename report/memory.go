@@ -49,27 +49,34 @@ type MemFigures struct {
 
 // figures returns the footprint's memory figures; reserved is the reservation tracking (may be empty).
 func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
-	m := MemFigures{Source: "runtime allocations", PeakInUse: f.Held.PeakBytes, PeakInUseAtNS: f.Held.PeakAtNS,
-		PeakNoSwap: max(f.PeakNoSwap, f.Held.PeakBytes), PeakNoSwapAtNS: f.PeakNoSwapAtNS,
-		SwappedOutPeak: f.PeakReleased, InUseAtEnd: f.InUseBytes()}
+	m := Figures(f.Held.PeakBytes, f.PeakNoSwap, f.PeakReleased, f.MinAlloc, f.ReleasedAtPeak)
+	m.PeakInUseAtNS, m.PeakNoSwapAtNS, m.InUseAtEnd = f.Held.PeakAtNS, f.PeakNoSwapAtNS, f.InUseBytes()
 	if vmm {
 		m.Source = "VMM mappings"
 	}
 	if m.PeakNoSwap == m.PeakInUse {
 		m.PeakNoSwapAtNS = m.PeakInUseAtNS
 	}
+	if reserved != nil {
+		m.ReservedPeak = reserved.PeakBytes
+	}
+	return m
+}
+
+// Figures derives the saving of a peak in use with swap against the no-swap peak the same trace implies,
+// the bytes swapped out at once at most, the pool's step and the bytes released when the run peaked: the
+// figures report shows for a recording and replay for a simulated policy, in the same words (Text).
+func Figures(peakInUse, peakNoSwap, swappedOutPeak, poolStep, releasedAtPeak uint64) MemFigures {
+	m := MemFigures{Source: "runtime allocations", PeakInUse: peakInUse, PeakNoSwap: max(peakNoSwap, peakInUse),
+		SwappedOutPeak: swappedOutPeak, PoolStep: poolStep}
 	m.SavedBytes = m.PeakNoSwap - m.PeakInUse
 	if m.PeakNoSwap > 0 {
 		m.SavedPercent = float64(m.SavedBytes) / float64(m.PeakNoSwap) * 100
 	}
-	m.PoolStep = f.MinAlloc
 	m.SavingSupported = m.SavedBytes > 0 && m.SavedBytes >= m.PoolStep
-	m.SavedAtLeast = min(timeline.SavedAtLeast(f.ReleasedAtPeak, m.PoolStep), m.SavedBytes)
+	m.SavedAtLeast = min(timeline.SavedAtLeast(releasedAtPeak, m.PoolStep), m.SavedBytes)
 	if m.SavingSupported && m.PoolStep > 0 {
 		m.SavedPoolSteps = (m.SavedBytes + m.PoolStep/2) / m.PoolStep
-	}
-	if reserved != nil {
-		m.ReservedPeak = reserved.PeakBytes
 	}
 	return m
 }
@@ -131,9 +138,12 @@ func (m MemFigures) bound() string {
 		m.SavedAtLeast, Bytes(m.PoolStep))
 }
 
-// withhold takes back the saving of a trace that faulted before a whole step (timeline.Coverage): its peak
+// PartialRun is Withhold's reason for a trace that faulted before a whole step.
+const PartialRun = "the run faulted before a whole step"
+
+// Withhold takes back the saving of a trace that faulted before a whole step (timeline.Coverage): its peak
 // is that of a run cut short, and the no-swap estimate that of the same partial run.
-func (m *MemFigures) withhold(why string) {
+func (m *MemFigures) Withhold(why string) {
 	m.Partial = why
 	m.SavedBytes, m.SavedPercent, m.SavingSupported, m.SavedAtLeast, m.SavedPoolSteps = 0, 0, false, 0, 0
 }

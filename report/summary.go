@@ -106,7 +106,7 @@ func Summarize(path string, h trace.Header, events []trace.Event, truncated bool
 		ABI: abiOf(t), Spans: spans(t)}
 	s.Mem = figures(&t.Foot, &t.Reserved, t.VMM)
 	if _, partial := t.Coverage(); partial {
-		s.Mem.withhold("the run faulted before a whole step")
+		s.Mem.Withhold(PartialRun)
 	}
 	s.Stats = mergeStats(t.StatsJSON, derivedStats(t))
 	s.Guard, s.Holders = guardOf(t), holdersOf(t)

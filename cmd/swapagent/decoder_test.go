@@ -172,7 +172,7 @@ func TestMemoryFiguresAgree(t *testing.T) {
 	}
 	rep := reps.Replays[0]
 	replayText := swapagent(t, nil, "replay", out, "--policy", "safe").Stdout
-	if !regexp.MustCompile(`memory saved vs no swap: about \d+ bytes .*, an estimate; at least \d+ bytes`).MatchString(replayText) {
+	if !regexp.MustCompile(`device memory, simulated: peak .* in use; about .* without swap \(estimate\): saved about .*\n    saving: about \d+ bytes, at least \d+ bytes`).MatchString(replayText) {
 		t.Errorf("replay's text has no estimate and bound:\n%s", replayText)
 	}
 
