@@ -85,18 +85,18 @@ type Result struct {
 	SavedVsRecord  int64    `json:"saved_bytes_vs_recorded"`
 	SavedVsNoSwap  int64    `json:"saved_bytes_vs_no_swap"` // an estimate, as report's saved_bytes
 	// SavedAtLeast is its lower bound, as report's saved_at_least_bytes (timeline.SavedAtLeast).
-	SavedAtLeast   int64        `json:"saved_at_least_bytes_vs_no_swap"`
-	PoolStep       uint64       `json:"pool_step_bytes"`
-	ReleasedPeak   uint64       `json:"released_bytes_peak"`          // most device bytes the simulation held released at once
+	SavedAtLeast int64  `json:"saved_at_least_bytes_vs_no_swap"`
+	PoolStep     uint64 `json:"pool_step_bytes"`
+	ReleasedPeak uint64 `json:"released_bytes_peak"` // most device bytes the simulation held released at once
 	// Memory is the simulated policy's memory figures, as report gives a recording's (report.Figures).
-	Memory report.MemFigures `json:"memory"`
-	RecordedFreed  uint64       `json:"recorded_released_bytes_peak"` // the same for the recording
-	Violations     []*Violation `json:"violations"`
-	EngineErrors   int          `json:"engine_errors"`
-	FirstEngineErr string       `json:"first_engine_error,omitempty"`
-	Skipped        int          `json:"skipped_unpacks"` // unpacks of handles the recorded save never got
-	Notes          []string     `json:"notes,omitempty"`
-	Stats          *trace.Stats `json:"stats,omitempty"`
+	Memory         report.MemFigures `json:"memory"`
+	RecordedFreed  uint64            `json:"recorded_released_bytes_peak"` // the same for the recording
+	Violations     []*Violation      `json:"violations"`
+	EngineErrors   int               `json:"engine_errors"`
+	FirstEngineErr string            `json:"first_engine_error,omitempty"`
+	Skipped        int               `json:"skipped_unpacks"` // unpacks of handles the recorded save never got
+	Notes          []string          `json:"notes,omitempty"`
+	Stats          *trace.Stats      `json:"stats,omitempty"`
 }
 
 type tensorRec struct {
