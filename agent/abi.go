@@ -21,9 +21,9 @@ import (
 	"swapagent/tracker"
 )
 
-// MaxGroup is the longest group name accepted, in bytes: module paths are far shorter, and a bound is what
-// lets a C string be read without trusting it.
-const MaxGroup = 4096
+// MaxGroup is the longest group name accepted, in bytes (SWAPAGENT_MAX_GROUP): module paths are far
+// shorter, and a bound is what lets a C string be read without trusting it.
+const MaxGroup = trace.MaxGroup
 
 // checkGroup is the rule for group names: 1 to MaxGroup bytes, no ASCII control character (a name ends up
 // in logs, reports and terminals).
@@ -103,9 +103,9 @@ func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []
 	a.recordText(kind, group, handle, ret, ptrs, "", args...)
 }
 
-// FnUnpack is the function ID of an unpack the C side answered itself (shim/c/sa.h, SA_FN_UNPACK): Args[0]
-// the handle, Ret the base.
-const FnUnpack = 0xFFFF
+// FnUnpack is the function ID of an unpack the C side answered itself (SA_FN_UNPACK): Args[0] the handle,
+// Ret the base.
+const FnUnpack = trace.FnUnpack
 
 // recordText is record with the event's Text.
 func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, text string,

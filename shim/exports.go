@@ -23,6 +23,7 @@ import (
 	"unsafe"
 
 	"swapagent/agent"
+	"swapagent/trace"
 	"swapagent/tracker"
 )
 
@@ -125,7 +126,7 @@ func cString(a *agent.Agent, p *C.char, buf []byte, what string) (string, string
 }
 
 // maxDesc is the longest tensor description read (trace.ParseTensor's limits fit well inside).
-const maxDesc = 1024
+const maxDesc = trace.MaxDesc
 
 // cDescs reads n tensor descriptions (a NULL array: none, nil; a NULL entry: nothing known of that
 // tensor) by cString's rule; a longer one comes back cut, for trace.ParseTensor to refuse.

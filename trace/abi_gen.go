@@ -108,3 +108,16 @@ const (
 
 // Policies lists the policies in the header's order.
 var Policies = [...]string{PolicySafe, PolicyOutputsOnly, PolicyOff}
+
+// Limits of the calls' arguments (SWAPAGENT_MAX_*): beyond them a call is refused with CodeEINVAL.
+const (
+	MaxGroup = 4096   // SWAPAGENT_MAX_GROUP: bytes of a group name, its NUL excluded
+	MaxPtrs  = 262144 // SWAPAGENT_MAX_PTRS: entries of one call's pointer array (1 << 18)
+	MaxDesc  = 1024   // SWAPAGENT_MAX_DESC: bytes of one tensor description read, its NUL excluded
+)
+
+// Pseudo function IDs of the shim's ring (shim/c/sa.h, SA_FN_*), recorded as KindCall's function.
+const (
+	FnUnpack = 0xffff // SA_FN_UNPACK
+	FnDefer  = 0xfffe // SA_FN_DEFER
+)

@@ -23,10 +23,8 @@ const FileSuffix = ".swtrace"
 
 // Limits on one event. The writer refuses larger events and the reader treats them as corrupt, so
 // a reader never allocates more than these, whatever the input claims.
-const (
-	MaxText = 4 << 20 // bytes of Event.Text
-	MaxPtrs = 1 << 18 // entries of Event.Ptrs
-)
+// MaxPtrs, the entries of Event.Ptrs, is the ABI's limit on a call's pointer array (abi_gen.go).
+const MaxText = 4 << 20 // bytes of Event.Text
 
 const (
 	headerSize = 20       // magic[8], version u32, payload length u32, CRC32C u32

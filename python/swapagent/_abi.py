@@ -56,3 +56,8 @@ POLICY_SAFE = "safe"
 POLICY_OUTPUTS_ONLY = "outputs-only"
 POLICY_OFF = "off"
 POLICIES = (POLICY_SAFE, POLICY_OUTPUTS_ONLY, POLICY_OFF)
+
+# Limits of the calls' arguments: beyond them a call is refused with EINVAL.
+MAX_GROUP = 4096  # SWAPAGENT_MAX_GROUP: bytes of a group name, its NUL excluded
+MAX_PTRS = 262144  # SWAPAGENT_MAX_PTRS: entries of one call's pointer array (1 << 18)
+MAX_DESC = 1024  # SWAPAGENT_MAX_DESC: bytes of one tensor description read, its NUL excluded

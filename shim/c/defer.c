@@ -27,9 +27,9 @@ extern int sa_go_deferred(uint64_t *min_bytes);
 extern int sa_go_defer_refused(char *call, char *detail);
 extern int64_t sa_go_run_deferred(uintptr_t d);
 
-#define SA_MAX_GROUP 4096      /* agent.MaxGroup */
-#define SA_MAX_PTRS (1u << 18) /* trace.MaxPtrs */
-#define SA_MAX_TEXT (1u << 28) /* SA_MAX_PTRS descriptions of their longest (shim's maxDesc) */
+#define SA_MAX_GROUP SWAPAGENT_MAX_GROUP
+#define SA_MAX_PTRS SWAPAGENT_MAX_PTRS
+#define SA_MAX_TEXT ((size_t)SWAPAGENT_MAX_PTRS * SWAPAGENT_MAX_DESC) /* every description of its longest */
 /* Deferred handles start far above the engine's own, which count from 1: both kinds can live together. */
 #define SA_DEFER_HANDLES (1LL << 40)
 

@@ -100,14 +100,14 @@ SA_HIDDEN int64_t sa_now(void);
 SA_HIDDEN extern _Atomic uint64_t sa_lost;
 
 /* Resident handles (resident.c): the base of a handle whose storage stays on device, 0 when unknown. An
- * unpack answered from it is recorded as the pseudo function SA_FN_UNPACK (agent.FnUnpack): args[0] the
+ * unpack answered from it is recorded as the pseudo function SA_FN_UNPACK (trace.FnUnpack, generated): args[0] the
  * handle, ret the base. */
 #define SA_FN_UNPACK 0xFFFF
 SA_HIDDEN uintptr_t sa_resident_get(int64_t handle);
 /* Puts handles first..first+n-1 in the table with their bases (0: left out), under one lock. */
 SA_HIDDEN void sa_resident_set_n(int64_t first, const uint64_t *bases, size_t n);
 
-/* Deferred control calls (defer.c): recorded in the ring as SA_FN_DEFER (agent.FnDefer), args[0] the
+/* Deferred control calls (defer.c): recorded in the ring as SA_FN_DEFER (trace.FnDefer, generated), args[0] the
  * sa_deferred copy of their arguments. */
 #define SA_FN_DEFER 0xFFFE
 

@@ -61,6 +61,11 @@ extern "C" {
 typedef int (*swapagent_release_fn)(void *ctx, int64_t handle, uintptr_t ptr, size_t nbytes);
 typedef uintptr_t (*swapagent_restore_fn)(void *ctx, int64_t handle, size_t nbytes);
 
+/* Limits of the calls' arguments: a longer group name or pointer array is refused with SWAPAGENT_EINVAL. */
+#define SWAPAGENT_MAX_GROUP 4096  /* bytes of a group name, its NUL excluded */
+#define SWAPAGENT_MAX_PTRS 262144 /* entries of one call's pointer array (1 << 18) */
+#define SWAPAGENT_MAX_DESC 1024   /* bytes of one tensor description read, its NUL excluded */
+
 int swapagent_abi_version(void);
 int swapagent_set_storage_ops(swapagent_release_fn release, swapagent_restore_fn restore, void *ctx);
 int swapagent_region_enter(const char *group, const uintptr_t *input_ptrs, size_t n);

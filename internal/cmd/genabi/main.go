@@ -1,6 +1,8 @@
 // Command genabi generates the control ABI's vocabulary from shim/c/swapagent.h, its one source: the
-// return codes, save flags, states, keep reasons, guard release answers, policies and the ABI version, as Go constants of package
-// trace (trace/abi_gen.go) and as the Python companion's constants (python/swapagent/_abi.py).
+// return codes, save flags, states, keep reasons, guard release answers, policies, the arguments' limits
+// and the ABI version, as Go constants of package trace (trace/abi_gen.go) and as the Python companion's
+// constants (python/swapagent/_abi.py); and the ring's pseudo function IDs from shim/c/sa.h (SA_FN_*),
+// which traces record, into package trace.
 //
 // Usage, from anywhere in the module (go generate ./trace runs it too):
 //
@@ -28,6 +30,7 @@ import (
 // Paths relative to the module root.
 const (
 	headerPath = "shim/c/swapagent.h"
+	shimPath   = "shim/c/sa.h" // the shim's internal header: only its SA_FN_* are read
 	goPath     = "trace/abi_gen.go"
 	pyPath     = "python/swapagent/_abi.py"
 )
@@ -50,10 +53,13 @@ type vocab struct {
 	Keep     []constant
 	Releases []constant // answers of swapagent_guard_release
 	Policies []constant
+	Limits   []constant // SWAPAGENT_MAX_*: the calls' argument limits
+	Fns      []constant // shim/c/sa.h's SA_FN_*: the ring's pseudo function IDs, which traces record
 }
 
 var (
 	defineRE = regexp.MustCompile(`^#define\s+SWAPAGENT_([A-Z0-9_]+)\s+(.+?)\s*(?:/\*\s*(.*?)\s*\*/)?\s*$`)
+	fnRE     = regexp.MustCompile(`^#define\s+SA_FN_([A-Z]+)\s+(0x[0-9A-Fa-f]+|[0-9]+)\s*$`)
 	errorRE  = regexp.MustCompile(`^E[A-Z]+$`)
 )
 
@@ -105,6 +111,8 @@ func parse(src string) (*vocab, error) {
 			v.Releases = append(v.Releases, c)
 		case family("POLICY_", true):
 			v.Policies = append(v.Policies, c)
+		case family("MAX_", false):
+			v.Limits = append(v.Limits, c)
 		default:
 			return nil, fmt.Errorf("%s:%d: SWAPAGENT_%s belongs to no family the generator knows: "+
 				"teach internal/cmd/genabi its family", headerPath, i+1, c.Name)
@@ -146,6 +154,11 @@ func (v *vocab) validate() error {
 	}
 	if len(v.Policies) == 0 {
 		return errors.New("no SWAPAGENT_POLICY_* names")
+	}
+	for _, c := range v.Limits {
+		if c.Int <= 0 {
+			return fmt.Errorf("SWAPAGENT_%s is %d: limits must be positive", c.Name, c.Int)
+		}
 	}
 	names := map[string]bool{}
 	for _, c := range v.Policies {
@@ -262,8 +275,39 @@ func goSource(v *vocab) ([]byte, error) {
 		}
 		p("Policy%s", camel(c.Suffix))
 	}
-	p("}\n")
+	p("}\n\n")
+	p("// Limits of the calls' arguments (SWAPAGENT_MAX_*): beyond them a call is refused with CodeEINVAL.\n")
+	p("const (\n")
+	for _, c := range v.Limits {
+		p("\tMax%s = %d%s\n", camel(c.Suffix), c.Int, comment(c, "go"))
+	}
+	p(")\n\n")
+	p("// Pseudo function IDs of the shim's ring (%s, SA_FN_*), recorded as KindCall's function.\n", shimPath)
+	p("const (\n")
+	for _, c := range v.Fns {
+		p("\tFn%s = %#x // SA_FN_%s\n", camel(c.Suffix), c.Int, c.Name)
+	}
+	p(")\n")
 	return format.Source(b.Bytes())
+}
+
+// parseFns adds the SA_FN_* IDs of the shim's header to v.
+func parseFns(v *vocab, src string) error {
+	for _, line := range strings.Split(src, "\n") {
+		m := fnRE.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		n, err := strconv.ParseInt(m[2], 0, 64)
+		if err != nil {
+			return fmt.Errorf("%s: SA_FN_%s: %v", shimPath, m[1], err)
+		}
+		v.Fns = append(v.Fns, constant{Name: m[1], Suffix: m[1], Int: n})
+	}
+	if len(v.Fns) == 0 {
+		return fmt.Errorf("%s: no SA_FN_* IDs", shimPath)
+	}
+	return nil
 }
 
 // pySource renders python/swapagent/_abi.py.
@@ -320,6 +364,10 @@ func pySource(v *vocab) []byte {
 		p("POLICY_%s", c.Suffix)
 	}
 	p(")\n")
+	p("\n# Limits of the calls' arguments: beyond them a call is refused with EINVAL.\n")
+	for _, c := range v.Limits {
+		p("MAX_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
+	}
 	return b.Bytes()
 }
 
@@ -352,6 +400,13 @@ func run(check bool) error {
 	}
 	v, err := parse(string(src))
 	if err != nil {
+		return err
+	}
+	shim, err := os.ReadFile(filepath.Join(root, shimPath))
+	if err != nil {
+		return err
+	}
+	if err := parseFns(v, string(shim)); err != nil {
 		return err
 	}
 	goSrc, err := goSource(v)

@@ -55,7 +55,8 @@ func TestParse(t *testing.T) {
 // A header the generated code would misread is refused.
 func TestParseRefuses(t *testing.T) {
 	for name, edit := range map[string][2]string{
-		"unknown family":            {"#define SWAPAGENT_H_", "#define SWAPAGENT_MAX_GROUP 4096"},
+		"unknown family":            {"#define SWAPAGENT_H_", "#define SWAPAGENT_MIN_GROUP 4096"},
+		"limit not positive":        {"#define SWAPAGENT_H_", "#define SWAPAGENT_MAX_GROUP 0"},
 		"code gap":                  {"SWAPAGENT_EGROUP (-2)", "SWAPAGENT_EGROUP (-3)"},
 		"state renumbered":          {"SWAPAGENT_STATE_D2H 1", "SWAPAGENT_STATE_D2H 2"},
 		"keep renumbered":           {"SWAPAGENT_KEEP_INPUT 1", "SWAPAGENT_KEEP_INPUT 0"},
@@ -83,6 +84,10 @@ func TestGeneratedCurrent(t *testing.T) {
 	v, err := parse(string(src))
 	if err != nil {
 		t.Fatal(err)
+	}
+	shim, err := os.ReadFile(filepath.Join(root, shimPath))
+	if err != nil || parseFns(v, string(shim)) != nil {
+		t.Fatalf("%s: %v", shimPath, err)
 	}
 	goSrc, err := goSource(v)
 	if err != nil {

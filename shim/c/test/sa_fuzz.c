@@ -36,7 +36,7 @@
 #define NDEAD 256        /* handles of finished steps kept for stale calls */
 #define NFREED 32        /* freed device pointers kept for garbage saves */
 #define GRAN (2u << 20)  /* VMM granularity */
-#define TRACE_LIMIT (1u << 18) /* trace.MaxPtrs: pointer arrays beyond it are EINVAL */
+#define TRACE_LIMIT SWAPAGENT_MAX_PTRS /* pointer arrays beyond it are EINVAL */
 #define GARBAGE ((uintptr_t)0x12345678)
 #define NCODES 8
 
