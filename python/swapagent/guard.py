@@ -60,7 +60,8 @@ class Guard:
         self.layers = {}  # id(wrapper module) -> GuardLayer
         self.tls = threading.local()  # .open: the stack of guarded layers inside their forward
         self.saved_by = {}  # storage pointer -> GuardLayer that saved it (this step)
-        self.input_of = {}  # storage pointer -> the GuardLayers that received it as an input (this step)
+        # storage pointer -> {GuardLayer: a weak reference to the input tensor it received there}
+        self.input_of = {}
         # storage key -> [GuardLayer, storage object, refused releases]: kept on device after a refused
         # release; as many later copies into it (the framework's loads of what it believes it released: one
         # per group that saved it) are skipped.
@@ -114,7 +115,7 @@ class Guard:
         gl.swaps = {}
         with self.lock:
             for p, layers in list(self.input_of.items()):
-                layers.discard(gl)
+                layers.pop(gl, None)
                 if not layers:
                     del self.input_of[p]
             for d in (self.kept, self.released):
@@ -267,13 +268,21 @@ class GuardLayer:
         its release decided by its holders then (an input nothing else holds any more may go); where the
         framework counts no holders, the role keeps every input, so all of them."""
         counted = self.fw.name in _holder_counts
-        seen, out = self.guard.input_of, []
+        seen, out, ptr_of = self.guard.input_of, [], self.fw.ptr
         for _, t in core.walk_named(self.inputs, self.fw.is_tensor, "", []):
-            ptr = self.fw.ptr(t)
-            layers = seen.setdefault(ptr, set()) if ptr else set()
-            if layers - {self} or not counted:
+            ptr = ptr_of(t)
+            layers = seen.setdefault(ptr, {}) if ptr else {}
+            # Another layer's entry counts while its tensor is still on this storage: a previous step's input
+            # released (resized to 0) may have left its address to a new tensor before that layer's next
+            # forward forgot it.
+            shared = any(gl is not self and (r is None or (r() is not None and ptr_of(r()) == ptr))
+                         for gl, r in layers.items())
+            if shared or not counted:
                 out.append(t)
-            layers.add(self)
+            try:
+                layers[self] = weakref.ref(t)
+            except TypeError:  # a tensor type without weak references: taken as still there
+                layers[self] = None
         return out
 
     def holders(self, storage, ptr):

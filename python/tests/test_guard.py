@@ -450,3 +450,37 @@ def test_nested_wrappers_one_group_per_hyper_parallel_group(runs):
     kept = {(k["arg"], k["reason"]) for k in g["kept"]}
     assert ("rotary_cos_sin[0]", "input") in kept and ("rotary_cos_sin[1]", "input") in kept, g
     assert g["releases_allowed"] > 0, g
+
+
+def test_shared_inputs_ignore_an_address_a_released_input_left():
+    """What the guard hands protect_alias_tensors: an input another layer also received (RoPE), not one
+    that only sits where a previous step's input of another layer was. hyper-parallel releases an input
+    with resize_(0), the allocator gives its address to the next step's input before that other layer's
+    next forward forgets it: the guard must not take the new tensor for a shared one (it then kept the
+    hidden state of swap_group_0 now and then, under load)."""
+    from swapagent import guard  # pylint: disable=import-outside-toplevel
+
+    class T:  # a tensor: its storage pointer, 0 once released
+        def __init__(self, ptr):
+            self.ptr = ptr
+
+    class FW:
+        name = "torch"
+
+        @staticmethod
+        def is_tensor(x):
+            return isinstance(x, T)
+
+        @staticmethod
+        def ptr(t):
+            return t.ptr
+
+    g = guard.Guard()
+    first, later = guard.GuardLayer(g, FW, None, 0), guard.GuardLayer(g, FW, None, 5)
+    rope, old = T(0x2000), T(0x1000)
+    later.inputs = ((old,), {"rotary_cos_sin": (rope,)})
+    assert later.shared_inputs() == []  # the first to receive them
+    old.ptr = 0  # released by the swap after the next layer; its address goes to the next step's input
+    new = T(0x1000)
+    first.inputs = ((new,), {"rotary_cos_sin": (rope,)})
+    assert first.shared_inputs() == [rope]
