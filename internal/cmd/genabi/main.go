@@ -228,12 +228,15 @@ func goSource(v *vocab) ([]byte, error) {
 	}
 	p("}\n\n")
 
-	p("// Flags of swapagent_save (SWAPAGENT_SAVE_*).\n")
-	p("const (\n")
-	for _, c := range v.Flags {
-		p("\tSave%s = %d%s\n", camel(c.Suffix), c.Int, comment(c, "go"))
+	consts := func(doc, prefix string, cs []constant) {
+		p("// %s\n", doc)
+		p("const (\n")
+		for _, c := range cs {
+			p("\t%s%s = %d%s\n", prefix, camel(c.Suffix), c.Int, comment(c, "go"))
+		}
+		p(")\n\n")
 	}
-	p(")\n\n")
+	consts("Flags of swapagent_save (SWAPAGENT_SAVE_*).", "Save", v.Flags)
 
 	for _, fam := range []struct {
 		consts                       []constant
@@ -276,12 +279,8 @@ func goSource(v *vocab) ([]byte, error) {
 		p("Policy%s", camel(c.Suffix))
 	}
 	p("}\n\n")
-	p("// Limits of the calls' arguments (SWAPAGENT_MAX_*): beyond them a call is refused with CodeEINVAL.\n")
-	p("const (\n")
-	for _, c := range v.Limits {
-		p("\tMax%s = %d%s\n", camel(c.Suffix), c.Int, comment(c, "go"))
-	}
-	p(")\n\n")
+	consts("Limits of the calls' arguments (SWAPAGENT_MAX_*): beyond them a call is refused with CodeEINVAL.", "Max",
+		v.Limits)
 	p("// Pseudo function IDs of the shim's ring (%s, SA_FN_*), recorded as KindCall's function.\n", shimPath)
 	p("const (\n")
 	for _, c := range v.Fns {
