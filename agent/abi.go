@@ -21,18 +21,15 @@ import (
 	"swapagent/tracker"
 )
 
-// MaxGroup is the longest group name accepted, in bytes (SWAPAGENT_MAX_GROUP): module paths are far
-// shorter, and a bound is what lets a C string be read without trusting it.
-const MaxGroup = trace.MaxGroup
-
-// checkGroup is the rule for group names: 1 to MaxGroup bytes, no ASCII control character (a name ends up
-// in logs, reports and terminals).
+// checkGroup is the rule for group names: 1 to trace.MaxGroup bytes (SWAPAGENT_MAX_GROUP: module paths are
+// far shorter, and a bound is what lets a C string be read without trusting it), no ASCII control
+// character (a name ends up in logs, reports and terminals).
 func checkGroup(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty group", offload.ErrInvalid)
-	case len(name) > MaxGroup:
-		return fmt.Errorf("%w: group name of %d bytes (at most %d)", offload.ErrInvalid, len(name), MaxGroup)
+	case len(name) > trace.MaxGroup:
+		return fmt.Errorf("%w: group name of %d bytes (at most %d)", offload.ErrInvalid, len(name), trace.MaxGroup)
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c == 0x7f {
@@ -102,10 +99,6 @@ func (a *Agent) begin(o origin) *offload.Engine {
 func (a *Agent) record(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, args ...uint64) {
 	a.recordText(kind, group, handle, ret, ptrs, "", args...)
 }
-
-// FnUnpack is the function ID of an unpack the C side answered itself (SA_FN_UNPACK): Args[0] the handle,
-// Ret the base.
-const FnUnpack = trace.FnUnpack
 
 // recordText is record with the event's Text.
 func (a *Agent) recordText(kind trace.Kind, group string, handle, ret int64, ptrs []uint64, text string,

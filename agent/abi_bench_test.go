@@ -97,9 +97,9 @@ func benchRegion(b *testing.B, name, pol, where string, batch bool) {
 func BenchmarkParts(b *testing.B) {
 	name := []byte("layer.10\x00")
 	host := make([]byte, 4096)
-	b.Run("group name, full read", func(b *testing.B) { // up to MaxGroup+1 bytes, two pages
+	b.Run("group name, full read", func(b *testing.B) { // up to trace.MaxGroup+1 bytes, two pages
 		hm := tracker.NewHostMaps(tracker.ProcMaps)
-		var buf [MaxGroup + 1]byte
+		var buf [trace.MaxGroup + 1]byte
 		for i := 0; i < b.N; i++ {
 			hm.Read(buf[:], addr(name))
 		}

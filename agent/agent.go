@@ -322,14 +322,14 @@ func (a *Agent) drainLocked() (*Deferred, stamp) {
 		for ; i < n && d == nil; i++ {
 			r := &a.buf[i]
 			switch r.Fn {
-			case FnUnpack: // a control call the C side answered: the unpack it is, not a runtime call
+			case trace.FnUnpack: // a control call the C side answered (Args[0] the handle, Ret the base): the unpack it is
 				served++
 				if a.sink.tracing() {
 					a.sink.add(&trace.Event{Kind: trace.KindUnpack, TS: r.TS - start, TID: r.TID,
 						Handle: int64(r.Args[0]), Ret: r.Ret})
 				}
 				continue
-			case FnDefer: // a deferred control call: it runs now, before the events after it
+			case trace.FnDefer: // a deferred control call (Args[0] the address of its copy): it runs now, before the events after it
 				served++
 				d, at = a.native.Deferred(r.Args[0]), stamp{TS: r.TS - start, TID: r.TID}
 				continue

@@ -6,10 +6,6 @@ package agent
 
 import "swapagent/trace"
 
-// FnDefer is the function ID of a deferred control call in the ring (SA_FN_DEFER): Args[0] the address of
-// its copy, for Native.Deferred.
-const FnDefer = trace.FnDefer
-
 // DeferredCall says which call a Deferred is.
 type DeferredCall int
 

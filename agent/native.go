@@ -40,9 +40,9 @@ type Native interface {
 	ThreadID() uint32
 	// SetResident keeps the C side's table of resident handles (offload.EvResident): base 0 removes the
 	// handle. The C side answers an unpack of a resident handle itself and records it in the ring as
-	// FnUnpack (the drain traces it as the unpack it is).
+	// trace.FnUnpack (the drain traces it as the unpack it is).
 	SetResident(handle int64, base uint64)
-	// Deferred reads the copy of a deferred control call whose address a FnDefer event holds, and frees it.
+	// Deferred reads the copy of a deferred control call whose address a trace.FnDefer event holds, and frees it.
 	Deferred(addr uint64) *Deferred
 	// DeferClose ends the deferred calls under policy safe for good and returns once every call that saw
 	// them open is in the ring.

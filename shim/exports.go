@@ -27,14 +27,15 @@ import (
 	"swapagent/tracker"
 )
 
-const maxPtrs = 1 << 18 // trace.MaxPtrs: a larger n is a bad argument, not a reason to copy gigabytes
+// maxPtrs is SWAPAGENT_MAX_PTRS: a larger n is a bad argument, not a reason to copy gigabytes.
+const maxPtrs = trace.MaxPtrs
 
 // The C arguments are read through the kernel (tracker.HostMaps.Read), so a bad pointer is EINVAL rather
 // than a fault; where the kernel refuses such reads the index of readable mappings decides, and without
 // /proc nothing can be proven and C's convention (the caller passes valid memory) is all there is.
 
 // cGroup reads a group name: NULL, memory the process cannot read, and a string that does not end before
-// unreadable memory are refused (a reason is returned). A name longer than agent.MaxGroup comes back cut
+// unreadable memory are refused (a reason is returned). A name longer than trace.MaxGroup comes back cut
 // at MaxGroup+1 bytes, for the agent's group rule to refuse.
 func cGroup(a *agent.Agent, p *C.char) (string, string) {
 	if p == nil {
@@ -55,9 +56,9 @@ func cGroup(a *agent.Agent, p *C.char) (string, string) {
 			return name, ""
 		}
 	}
-	var buf [agent.MaxGroup + 1]byte
+	var buf [trace.MaxGroup + 1]byte
 	name, bad := cString(a, p, buf[:], "group")
-	if bad == "" && len(name) <= agent.MaxGroup {
+	if bad == "" && len(name) <= trace.MaxGroup {
 		groupNames.put(addr, name)
 	}
 	return name, bad
