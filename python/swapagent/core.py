@@ -813,9 +813,19 @@ class Framework:
         without walking the module tree again, as long as what it returns is that of the module now."""
         raise NotImplementedError
 
+    # Whether holders and saved_holders count: the evidence tracker.Releasable decides by. A framework that
+    # counts none keeps every input and output by its role.
+    counts_holders = False
+
     def holders(self, storage, aliases):
         """The references to storage (the object the registry holds) beyond those of the saved tensors of one
         forward, which hold aliases of it (Framework.alias), or None where this framework counts none."""
+        return None
+
+    def saved_holders(self, storage, saved):
+        """The references to storage beyond the saved tensors of one layer on it (hyper-parallel's
+        SwapTensors, their .val, and the guard's Packed aliases of them), or None where this framework
+        counts none (the guard's evidence)."""
         return None
 
     def alias(self, t):

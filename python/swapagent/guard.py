@@ -267,7 +267,7 @@ class GuardLayer:
         received (RoPE's tables, a mask), held beyond this layer. Every other input is left to its swap and
         its release decided by its holders then (an input nothing else holds any more may go); where the
         framework counts no holders, the role keeps every input, so all of them."""
-        counted = self.fw.name in _holder_counts
+        counted = self.fw.counts_holders
         seen, out, ptr_of = self.guard.input_of, [], self.fw.ptr
         for _, t in core.walk_named(self.inputs, self.fw.is_tensor, "", []):
             ptr = ptr_of(t)
@@ -288,14 +288,9 @@ class GuardLayer:
     def holders(self, storage, ptr):
         """The references to storage outside this layer's saved tensors, as its framework counts them, or
         HOLDERS_UNKNOWN: the evidence swapagent_guard_release_held takes (tracker.Releasable decides)."""
-        refs = self.swaps.get(ptr)
-        count = _holder_counts.get(self.fw.name)
-        if not refs or count is None:
-            return HOLDERS_UNKNOWN
-        sts = [st for st in (r() for r in refs) if st is not None]
-        if not sts:
-            return HOLDERS_UNKNOWN
-        return count(storage, sts)
+        sts = [st for st in (r() for r in self.swaps.get(ptr, ())) if st is not None]
+        n = self.fw.saved_holders(storage, sts) if sts else None
+        return HOLDERS_UNKNOWN if n is None else n
 
 
 _guard = Guard()
@@ -320,50 +315,6 @@ def _companion_saves(layer, ptrs):
 HOLDERS_UNKNOWN = -1
 
 
-def _torch_holders(storage, sts):
-    """torch: the references to storage beyond those of the saved tensors sts (hyper-parallel's SwapTensors
-    of one layer on it) and the guard's own aliases of them. Three counts, each against the same count
-    of a fresh object read the same way: the storage's use count (a tensor or storage object each: a view
-    or alias the job or another layer holds), each saved tensor's use count (a C++ holder: an autograd node
-    that saved it without hooks) and its Python references (a variable or list of the job's, another
-    layer's SwapTensor)."""
-    import torch  # pylint: disable=import-outside-toplevel
-    use_count = torch._C._storage_Use_Count  # pylint: disable=protected-access
-    vals, aliases = {}, 0
-    for st in sts:
-        v = st.__dict__.get("val")
-        if v is None:
-            return HOLDERS_UNKNOWN
-        e = vals.get(id(v))
-        vals[id(v)] = (v, 1 if e is None else e[1] + 1)
-        aliases += core.is_packed(st.__dict__.get("_swapagent_packed"))
-    c = _calibration(torch)
-    extra = use_count(storage._cdata) - c[0] - len(vals) - aliases  # pylint: disable=protected-access
-    for v, held in vals.values():
-        extra += (v._use_count() - c[1]) + (sys.getrefcount(v) - c[2] - held)  # pylint: disable=protected-access
-    return extra if extra >= 0 else HOLDERS_UNKNOWN  # fewer than its own: a count this code misreads
-
-
-_calibrated = []
-
-
-def _calibration(torch):
-    """What _torch_holders' three counts read for a fresh tensor held once by a dict entry, as it holds a
-    saved tensor: the storage's count less its one tensor, the tensor's use count, its Python references
-    (the dict entry's, the loop's name and getrefcount's own argument)."""
-    if not _calibrated:
-        t = torch.empty(1)
-        vals = {id(t): (t, 1)}
-        del t
-        for v, _ in vals.values():
-            py = sys.getrefcount(v)
-            s = v.untyped_storage()
-            _calibrated.append((torch._C._storage_Use_Count(s._cdata) - 1,  # pylint: disable=protected-access
-                                v._use_count(), py))  # pylint: disable=protected-access
-    return _calibrated[0]
-
-
-_holder_counts = {"torch": _torch_holders}  # MindSpore counts no holders: its releases decide by role
 
 
 # ---- framework parts ---------------------------------------------------------------------------------

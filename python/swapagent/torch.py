@@ -14,10 +14,11 @@ untyped_storage().resize_().
 """
 
 import inspect
+import sys
 
 import torch as _torch
 
-from . import core, guard
+from . import core
 
 stats = core.stats
 group_name = core.group_name
@@ -63,14 +64,31 @@ class Torch(core.Framework):
             return None
         return s, s.data_ptr(), s.nbytes()
 
+    counts_holders = True
+
     def holders(self, storage, aliases):
-        # The storage's use count: one for each tensor or storage object on it. Less what a fresh tensor's
-        # storage object reads (guard._calibration) and the saved tensors' aliases, the rest are the job's,
-        # another layer's or an autograd node's.
+        # The storage's other tensors and storage objects: the job's, another layer's or an autograd node's.
         if storage is None:
             return None
-        c = guard._calibration(_torch)  # pylint: disable=protected-access
-        extra = _torch._C._storage_Use_Count(storage._cdata) - c[0] - aliases  # pylint: disable=protected-access
+        extra = _storage_extra(storage, aliases)
+        return extra if extra >= 0 else None  # fewer than its own: a count this code misreads
+
+    def saved_holders(self, storage, saved):
+        # Three counts: the storage's other tensors and storage objects (a view or alias the job or another
+        # layer holds), each saved tensor's use count (a C++ holder: an autograd node that saved it without
+        # hooks) and its Python references (a variable or list of the job's, another layer's SwapTensor).
+        vals, aliases = {}, 0
+        for st in saved:
+            v = st.__dict__.get("val")
+            if v is None:
+                return None
+            e = vals.get(id(v))
+            vals[id(v)] = (v, 1 if e is None else e[1] + 1)
+            aliases += core.is_packed(st.__dict__.get("_swapagent_packed"))
+        c = _calibration()
+        extra = _storage_extra(storage, len(vals) + aliases)
+        for v, held in vals.values():
+            extra += (v._use_count() - c[1]) + (sys.getrefcount(v) - c[2] - held)  # pylint: disable=protected-access
         return extra if extra >= 0 else None  # fewer than its own: a count this code misreads
 
     def param_ptrs(self, module, cache=None):
@@ -113,6 +131,33 @@ class Torch(core.Framework):
         except RuntimeError:  # "Final callbacks can only be installed during backward pass"
             return False
         return True
+
+
+# ---- counting holders: each count is read against the same count of a fresh tensor ----------------------
+
+_calibrated = []
+
+
+def _calibration():
+    """What the holder counts read for a fresh tensor held once by a dict entry, as saved_holders holds a
+    saved tensor: the storage's count less its one tensor, the tensor's use count, its Python references
+    (the dict entry's, the loop's name and getrefcount's own argument)."""
+    if not _calibrated:
+        t = _torch.empty(1)
+        vals = {id(t): (t, 1)}
+        del t
+        for v, _ in vals.values():
+            py = sys.getrefcount(v)
+            s = v.untyped_storage()
+            _calibrated.append((_torch._C._storage_Use_Count(s._cdata) - 1,  # pylint: disable=protected-access
+                                v._use_count(), py))  # pylint: disable=protected-access
+    return _calibrated[0]
+
+
+def _storage_extra(storage, own):
+    """The tensor and storage objects on storage (its use count) beyond own of them, less what a fresh
+    tensor's storage object reads; negative when the count is misread."""
+    return _torch._C._storage_Use_Count(storage._cdata) - _calibration()[0] - own  # pylint: disable=protected-access
 
 
 # Modules registered (assigned as an attribute, add_module, register_module) anywhere since import: a

@@ -465,7 +465,7 @@ def test_shared_inputs_ignore_an_address_a_released_input_left():
             self.ptr = ptr
 
     class FW:
-        name = "torch"
+        counts_holders = True
 
         @staticmethod
         def is_tensor(x):
