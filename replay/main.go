@@ -35,7 +35,8 @@ runtime. A directory replays each trace in it (an msrun log directory: those in 
 - reads one trace from standard input. Policy names are lower case, as SWAPAGENT_POLICY takes them.
 
 Exit: 0 clean; 1 violations (--exec: the runtime faulted); 2 bad usage or input;
-3 clean, but some input was left out (a bad file in a directory, or events lost in damaged batches).`,
+3 clean, but an input was left out or damaged (a bad file in a directory, events lost in damaged batches,
+or damaged blocks repaired from parity).`,
 }
 
 // Main runs `swapagent replay` with args (the words after "replay") and returns the exit code.
@@ -106,7 +107,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		for _, n := range notes {
 			c.Errorf(stderr, "%s", n)
 		}
-		partial = partial || len(t.Gaps) > 0
+		partial = partial || len(t.Gaps) > 0 || len(t.Repairs) > 0
 		r := Simulate(t.Header, t.Events, opts)
 		r.File = f
 		r.Notes = append(notes, r.Notes...)

@@ -194,8 +194,8 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt := filepath.Join(t.TempDir(), "corrupt"+trace.FileSuffix)
-	bad := append([]byte(nil), data...)
-	bad[len(bad)-20] ^= 0xff // inside the last batch: its checksum fails
+	// Inside the only batch, and its parity damaged too: nothing can be read.
+	bad := tracetest.BeyondRepair(t, data, bytes.Index(data, []byte("SWZB"))+30)
 	if err := os.WriteFile(corrupt, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -264,17 +264,27 @@ func TestSalvageAndStdin(t *testing.T) {
 	if len(starts) < 4 {
 		t.Fatalf("only %d batches", len(starts))
 	}
-	damaged := bytes.Clone(data)
-	damaged[starts[2]+40] ^= 0x20
+	damaged := tracetest.BeyondRepair(t, data, starts[2]+40)
 	dir := t.TempDir()
 	p := filepath.Join(dir, "damaged"+trace.FileSuffix)
 	if err := os.WriteFile(p, damaged, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := runMain(p, "--policy", "safe")
-	if code != ExitPartial || !strings.Contains(errs, "batch 2 at offset") || !strings.Contains(errs, "50 events lost") ||
+	if code != ExitPartial || !strings.Contains(errs, "batch 2 at offset") || !strings.Contains(errs, "an unknown number of events lost") ||
 		!strings.Contains(out, "storages released") {
 		t.Errorf("damaged batch: exit %d\nstdout %s\nstderr %s", code, out, errs)
+	}
+	// The same byte alone: the parity puts it right, and replay still says the file is damaged.
+	repaired := bytes.Clone(data)
+	repaired[starts[2]+40] ^= 0x20
+	rp := filepath.Join(t.TempDir(), "repaired"+trace.FileSuffix)
+	if err := os.WriteFile(rp, repaired, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs = runMain(rp, "--policy", "safe")
+	if code != ExitPartial || !strings.Contains(errs, "repaired from its group's parity: its 50 events read, nothing lost") {
+		t.Errorf("repaired block: exit %d, stderr %s", code, errs)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "junk"+trace.FileSuffix), []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)

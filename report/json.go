@@ -37,16 +37,17 @@ type ProcessJSON struct {
 	AgentStats  json.RawMessage `json:"agent_stats"`  // the last KindStats verbatim, or null
 
 	// Memory holds the memory figures (docs/cli.md, "Reading the memory figures"), the same as the text.
-	Memory     MemFigures        `json:"memory"`
-	Calls      map[string]uint64 `json:"calls"`
-	Device     Memory            `json:"device"`
-	HostPinned Memory            `json:"host_pinned"`
-	Reserved   Memory            `json:"reserved_address_space"`
-	LostRanges []LostRange       `json:"lost_ranges"` // damaged batches skipped while reading
-	ABI        ABI               `json:"abi"`
-	LostEvents uint64            `json:"lost_events"`
-	Logs       []string          `json:"logs"`
-	Meta       trace.Meta        `json:"meta"`
+	Memory         MemFigures        `json:"memory"`
+	Calls          map[string]uint64 `json:"calls"`
+	Device         Memory            `json:"device"`
+	HostPinned     Memory            `json:"host_pinned"`
+	Reserved       Memory            `json:"reserved_address_space"`
+	LostRanges     []LostRange       `json:"lost_ranges"`     // damaged batches skipped while reading
+	RepairedBlocks []RepairedBlock   `json:"repaired_blocks"` // damage undone from parity: nothing lost
+	ABI            ABI               `json:"abi"`
+	LostEvents     uint64            `json:"lost_events"`
+	Logs           []string          `json:"logs"`
+	Meta           trace.Meta        `json:"meta"`
 	// Guard is the guard's work (report/guard.go), null when no group was guarded.
 	Guard *GuardReport `json:"guard"`
 	// Holders is what the holders' evidence decided in the groups the agent's engine moves (report/guard.go),
@@ -66,6 +67,15 @@ type LostRange struct {
 	Description string `json:"description"`
 }
 
+// RepairedBlock is damage the reader undid from a parity block (trace.Repair): nothing was lost.
+type RepairedBlock struct {
+	Offset      int64  `json:"offset"`
+	Bytes       int64  `json:"bytes"`
+	Blocks      int    `json:"blocks"` // data blocks put right; 0: the damage held none
+	Events      int    `json:"events"`
+	Description string `json:"description"`
+}
+
 // Report is the top-level JSON object.
 type Report struct {
 	Processes []ProcessJSON `json:"processes"`
@@ -82,11 +92,15 @@ func JSON(sums []*Summary) Report {
 			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond,
 			TraceSegments: s.Segments, TraceFirstSegment: s.FirstSegment, TraceFromNS: s.FromNS, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
-			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, Guard: s.Guard, Holders: s.Holders,
+			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, RepairedBlocks: []RepairedBlock{}, Guard: s.Guard, Holders: s.Holders,
 		}
 		for _, g := range s.Gaps {
 			p.LostRanges = append(p.LostRanges, LostRange{Batch: g.Batch, Offset: g.Offset, Bytes: g.Bytes,
 				Events: g.Events, AfterEvent: g.After, FromNS: g.FromTS, ToNS: g.ToTS, Description: g.String()})
+		}
+		for _, r := range s.Repairs {
+			p.RepairedBlocks = append(p.RepairedBlocks, RepairedBlock{Offset: r.Offset, Bytes: r.Bytes, Blocks: r.Blocks,
+				Events: r.Events, Description: r.String()})
 		}
 		if s.HasStats {
 			p.StatsSource = "trace"

@@ -81,7 +81,7 @@ func LoadFile(file string) (*Summary, error) {
 		return nil, err
 	}
 	s := Summarize(file, t.Header, t.Events, t.Truncated)
-	s.Gaps, s.Warnings = t.Gaps, t.Warnings()
+	s.Gaps, s.Repairs, s.Warnings = t.Gaps, t.Repairs, t.Warnings()
 	if file != Stdin {
 		s.TraceBytes = uint64(t.Bytes)
 	}

@@ -269,11 +269,12 @@ func nameOf(names []string, v uint64) string {
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
 
-// TraceCost is the trace's size per event and per second of the run it covers (0 where unknown): what
-// leaving the agent on costs in disk. With the oldest segments dropped, both count what is kept.
+// TraceCost is the trace's size per event and per second of the run it covers (0 where unknown, as on a
+// trace that lost events to damage): what leaving the agent on costs in disk. With the oldest segments
+// dropped, both count what is kept.
 func (s *Summary) TraceCost() (perEvent, perSecond float64) {
-	if s.TraceBytes == 0 {
-		return 0, 0
+	if s.TraceBytes == 0 || len(s.Gaps) > 0 {
+		return 0, 0 // nothing to say, or bytes that held events the count misses
 	}
 	if len(s.Events) > 0 {
 		perEvent = float64(s.TraceBytes) / float64(len(s.Events))

@@ -238,9 +238,10 @@ func TestLoad(t *testing.T) {
 		}
 		return p
 	}
-	corrupt := append([]byte(nil), data...)
-	corrupt[hl+20] ^= 0xFF // inside the first batch's payload
-	absurd := append([]byte(nil), data...)
+	repaired := append([]byte(nil), data...)
+	repaired[hl+20] ^= 0xFF                           // inside the first batch's payload: its parity puts it right
+	corrupt := tracetest.BeyondRepair(t, data, hl+20) // and with its parity damaged too, it is lost
+	absurd := tracetest.BeyondRepair(t, data, hl+20)
 	binary.LittleEndian.PutUint32(absurd[hl+4:], 0xFFFFFFF0) // first batch claims ~4 GiB
 	absurdHeader := append([]byte(nil), data...)
 	binary.LittleEndian.PutUint32(absurdHeader[12:], 0xFFFFFFF0)
@@ -254,8 +255,11 @@ func TestLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oneData[hl+20] ^= 0xFF
+	oneData = tracetest.BeyondRepair(t, oneData, hl+20)
 
+	repairedPath := filepath.Join(dir, "repaired.swtrace")
+	// The last block (its batch's 22 events, then its parity block): a killed process cut it.
+	lastBatch := bytes.LastIndex(data, []byte("SWZB"))
 	cases := []struct {
 		name      string
 		path      string
@@ -265,8 +269,9 @@ func TestLoad(t *testing.T) {
 		gaps      int
 	}{
 		{"good", good, "", false, len(evs), 0},
-		{"truncated after a good batch", write("killed.swtrace", data[:len(data)-3]), "", true, 11, 0},
+		{"truncated after a good batch", write("killed.swtrace", data[:lastBatch+30]), "", true, 11, 0},
 		{"truncated in first batch", write("early.swtrace", data[:hl+10]), "first batch", false, 0, 0},
+		{"corrupt first batch: repaired", write("repaired.swtrace", repaired), "", false, len(evs), 0},
 		{"corrupt first batch: salvaged", write("corrupt.swtrace", corrupt), "", false, len(evs) - 11, 1},
 		{"absurd batch length: salvaged", write("absurd.swtrace", absurd), "", false, len(evs) - 11, 1},
 		{"corrupt only batch", write("corrupt1.swtrace", oneData), "no event could be read", false, 0, 0},
@@ -303,6 +308,10 @@ func TestLoad(t *testing.T) {
 			}
 			if c.gaps > 0 && (len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "batch 0 at offset")) {
 				t.Errorf("warnings %q", s.Warnings)
+			}
+			if want := c.path == repairedPath; want != (len(s.Repairs) == 1) || want && (len(s.Warnings) != 1 ||
+				!strings.Contains(s.Warnings[0], "repaired from its group's parity: its 11 events read, nothing lost")) {
+				t.Errorf("repairs %v, warnings %q", s.Repairs, s.Warnings)
 			}
 			if c.truncated && (len(s.Warnings) != 1 ||
 				!strings.Contains(s.Warnings[0], "trace ends mid-batch (process killed?): 11 events read, the last ")) {

@@ -39,6 +39,25 @@ func writeText(w io.Writer, sums []*Summary, detail bool) error {
 	return bw.Flush()
 }
 
+// lostString says how many events the gaps lost: a count where every gap's is known, else how many at least.
+func lostString(gaps []trace.Gap) string {
+	lost, unknown := 0, 0
+	for _, g := range gaps {
+		if g.Events < 0 {
+			unknown++
+			continue
+		}
+		lost += g.Events
+	}
+	switch {
+	case unknown == len(gaps):
+		return "events lost: unknown"
+	case unknown > 0:
+		return fmt.Sprintf("at least %d events lost", lost)
+	}
+	return fmt.Sprintf("%d events lost", lost)
+}
+
 func writeTextOne(w io.Writer, s *Summary, detail bool) {
 	h := s.Header
 	who := fmt.Sprintf("process %d", h.PID)
@@ -54,15 +73,16 @@ func writeTextOne(w io.Writer, s *Summary, detail bool) {
 		note = ", ends mid-batch"
 	}
 	if len(s.Gaps) > 0 {
-		lost := 0
-		for _, g := range s.Gaps {
-			lost += max(g.Events, 0)
-		}
-		note += fmt.Sprintf(", %d damaged batches skipped (%d events lost)", len(s.Gaps), lost)
+		note += fmt.Sprintf(", %d damaged batches skipped (%s)", len(s.Gaps), lostString(s.Gaps))
+	}
+	if len(s.Repairs) > 0 {
+		note += fmt.Sprintf(", %d damaged blocks repaired (nothing lost)", len(s.Repairs))
 	}
 	if s.TraceBytes > 0 {
-		perEvent, perSecond := s.TraceCost()
-		note += fmt.Sprintf("; %s, %.1f B/event, %s/s", Bytes(s.TraceBytes), perEvent, Bytes(uint64(perSecond)))
+		note += "; " + Bytes(s.TraceBytes)
+		if perEvent, perSecond := s.TraceCost(); perEvent > 0 {
+			note += fmt.Sprintf(", %.1f B/event, %s/s", perEvent, Bytes(uint64(perSecond)))
+		}
 	}
 	if s.Segments > 1 {
 		note += fmt.Sprintf("; %d segments", s.Segments)

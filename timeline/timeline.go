@@ -24,10 +24,11 @@ type Options struct {
 // time when a reader must see the recording's state as of each event (replay).
 type Timeline struct {
 	Header    trace.Header
-	NumEvents int         // events folded
-	EndNS     int64       // the largest event timestamp: the trace spans [StartUnix, StartUnix+EndNS]
-	Gaps      []trace.Gap // damaged stretches skipped while reading: set by the reader, not by the fold
-	Truncated bool        // the trace ends inside a batch (a killed process): set by the reader
+	NumEvents int            // events folded
+	EndNS     int64          // the largest event timestamp: the trace spans [StartUnix, StartUnix+EndNS]
+	Gaps      []trace.Gap    // damaged stretches skipped while reading: set by the reader, not by the fold
+	Repairs   []trace.Repair // damage the reader undid (nothing lost): set by the reader
+	Truncated bool           // the trace ends inside a batch (a killed process): set by the reader
 
 	Funcs      map[uint16]string // function names by id (KindFunc)
 	Groups     map[uint32]string // group names by id (KindGroup)

@@ -12,8 +12,10 @@ import (
 )
 
 // Version is the format version this package writes. It reads every version from MinVersion on: version 1
-// is the uncompressed row format; version 2 compresses the batches (zstd) and lays each batch out in columns.
-const Version = 2
+// is the uncompressed row format; version 2 compresses the batches (zstd) and lays each batch out in columns;
+// version 3 numbers the compressed blocks and follows every group of them with a parity block, so a reader
+// rebuilds one damaged block of a group instead of losing the rest of its zstd frame (stream.go).
+const Version = 3
 
 // MinVersion is the oldest format version this package reads.
 const MinVersion = 1

@@ -82,8 +82,8 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if version == 1 {
 		return &Reader{r: br, h: h, off: headerSize + int64(size)}, nil
 	}
-	// Version 2: offsets from here on count the decompressed stream of batches.
-	bs, err := newBlockStream(br, headerSize+int64(size))
+	// Versions 2 and 3: offsets from here on count the decompressed stream of batches.
+	bs, err := newBlockStream(br, headerSize+int64(size), version)
 	if err != nil {
 		return nil, fmt.Errorf("trace: decompressor: %w", err)
 	}

@@ -16,6 +16,10 @@ import (
 	"strings"
 )
 
+// Damaged reports whether reading f met damage, lost (Gaps) or repaired (Repairs): what the commands' exit
+// code 3 says.
+func (f *File) Damaged() bool { return len(f.Gaps) > 0 || len(f.Repairs) > 0 }
+
 // damage describes the batch that made Next fail, for Resync.
 type damage struct {
 	start   int64  // file offset of its frame
@@ -63,6 +67,10 @@ func (g Gap) String() string {
 	where := ""
 	if g.Decompressed {
 		where = " of the decompressed stream"
+	}
+	if g.Events < 0 && g.ToTS < 0 && !g.Decompressed {
+		return fmt.Sprintf("batch %d at offset %d: the rest of the file, %d bytes, could not be read (%s lost %s); %s",
+			g.Batch, g.Offset, g.Bytes, lost, when, cause(g.Err))
 	}
 	return fmt.Sprintf("batch %d at offset %d%s (%d bytes) skipped: %s lost %s; %s", g.Batch, g.Offset, where, g.Bytes,
 		lost, when, cause(g.Err))
@@ -234,47 +242,66 @@ func (r *Reader) cutAt() int64 {
 // the error that ended reading: nil at the end of the input, one matching ErrTruncated when the input
 // ends inside its last batch (a killed process), ErrFormat for a bad header, or a read error.
 func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
-	h, events, gaps, _, err := salvage(rd)
-	return h, events, gaps, err
+	s := salvage(rd)
+	return s.h, s.events, s.gaps, s.err
 }
 
-// salvage is Salvage; cutAt is the file offset of the batch the end of the input cut (ErrTruncated), else -1.
-func salvage(rd io.Reader) (h Header, events []Event, gaps []Gap, cutAt int64, err error) {
+// salvaged is what salvage read.
+type salvaged struct {
+	h       Header
+	events  []Event
+	gaps    []Gap
+	repairs []Repair
+	cutAt   int64 // file offset of the batch the end of the input cut (ErrTruncated), else -1
+	err     error
+}
+
+func salvage(rd io.Reader) (s salvaged) {
+	s.cutAt = -1
 	r, err := NewReader(rd)
 	if err != nil {
-		return Header{}, nil, nil, -1, err
+		s.err = err
+		return s
 	}
+	s.h = r.h
+	defer func() {
+		if r.stream != nil {
+			s.repairs = r.stream.repairs
+		}
+	}()
 	for {
 		var ev Event
 		err := r.Next(&ev)
 		if err == nil {
-			if n := len(gaps); n > 0 && gaps[n-1].ToTS < 0 && gaps[n-1].After == len(events) {
-				gaps[n-1].ToTS = ev.TS
+			if n := len(s.gaps); n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == len(s.events) {
+				s.gaps[n-1].ToTS = ev.TS
 			}
-			events = append(events, ev)
+			s.events = append(s.events, ev)
 			continue
 		}
 		if err == io.EOF {
-			return r.h, events, gaps, -1, nil
+			return s
 		}
 		g, rerr := r.Resync()
 		if rerr != nil {
-			cutAt = -1
 			if errors.Is(rerr, ErrTruncated) {
-				cutAt = r.cutAt()
+				s.cutAt = r.cutAt()
 			}
-			return r.h, events, gaps, cutAt, rerr
+			s.err = rerr
+			return s
 		}
-		gaps = append(gaps, g)
+		s.gaps = append(s.gaps, g)
 	}
 }
 
 // File is a whole trace as the read rule leaves it (Read).
 type File struct {
-	Name      string // what errors and warnings call it: the path, or "standard input"
-	Header    Header
-	Events    []Event
-	Gaps      []Gap // damaged stretches skipped, in file order
+	Name   string // what errors and warnings call it: the path, or "standard input"
+	Header Header
+	Events []Event
+	Gaps   []Gap // damaged stretches skipped, in file order
+	// Repairs are damaged stretches that cost nothing (version 3: a block rebuilt from its parity).
+	Repairs   []Repair
 	Truncated bool  // the input ends inside a batch (a killed process); Events holds everything before it
 	Cut       int64 // bytes of that last, incomplete batch: dropped
 	// Segments are the segment files read, in order (segment.go); one for a trace that was never split.
@@ -301,7 +328,8 @@ func Read(name string, rd io.Reader) (f *File, err error) {
 		}
 	}()
 	cr := &countReader{r: rd}
-	h, events, gaps, cutAt, err := salvage(cr)
+	sv := salvage(cr)
+	h, events, gaps, cutAt, err := sv.h, sv.events, sv.gaps, sv.cutAt, sv.err
 	why := ""
 	if err != nil {
 		why = strings.TrimPrefix(err.Error(), "trace: ")
@@ -320,7 +348,7 @@ func Read(name string, rd io.Reader) (f *File, err error) {
 		return nil, &traceError{kind: ErrTruncated,
 			msg: fmt.Sprintf("%s: trace ends inside its first batch, no events to report (%s)", name, why)}
 	}
-	f = &File{Name: name, Header: h, Events: events, Gaps: gaps, Truncated: err != nil}
+	f = &File{Name: name, Header: h, Events: events, Gaps: gaps, Repairs: sv.repairs, Truncated: err != nil}
 	if f.Truncated && cutAt >= 0 {
 		f.Cut = cr.n - cutAt
 	}
@@ -369,6 +397,7 @@ func Load(path string) (*File, error) {
 			gap.After = max(gap.After-skip, 0) + n
 			f.Gaps = append(f.Gaps, gap)
 		}
+		f.Repairs = append(f.Repairs, g.Repairs...)
 		f.Truncated, f.Cut, f.Bytes = g.Truncated, g.Cut, f.Bytes+g.Bytes
 		f.Segments = append(f.Segments, p)
 	}
@@ -414,7 +443,7 @@ func loadOne(path string) (*File, error) {
 }
 
 // Warnings are the lines a command prints (on stderr, or as notes) about what reading lost: the cut end,
-// then each gap. Every command words them the same.
+// then each gap, then the damage repaired. Every command words them the same.
 func (f *File) Warnings() []string {
 	var out []string
 	if f.Header.Segment > 0 {
@@ -433,6 +462,9 @@ func (f *File) Warnings() []string {
 	}
 	for _, g := range f.Gaps {
 		out = append(out, f.GapWarning(g))
+	}
+	for _, r := range f.Repairs {
+		out = append(out, f.Name+": "+r.String())
 	}
 	return out
 }

@@ -1,8 +1,10 @@
-// stream.go owns the compressed layer of a version-2 trace: after the header the file is a sequence of
-// blocks, each the compressor's output for one batch (the writer flushes zstd at every batch), framed and
-// checksummed so a reader can tell a good block from a damaged or cut one. The zstd stream restarts (a new
-// zstd frame, flagged on its first block) every chunkBytes of batches, so damage costs the rest of its
-// chunk and never the whole file.
+// stream.go owns the compressed layer of a trace (versions 2 and 3): after the header the file is a
+// sequence of blocks, each the compressor's output for one batch (the writer flushes zstd at every batch),
+// framed and checksummed so a reader can tell a good block from a damaged or cut one. The zstd stream
+// restarts (a new zstd frame, flagged on its first block) every chunkBytes of batches, so damage never
+// costs more than the rest of its chunk. Version 3 numbers the blocks and ends every group of them with a
+// parity block, the XOR of the group's blocks: a reader rebuilds one damaged block of a group from the
+// others, so a damaged block costs nothing, and only damage the parity cannot undo costs its chunk.
 package trace
 
 import (
@@ -56,19 +58,28 @@ type blockStream struct {
 	raw     *bufio.Reader
 	off     int64 // file offset of the next unread byte of raw
 	goodEnd int64 // file offset just past the last good block
+	fedAt   int64 // file offset of the block whose data the decoder read last: where data that does not decompress starts
 	z       *zstd.Decoder
 	data    bytes.Reader // the current block's data, fed to z
 	gaps    []blockGap   // damage skipped, taken by the batch reader (takeGap)
 	end     error        // the raw file's end: io.EOF at a block boundary, io.ErrUnexpectedEOF inside a block
 	fed     error        // what the feeder last returned to the decoder instead of data
-	// lastEvents is the event count in the frame of the block nextBlock read last (-1: unreadable).
+	// lastEvents is the event count in the frame of the block nextBlock read last, -1 when the block failed
+	// its checksum (which then cannot vouch for it).
 	lastEvents int
 	err        error // sticky, once the stream ended
 	frame      [blockFrame]byte
+
+	// Version 3: what repair needs (parity.go).
+	numbered bool     // the blocks are numbered and grouped under parity blocks
+	nextSeq  uint32   // the number the next data block should have
+	group    []byte   // the open parity group's good blocks as the file holds them
+	ready    [][]byte // data of blocks a repair gave back, to feed before reading on
+	repairs  []Repair // damage undone
 }
 
-func newBlockStream(raw *bufio.Reader, off int64) (*blockStream, error) {
-	s := &blockStream{raw: raw, off: off, goodEnd: off}
+func newBlockStream(raw *bufio.Reader, off int64, version uint32) (*blockStream, error) {
+	s := &blockStream{raw: raw, off: off, goodEnd: off, numbered: version >= 3}
 	z, err := zstd.NewReader(feeder{s}, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdWindow),
 		zstd.WithDecoderLowmem(true))
 	if err != nil {
@@ -84,11 +95,19 @@ type feeder struct{ s *blockStream }
 func (f feeder) Read(p []byte) (int, error) {
 	s := f.s
 	for s.data.Len() == 0 {
+		if len(s.ready) > 0 {
+			s.data.Reset(s.ready[0])
+			s.ready = s.ready[1:]
+			continue
+		}
 		if s.end != nil {
 			s.fed = s.end
 			return 0, s.end
 		}
 		if bad := s.nextBlock(false, nil); bad != "" {
+			if s.repair() {
+				continue
+			}
 			if s.damaged(bad, bad == cutShort) == wasCut {
 				s.fed = s.end // cut short, with no good block after it: the file's end
 				return 0, s.end
@@ -105,54 +124,61 @@ var errDamaged = errorf(ErrCorrupt, "compressed block damaged")
 // cutShort is nextBlock's reason for a block the file ends inside.
 const cutShort = "block runs past the end of the file"
 
-// nextBlock reads the next block into s.data. At the end of the file it sets s.end; a block that fails its
-// checks gives the reason, and its bytes after the magic are put back for the search. With start set it
-// accepts only a block that starts a zstd frame, and a good block that does not is skipped, its events
-// added to *skipped.
+// nextBlock reads the next data block into s.data, passing over good parity blocks. At the end of the file
+// it sets s.end; a block that fails its checks gives the reason, and its bytes after the magic are put back
+// for the search. With start set it accepts only a block that starts a zstd frame, and a good block that
+// does not is skipped, its events added to *skipped.
 func (s *blockStream) nextBlock(start bool, skipped *int) string {
-	n, err := io.ReadFull(s.raw, s.frame[:])
-	s.off += int64(n)
-	switch {
-	case err == io.EOF:
-		s.end = io.EOF
-		return ""
-	case err != nil:
-		s.unread(s.frame[1:n])
-		return cutShort
-	case [4]byte(s.frame[:4]) != blockMagic:
-		s.unread(s.frame[1:])
-		return "bad block magic"
-	}
-	size := binary.LittleEndian.Uint32(s.frame[4:])
-	events := binary.LittleEndian.Uint32(s.frame[8:])
-	flags := binary.LittleEndian.Uint32(s.frame[12:])
-	s.lastEvents = int(events)
-	if size > maxBlock {
+	for {
+		n, err := io.ReadFull(s.raw, s.frame[:])
+		s.off += int64(n)
 		s.lastEvents = -1
-		s.unread(s.frame[1:])
-		return "block length beyond the limit"
+		magic := [4]byte(s.frame[:4])
+		switch {
+		case err == io.EOF:
+			s.end = io.EOF
+			return ""
+		case err != nil:
+			s.unread(s.frame[1:n])
+			return cutShort
+		case magic != blockMagic && !(s.numbered && magic == parityMagic):
+			s.unread(s.frame[1:])
+			return "bad block magic"
+		}
+		size := binary.LittleEndian.Uint32(s.frame[4:])
+		events := binary.LittleEndian.Uint32(s.frame[8:])
+		flags := binary.LittleEndian.Uint32(s.frame[12:])
+		if size > maxBlock {
+			s.unread(s.frame[1:])
+			return "block length beyond the limit"
+		}
+		block := make([]byte, blockFrame+int(size))
+		copy(block, s.frame[:])
+		m, err := io.ReadFull(s.raw, block[blockFrame:])
+		s.off += int64(m)
+		if err != nil {
+			// The file's end, or a damaged length reaching past it.
+			s.unread(block[1 : blockFrame+m])
+			return cutShort
+		}
+		if !blockSound(block) {
+			// A damaged length reads into the blocks after it: they are searched again.
+			s.unread(block[1:])
+			return "block checksum mismatch"
+		}
+		s.lastEvents = int(events) // vouched for by the checksum
+		if magic == parityMagic {
+			s.closeGroup() // its group is whole: nothing to repair with it
+			continue
+		}
+		if start && flags&flagNewStream == 0 {
+			*skipped += int(events) // a good block, but its chunk cannot be decoded without the damaged one
+			return "not the start of a chunk"
+		}
+		s.accept(block)
+		s.data.Reset(block[blockFrame:])
+		return ""
 	}
-	buf := make([]byte, size)
-	m, err := io.ReadFull(s.raw, buf)
-	s.off += int64(m)
-	if err != nil {
-		// The file's end, or a damaged length reaching past it.
-		s.unread(append(bytes.Clone(s.frame[1:]), buf[:m]...))
-		return cutShort
-	}
-	crc := crc32.Update(0, castagnoli, s.frame[4:16])
-	if crc32.Update(crc, castagnoli, buf) != binary.LittleEndian.Uint32(s.frame[16:]) {
-		// A damaged length reads into the blocks after it: they are searched again.
-		s.unread(append(bytes.Clone(s.frame[1:]), buf...))
-		return "block checksum mismatch"
-	}
-	if start && flags&flagNewStream == 0 {
-		*skipped += int(events) // a good block, but its chunk cannot be decoded without the damaged one
-		return "not the start of a chunk"
-	}
-	s.goodEnd = s.off
-	s.data.Reset(buf)
-	return ""
 }
 
 // unread puts b back in front of the unread input, so the search for the next good block sees it again.
@@ -177,6 +203,7 @@ const (
 func (s *blockStream) damaged(why string, cut bool) int {
 	g := blockGap{offset: s.goodEnd, events: s.lastEvents, why: why}
 	s.data.Reset(nil)
+	s.ready = nil // blocks of the chunk the damage ends
 	skipped := 0
 	for {
 		b, err := s.raw.Peek(len(blockMagic))
@@ -231,12 +258,15 @@ func (s *blockStream) Read(p []byte) (int, error) {
 		// The file ends after a whole block: a closed trace, or a killed process's open last frame.
 		return 0, s.finish(io.EOF)
 	case s.fed != errDamaged:
-		// Good blocks whose data does not decompress: as damaged as a bad checksum.
+		// Good blocks whose data does not decompress: as damaged as a bad checksum, from the last one fed on.
 		s.lastEvents = -1
+		s.goodEnd = min(s.goodEnd, s.fedAt)
 		s.damaged("does not decompress: "+err.Error(), false)
 	}
-	if s.end != nil && s.data.Len() == 0 {
-		return 0, s.finish(errDamaged) // nothing good after the damage
+	if s.end != nil && s.data.Len() == 0 && len(s.ready) == 0 {
+		// Nothing good after the damage: said once (its gap is recorded), then the stream ends.
+		_ = s.finish(io.EOF)
+		return 0, errDamaged
 	}
 	if err := s.z.Reset(feeder{s}); err != nil {
 		return 0, s.finish(errDamaged)

@@ -1,12 +1,12 @@
-// stream_test.go proves the compressed layer of version 2: a damaged byte anywhere costs at most the rest
-// of its chunk (one batch when every batch is a chunk), never an earlier batch and never a wrong event; a
-// file cut anywhere keeps every batch whose block is whole.
+// stream_test.go proves the compressed layer: a damaged byte anywhere after the header costs nothing (its
+// block is rebuilt from its group's parity, or it held none) and is reported as repaired; damage the parity
+// cannot undo (two blocks of one group) costs at most the rest of its chunk, never an earlier batch and never
+// a wrong event; a file cut anywhere keeps every batch whose block is whole.
 package trace
 
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
 	"testing"
 )
 
@@ -45,6 +45,34 @@ func encodeChunked(t *testing.T, evs []Event, per, chunk int) []byte {
 	return buf.Bytes()
 }
 
+// blocks is a version-3 file's blocks, in file order, with the data blocks' first batch index (-1 for a
+// parity block).
+type fileBlock struct {
+	start, end int
+	parity     bool
+	batch      int // the batch the block holds, -1 when it holds none (parity, a frame's end)
+}
+
+func blocksOf(t *testing.T, data []byte) []fileBlock {
+	t.Helper()
+	starts, _ := blockStarts(t, data)
+	var out []fileBlock
+	batch := 0
+	for i, off := range starts {
+		end := len(data)
+		if i+1 < len(starts) {
+			end = starts[i+1]
+		}
+		b := fileBlock{start: off, end: end, parity: [4]byte(data[off:]) == parityMagic, batch: -1}
+		if !b.parity && binary.LittleEndian.Uint32(data[off+8:]) > 0 {
+			b.batch = batch
+			batch++
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
 func TestStreamFlippedByte(t *testing.T) {
 	want := kindEvents()
 	const per = 4
@@ -53,41 +81,116 @@ func TestStreamFlippedByte(t *testing.T) {
 		chunk int // bytes of batches per zstd frame
 	}{{"every batch a chunk", 1}, {"one chunk", 1 << 20}} {
 		data := encodeChunked(t, want, per, tc.chunk)
-		starts, headerEnd := blockStarts(t, data)
-		batches := (len(want) + per - 1) / per
-		for off := headerEnd; off < len(data); off++ {
-			k := 0 // the damaged block; block i holds batch i, the last one only the end of the zstd frame
-			for k+1 < len(starts) && starts[k+1] <= off {
-				k++
-			}
-			_, got, gaps, err := Salvage(bytes.NewReader(flip(data, off)))
-			if err != nil && !errors.Is(err, ErrTruncated) {
-				t.Fatalf("%s: flip at %d: %v", tc.name, off, err)
-			}
-			// Kept: the batches before the damage, and with chunks of one batch every batch after it.
-			lo := min(k*per, len(want))
-			wantHere := want[:lo]
-			if tc.chunk == 1 && k < batches {
-				wantHere = append(append([]Event(nil), want[:lo]...), want[min(lo+per, len(want)):]...)
-			}
-			if k >= batches { // the frame's end block: every event is already in
-				wantHere = want
-			}
-			if len(got) != len(wantHere) {
-				t.Fatalf("%s: flip at %d (block %d): %d events, want %d (gaps %+v, err %v)", tc.name, off, k,
-					len(got), len(wantHere), gaps, err)
-			}
-			for i := range got {
-				if !sameEvent(&got[i], &wantHere[i]) {
-					t.Fatalf("%s: flip at %d: event %d differs", tc.name, off, i)
+		blocks := blocksOf(t, data)
+		for _, b := range blocks {
+			for off := b.start; off < b.end; off++ {
+				f, err := Read("t", bytes.NewReader(flip(data, off)))
+				if err != nil {
+					t.Fatalf("%s: flip at %d: %v", tc.name, off, err)
+				}
+				if len(f.Events) != len(want) || len(f.Gaps) != 0 || f.Truncated || len(f.Repairs) != 1 {
+					t.Fatalf("%s: flip at %d: %d of %d events, gaps %v, truncated %v, repairs %v", tc.name, off,
+						len(f.Events), len(want), f.Gaps, f.Truncated, f.Repairs)
+				}
+				for i := range want {
+					if !sameEvent(&f.Events[i], &want[i]) {
+						t.Fatalf("%s: flip at %d: event %d differs", tc.name, off, i)
+					}
+				}
+				r := f.Repairs[0]
+				wantEvents := 0
+				if b.batch >= 0 {
+					wantEvents = min(per, len(want)-b.batch*per)
+				}
+				if r.Offset != int64(b.start) || r.Events != wantEvents {
+					t.Fatalf("%s: flip at %d (block at %d): repair %+v, want offset %d and %d events", tc.name, off,
+						b.start, r, b.start, wantEvents)
 				}
 			}
-			if len(got) < len(want) && len(gaps) == 0 && !errors.Is(err, ErrTruncated) {
-				t.Fatalf("%s: flip at %d: %d events lost without a gap or a cut end", tc.name, off, len(want)-len(got))
+		}
+	}
+}
+
+// Damage its parity cannot undo (two bursts of one group further apart than a row) costs the rest of the
+// chunk; the count is unknown, since a block that fails its checksum cannot vouch for the count in its frame.
+func TestStreamBeyondParity(t *testing.T) {
+	want := synthEvents(60000)
+	data := encodeChunked(t, want, 1500, 1<<20)
+	blocks := blocksOf(t, data)
+	// Two data blocks of the first group, a few rows apart.
+	a := blocks[1]
+	b := a
+	for _, c := range blocks[2:] {
+		if c.parity {
+			t.Fatal("the first group is too short for this test")
+		}
+		if c.start-a.start > 3*parityRow {
+			b = c
+			break
+		}
+	}
+	f, err := Read("t", bytes.NewReader(flip(flip(data, a.start+blockFrame+1), b.start+blockFrame+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Events) != 1500 || len(f.Gaps) != 1 || len(f.Repairs) != 0 {
+		t.Fatalf("%d events, want 1500; gaps %v, repairs %v", len(f.Events), f.Gaps, f.Repairs)
+	}
+	if g := f.Gaps[0]; g.Offset != int64(a.start) || g.Events != -1 {
+		t.Fatalf("gap %+v, want it at %d with an unknown count", g, a.start)
+	}
+}
+
+// On a trace whose groups span many rows, a flipped byte and a burst of damage up to a row long are undone
+// wherever they fall.
+func TestStreamBursts(t *testing.T) {
+	want := synthEvents(60000)
+	data := encodeChunked(t, want, 1500, 1<<20)
+	starts, headerEnd := blockStarts(t, data)
+	if len(starts) < 8 {
+		t.Fatalf("only %d blocks", len(starts))
+	}
+	for i := range 20 {
+		off := headerEnd + (len(data)-headerEnd)*i/20
+		for _, n := range []int{1, 100, parityRow - 1} {
+			bad := bytes.Clone(data)
+			for j := off; j < min(off+n, len(bad)); j++ {
+				bad[j] ^= byte(0x5c + j)
 			}
-			if k < batches && len(gaps) == 1 && gaps[0].Offset != int64(starts[k]) {
-				t.Fatalf("%s: flip at %d: gap at %d, want the block at %d", tc.name, off, gaps[0].Offset, starts[k])
+			f, err := Read("t", bytes.NewReader(bad))
+			if err != nil {
+				t.Fatalf("burst of %d at %d: %v", n, off, err)
+			}
+			if len(f.Events) != len(want) || len(f.Gaps) != 0 || f.Truncated || len(f.Repairs) == 0 {
+				t.Fatalf("burst of %d at %d: %d of %d events, gaps %v, truncated %v, repairs %v", n, off,
+					len(f.Events), len(want), f.Gaps, f.Truncated, f.Repairs)
+			}
+			for k := range want {
+				if !sameEvent(&f.Events[k], &want[k]) {
+					t.Fatalf("burst of %d at %d: event %d differs", n, off, k)
+				}
 			}
 		}
+	}
+}
+
+// A damaged parity block costs nothing, and the group after it is still repaired from its own.
+func TestStreamDamagedParityThenBlock(t *testing.T) {
+	want := synthEvents(60000)
+	data := encodeChunked(t, want, 1500, 1<<20)
+	blocks := blocksOf(t, data)
+	var par, after int
+	for i, b := range blocks {
+		if b.parity && par == 0 {
+			par, after = b.start+blockFrame+7, blocks[i+2].start+blockFrame+9
+		}
+	}
+	f, err := Read("t", bytes.NewReader(flip(flip(data, par), after)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Events) != len(want) || len(f.Gaps) != 0 || len(f.Repairs) != 2 || f.Repairs[0].Blocks != 0 ||
+		f.Repairs[1].Blocks != 1 {
+		t.Fatalf("%d of %d events, gaps %v, repairs %+v", len(f.Events), len(want), f.Gaps, f.Repairs)
 	}
 }

@@ -25,6 +25,8 @@ type Writer struct {
 	chunk    int           // batch bytes in the current zstd frame
 	chunkMax int           // Options.ChunkBytes
 	fresh    bool          // the next block starts a zstd frame
+	seq      uint32        // the next block's number
+	par      parity        // the open parity group
 	cols     columns       // the current batch, one stream per column
 	buf      []byte        // frame and payload of the batch being written
 	n        uint32        // events in the current batch
@@ -145,7 +147,7 @@ func (w *Writer) Flush() error {
 		w.chunk, w.fresh = 0, true
 	}
 	if err == nil {
-		err = w.writeBlock(w.n, flags)
+		err = w.writeBlock(w.n, flags, w.fresh)
 	}
 	if err != nil {
 		w.err = fmt.Errorf("trace: write batch: %w", err)
@@ -158,10 +160,16 @@ func (w *Writer) Flush() error {
 }
 
 // writeBlock writes the compressed bytes waiting in zbuf (a batch of that many events) as one block, in one
-// Write.
-func (w *Writer) writeBlock(events, flags uint32) error {
-	w.block = appendBlock(w.block[:0], w.zbuf.Bytes(), events, flags)
+// Write, followed in the same Write by its group's parity block when the block ends the group: when the group
+// is full or the block ends a zstd frame (lastOfFrame), so no group spans two frames.
+func (w *Writer) writeBlock(events, flags uint32, lastOfFrame bool) error {
+	w.block = appendBlock(w.block[:0], w.zbuf.Bytes(), events, flags|w.seq<<seqShift)
 	w.zbuf.Reset()
+	w.par.add(w.seq, w.block)
+	w.seq = (w.seq + 1) & seqMask
+	if lastOfFrame || w.par.bytes >= parityGroup {
+		w.block = w.par.appendBlock(w.block)
+	}
 	n, err := w.out.Write(w.block)
 	if err == nil && n != len(w.block) {
 		err = io.ErrShortWrite
@@ -181,7 +189,7 @@ func (w *Writer) Close() error {
 	if err == nil && !w.fresh {
 		// End the open zstd frame; a reader does without this block (a killed process never writes it).
 		if err = w.z.Close(); err == nil {
-			err = w.writeBlock(0, 0)
+			err = w.writeBlock(0, 0, true)
 		}
 	}
 	if w.err == nil {

@@ -24,7 +24,8 @@ of the baseline (the same job under --policy off, say) that ran the same command
 the report gives both peaks and the saving measured between them (text or json).
 
 Exit: 0 written; 1 the output could not be written; 2 bad usage, or nothing readable;
-3 written, but some input was left out (a bad file in a directory, or events lost in damaged batches);
+3 written, but an input was left out or damaged (a bad file in a directory, events lost in damaged
+batches, or damaged blocks repaired from parity);
 4 (--baseline) written, but a run faulted before a whole step, so no saving is claimed for it.`,
 }
 
@@ -116,7 +117,7 @@ func loadSummaries(c cli.Command, paths []string) ([]*report.Summary, int) {
 		for _, n := range s.Warnings {
 			c.Errorf(os.Stderr, "%s", n)
 		}
-		if len(s.Gaps) > 0 {
+		if len(s.Gaps) > 0 || len(s.Repairs) > 0 {
 			code = exitPartial
 		}
 	}

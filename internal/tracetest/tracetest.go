@@ -175,3 +175,18 @@ func Write(tb testing.TB, path string, h trace.Header, events []trace.Event, flu
 	}
 	return path
 }
+
+// BeyondRepair returns data, a trace file, with the byte at off damaged and its parity group's parity block
+// too, so no reader can put that block right: what a reader makes of damage it cannot undo. A parity block
+// follows its group's blocks, so the first one after off is the group's.
+func BeyondRepair(tb testing.TB, data []byte, off int) []byte {
+	tb.Helper()
+	out := bytes.Clone(data)
+	out[off] ^= 0x20
+	p := bytes.Index(out[off+1:], []byte("SWZP"))
+	if p < 0 {
+		tb.Fatalf("no parity block after offset %d", off)
+	}
+	out[off+1+p+5] ^= 0x20 // its length: the block fails its checksum, and its data is not where it says
+	return out
+}
