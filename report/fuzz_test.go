@@ -23,7 +23,7 @@ func FuzzLoadAndRender(f *testing.F) {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		s, err := LoadFile(p)
+		s, err := LoadFile(p, &Keep{Calls: MaxPerfettoEvents})
 		if err != nil {
 			if strings.Contains(err.Error(), "\n") {
 				t.Fatalf("multi-line error %q", err)

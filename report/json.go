@@ -88,7 +88,7 @@ func JSON(sums []*Summary) Report {
 		perEvent, perSecond := s.TraceCost()
 		p := ProcessJSON{
 			Path: s.Path, PID: s.Header.PID, Rank: s.Header.Rank, Host: s.Header.Host, Argv: s.Header.Argv,
-			StartUnixNS: s.Header.StartUnix, Events: len(s.Events), DurationNS: s.EndNS, Truncated: s.Truncated,
+			StartUnixNS: s.Header.StartUnix, Events: s.NumEvents, DurationNS: s.EndNS, Truncated: s.Truncated,
 			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond,
 			TraceSegments: s.Segments, TraceFirstSegment: s.FirstSegment, TraceFromNS: s.FromNS, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,

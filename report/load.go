@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"swapagent/timeline"
 	"swapagent/trace"
 )
 
@@ -47,8 +48,8 @@ func Inputs(path string) (files []string, found string, err error) {
 // Load summarizes every trace under path (see Inputs), sorted by file name. A file named by path itself
 // that cannot be read is an error; in a directory such a file is skipped (skipped holds one line for
 // each, naming the file) and only a directory where no trace could be read is an error. found is as
-// Inputs says.
-func Load(path string) (sums []*Summary, skipped []error, found string, err error) {
+// Inputs says. keep is what the summaries keep beyond the figures (LoadFile).
+func Load(path string, keep *Keep) (sums []*Summary, skipped []error, found string, err error) {
 	files, found, err := Inputs(path)
 	if err != nil {
 		return nil, nil, "", err
@@ -58,7 +59,7 @@ func Load(path string) (sums []*Summary, skipped []error, found string, err erro
 		named = true
 	}
 	for _, f := range files {
-		s, err := LoadFile(f)
+		s, err := LoadFile(f, keep)
 		if err != nil {
 			if named {
 				return nil, nil, "", err
@@ -74,22 +75,60 @@ func Load(path string) (sums []*Summary, skipped []error, found string, err erro
 	return sums, skipped, found, nil
 }
 
-// LoadFile summarizes one trace file ("-": standard input); see ReadTrace for what it tolerates.
-func LoadFile(file string) (*Summary, error) {
-	t, err := ReadTrace(file)
+// Keep is what summaries keep beyond the figures text and JSON print, for the timeline formats: the memory
+// curves and copy spans (SVG, Perfetto), and runtime-call events for Perfetto's tracks.
+type Keep struct {
+	// Calls is how many more runtime-call events the summaries may keep; Load takes from it trace by trace,
+	// and a summary counts those it could not keep in CallsLeft. Perfetto shows MaxPerfettoEvents at most.
+	Calls int
+}
+
+// LoadFile summarizes one trace file ("-": standard input) by package trace's read rule (trace.Scan:
+// damaged batches skipped, a cut end kept, one-line errors naming the file), folding the events as they
+// are read. With keep nil the summary keeps the figures text and JSON print, not the events nor what the
+// fold kept per storage, so a report of many traces needs the memory of one fold, not of every event.
+func LoadFile(file string, keep *Keep) (*Summary, error) {
+	// The fold reads no header field: it is set once the reader has it.
+	t := timeline.New(trace.Header{}, timeline.Options{NoSeries: keep == nil})
+	var events []trace.Event
+	left := 0
+	emit := func(ev *trace.Event) {
+		t.Add(ev)
+		switch {
+		case keep == nil || ev.Kind != trace.KindCall:
+		case keep.Calls > 0:
+			events = append(events, *ev)
+			keep.Calls--
+		default:
+			left++
+		}
+	}
+	var f *trace.File
+	var err error
+	if file == Stdin {
+		f, err = trace.ScanReader("standard input", os.Stdin, emit)
+	} else {
+		f, err = trace.Scan(file, emit)
+	}
 	if err != nil {
 		return nil, err
 	}
-	s := Summarize(file, t.Header, t.Events, t.Truncated)
-	s.Gaps, s.Repairs, s.Warnings = t.Gaps, t.Repairs, t.Warnings()
+	t.Header = f.Header
+	s := summarize(file, t, events, f.Truncated)
+	s.Gaps, s.Repairs, s.Warnings = f.Gaps, f.Repairs, f.Warnings()
 	if file != Stdin {
-		s.TraceBytes = uint64(t.Bytes)
+		s.TraceBytes = uint64(f.Bytes)
 	}
-	s.Segments, s.FirstSegment, s.FromNS = len(t.Segments), t.Header.Segment, t.From
+	s.Segments, s.FirstSegment, s.FromNS = len(f.Segments), f.Header.Segment, f.From
+	s.CallsLeft = left
+	if keep == nil {
+		t.Forget()
+		s.Spans = nil
+	}
 	return s, nil
 }
 
-// ReadTrace reads one trace file ("-": standard input) by the read rule every command follows
+// ReadTrace reads one trace file ("-": standard input) whole, by the read rule every command follows
 // (trace.Read: damaged batches skipped, a cut end kept, one-line errors naming the file).
 func ReadTrace(file string) (*trace.File, error) {
 	if file == Stdin {

@@ -61,18 +61,21 @@ func writePerfetto(w io.Writer, sums []*Summary, limit int) error {
 	}
 	var main, calls []pevent
 	pids := processIDs(sums)
+	left := 0 // calls the summaries did not keep
 	for i, s := range sums {
 		m, c := perfettoProcess(s, pids[i], s.Header.StartUnix-base)
 		main = append(main, m...)
 		calls = append(calls, c...)
+		left += s.CallsLeft
 	}
 	out := main
-	if room := limit - len(out) - 1; len(calls) > room {
+	if room := limit - len(out) - 1; len(calls) > room || left > 0 {
 		if room < 0 {
 			room = 0
 			out = out[:limit-1]
 		}
-		dropped := len(calls) - room
+		room = min(room, len(calls))
+		dropped := len(calls) - room + left
 		out = append(out, calls[:room]...)
 		out = append(out, pevent{Name: fmt.Sprintf("note: output capped at %d events, %d runtime calls omitted",
 			limit, dropped), Ph: "i", S: "g", Cat: "note"})

@@ -70,7 +70,8 @@ type Summary struct {
 	*timeline.Timeline
 
 	Path       string
-	Events     []trace.Event // the decoded events, for timeline renderers
+	Events     []trace.Event // the decoded events, for timeline renderers (LoadFile keeps runtime calls only)
+	CallsLeft  int           // runtime calls LoadFile did not keep (Keep.Calls)
 	TraceBytes uint64        // the trace files' size (0: unknown, standard input)
 	// Segments are the segment files read; FirstSegment > 0 says the oldest were dropped
 	// (SWAPAGENT_TRACE_LIMIT), and then the trace covers the run from FromNS on.
@@ -100,7 +101,12 @@ type Summary struct {
 // Summarize folds one trace's events (timeline.Fold) and derives the report's figures. It never fails:
 // events it cannot use are counted and skipped.
 func Summarize(path string, h trace.Header, events []trace.Event, truncated bool) *Summary {
-	t := timeline.Fold(h, events, timeline.Options{})
+	return summarize(path, timeline.Fold(h, events, timeline.Options{}), events, truncated)
+}
+
+// summarize derives the report's figures from t, the fold of a trace (and its events, kept for the
+// timeline formats; nil when they were folded as read).
+func summarize(path string, t *timeline.Timeline, events []trace.Event, truncated bool) *Summary {
 	t.Truncated = truncated
 	s := &Summary{Timeline: t, Path: path, Events: events, Calls: t.CallCounts(), Device: t.Foot.Held,
 		ABI: abiOf(t), Spans: spans(t)}
@@ -276,8 +282,8 @@ func (s *Summary) TraceCost() (perEvent, perSecond float64) {
 	if s.TraceBytes == 0 || len(s.Gaps) > 0 {
 		return 0, 0 // nothing to say, or bytes that held events the count misses
 	}
-	if len(s.Events) > 0 {
-		perEvent = float64(s.TraceBytes) / float64(len(s.Events))
+	if s.NumEvents > 0 {
+		perEvent = float64(s.TraceBytes) / float64(s.NumEvents)
 	}
 	if s.EndNS > s.FromNS {
 		perSecond = float64(s.TraceBytes) / (float64(s.EndNS-s.FromNS) / 1e9)

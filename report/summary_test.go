@@ -284,7 +284,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			sums, _, _, err := Load(c.path)
+			sums, _, _, err := Load(c.path, nil)
 			if c.wantErr != "" {
 				if err == nil {
 					t.Fatalf("no error, want %q", c.wantErr)
@@ -302,8 +302,8 @@ func TestLoad(t *testing.T) {
 				t.Fatal(err)
 			}
 			s := sums[0]
-			if s.Truncated != c.truncated || len(s.Events) != c.events || len(s.Gaps) != c.gaps {
-				t.Errorf("truncated %v events %d gaps %d, want %v %d %d", s.Truncated, len(s.Events), len(s.Gaps),
+			if s.Truncated != c.truncated || s.NumEvents != c.events || len(s.Gaps) != c.gaps {
+				t.Errorf("truncated %v events %d gaps %d, want %v %d %d", s.Truncated, s.NumEvents, len(s.Gaps),
 					c.truncated, c.events, c.gaps)
 			}
 			if c.gaps > 0 && (len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "batch 0 at offset")) {
@@ -331,7 +331,7 @@ func TestLoadDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "c.3.swtrace"), []byte("not a trace"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sums, skipped, found, err := Load(dir)
+	sums, skipped, found, err := Load(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +352,7 @@ func TestLoadDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeTrace(t, out, "node1.rank0.9.swtrace", header(), workload())
-	sums, _, found, err = Load(logs)
+	sums, _, found, err = Load(logs, nil)
 	if err != nil || len(sums) != 1 || found != out {
 		t.Errorf("msrun log dir: %d summaries, found %q, %v", len(sums), found, err)
 	}
@@ -361,7 +361,7 @@ func TestLoadDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(bad, "x.1.swtrace"), []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, skipped, _, err := Load(bad); err == nil || len(skipped) != 1 {
+	if _, skipped, _, err := Load(bad, nil); err == nil || len(skipped) != 1 {
 		t.Errorf("directory of bad files: %v, skipped %v", err, skipped)
 	}
 }

@@ -94,7 +94,7 @@ func writeTextOne(w io.Writer, s *Summary, detail bool) {
 	if l := s.Meta[trace.MetaTraceLevel]; l != "" && l != "all" {
 		note += "; level " + cli.Escape(l)
 	}
-	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", cli.Escape(displayPath(s.Path)), len(s.Events), durString(s.EndNS), note)
+	fmt.Fprintf(w, "  trace: %s (%d events over %s%s)\n", cli.Escape(displayPath(s.Path)), s.NumEvents, durString(s.EndNS), note)
 	if p := s.Meta[trace.MetaPolicy]; p != "" {
 		fmt.Fprintf(w, "  policy: %s\n", cli.Escape(p))
 	}

@@ -16,6 +16,12 @@ bench-trace: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
 		SWAPAGENT_BENCH_TRACES=$$d $(GO) test -count=7 -run XXX -bench WriteRecorded -benchtime 1s -cpu 1 ./trace/ | \
 			bash scripts/bench-summary.sh events/s events/cpu-s
 
+BENCHES += bench-report
+.PHONY: bench-report
+bench-report: $(BUILD)/bin/swapagent $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
+	@echo "== report: peak RSS reading one decoder-sim --steps 20 trace and 50 copies of it (text, JSON)"
+	@$(GO) test -count=1 -run TestReportMemoryDoesNotGrowWithTraces -v ./cmd/swapagent/ | grep -E '^report --format'
+
 BENCHES += bench-replay
 .PHONY: bench-replay
 bench-replay:

@@ -236,3 +236,12 @@ func ScanMeta(events []trace.Event) trace.Meta {
 	}
 	return m
 }
+
+// Forget drops what the fold keeps per storage and per change (Handles, Released, Transitions, Inputs,
+// Outputs, the tensors described) once a reader has derived its figures: a report of many traces then holds
+// each trace's figures, not its history. The Timeline must not be added to after.
+func (t *Timeline) Forget() {
+	t.Handles, t.Released, t.Transitions = nil, nil, nil
+	t.Inputs, t.Outputs = nil, nil
+	t.tensor, t.owners, t.bases = tensors{}, ownerIndex{}, nil
+}

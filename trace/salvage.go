@@ -242,21 +242,25 @@ func (r *Reader) cutAt() int64 {
 // the error that ended reading: nil at the end of the input, one matching ErrTruncated when the input
 // ends inside its last batch (a killed process), ErrFormat for a bad header, or a read error.
 func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
-	s := salvage(rd)
-	return s.h, s.events, s.gaps, s.err
+	var events []Event
+	s := salvage(rd, func(ev *Event) { events = append(events, *ev) })
+	return s.h, events, s.gaps, s.err
 }
 
 // salvaged is what salvage read.
 type salvaged struct {
 	h       Header
-	events  []Event
+	events  int   // events given to emit
+	lastTS  int64 // the last one's TS
 	gaps    []Gap
 	repairs []Repair
 	cutAt   int64 // file offset of the batch the end of the input cut (ErrTruncated), else -1
 	err     error
 }
 
-func salvage(rd io.Reader) (s salvaged) {
+// salvage reads a whole trace from rd as Salvage does, giving each event to emit as it is decoded. emit may
+// keep the event's Ptrs and Text (each event's are its own), not the event itself.
+func salvage(rd io.Reader, emit func(*Event)) (s salvaged) {
 	s.cutAt = -1
 	r, err := NewReader(rd)
 	if err != nil {
@@ -269,14 +273,16 @@ func salvage(rd io.Reader) (s salvaged) {
 			s.repairs = r.stream.repairs
 		}
 	}()
+	var ev Event
 	for {
-		var ev Event
 		err := r.Next(&ev)
 		if err == nil {
-			if n := len(s.gaps); n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == len(s.events) {
+			if n := len(s.gaps); n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == s.events {
 				s.gaps[n-1].ToTS = ev.TS
 			}
-			s.events = append(s.events, ev)
+			emit(&ev)
+			s.events++
+			s.lastTS = ev.TS
 			continue
 		}
 		if err == io.EOF {
@@ -294,15 +300,16 @@ func salvage(rd io.Reader) (s salvaged) {
 	}
 }
 
-// File is a whole trace as the read rule leaves it (Read).
+// File is a whole trace as the read rule leaves it (Read, Load, Scan).
 type File struct {
 	Name   string // what errors and warnings call it: the path, or "standard input"
 	Header Header
-	Events []Event
-	Gaps   []Gap // damaged stretches skipped, in file order
+	Events []Event // every event read (Read, Load; Scan gives them to its caller instead)
+	Count  int     // how many were read
+	Gaps   []Gap   // damaged stretches skipped, in file order
 	// Repairs are damaged stretches that cost nothing (version 3: a block rebuilt from its parity).
 	Repairs   []Repair
-	Truncated bool  // the input ends inside a batch (a killed process); Events holds everything before it
+	Truncated bool  // the input ends inside a batch (a killed process); every event before it was read
 	Cut       int64 // bytes of that last, incomplete batch: dropped
 	// Segments are the segment files read, in order (segment.go); one for a trace that was never split.
 	Segments []string
@@ -310,8 +317,9 @@ type File struct {
 	Bytes int64
 	// From is the TS of the first event after the snapshot when the oldest segments were dropped
 	// (Header.Segment > 0): what the trace covers starts there. 0 when nothing was dropped.
-	From  int64
-	notes []string // what reading the segments found (a missing or foreign one), for Warnings
+	From   int64
+	notes  []string // what reading the segments found (a missing or foreign one), for Warnings
+	lastTS int64    // TS of the last event read
 }
 
 // Read reads a whole trace by the one rule every command that reads traces follows (report, run's summary,
@@ -320,7 +328,17 @@ type File struct {
 // leaves it, keeps every event before that batch (Truncated). It fails with one line naming the input on
 // an empty input, a bad header, a read error, or when no event could be read at all (the error matches
 // ErrFormat, ErrCorrupt or ErrTruncated where it is one of those). Warnings says what was lost.
-func Read(name string, rd io.Reader) (f *File, err error) {
+func Read(name string, rd io.Reader) (*File, error) {
+	var events []Event
+	f, err := read(name, rd, func(ev *Event) { events = append(events, *ev) })
+	if f != nil {
+		f.Events = events
+	}
+	return f, err
+}
+
+// read is Read giving each event to emit instead of keeping it.
+func read(name string, rd io.Reader, emit func(*Event)) (f *File, err error) {
 	// The reader is fuzzed and should never panic; if it does, a command still owes one line.
 	defer func() {
 		if p := recover(); p != nil {
@@ -328,99 +346,136 @@ func Read(name string, rd io.Reader) (f *File, err error) {
 		}
 	}()
 	cr := &countReader{r: rd}
-	sv := salvage(cr)
-	h, events, gaps, cutAt, err := sv.h, sv.events, sv.gaps, sv.cutAt, sv.err
+	sv := salvage(cr, emit)
 	why := ""
-	if err != nil {
-		why = strings.TrimPrefix(err.Error(), "trace: ")
+	if sv.err != nil {
+		why = strings.TrimPrefix(sv.err.Error(), "trace: ")
 	}
-	switch {
+	switch err := sv.err; {
 	case errors.Is(err, ErrFormat) && cr.n == 0:
 		return nil, &traceError{kind: ErrFormat, msg: name + ": empty, not a trace"}
 	case errors.Is(err, ErrFormat):
 		return nil, &traceError{kind: ErrFormat, msg: fmt.Sprintf("%s: not a readable trace (%s)", name, why)}
 	case err != nil && !errors.Is(err, ErrTruncated):
 		return nil, fmt.Errorf("%s: %s", name, why)
-	case len(events) == 0 && len(gaps) > 0:
+	case sv.events == 0 && len(sv.gaps) > 0:
 		return nil, &traceError{kind: ErrCorrupt, msg: fmt.Sprintf("%s: corrupt trace, no event could be read (%s)",
-			name, gaps[0])}
-	case err != nil && len(events) == 0:
+			name, sv.gaps[0])}
+	case err != nil && sv.events == 0:
 		return nil, &traceError{kind: ErrTruncated,
 			msg: fmt.Sprintf("%s: trace ends inside its first batch, no events to report (%s)", name, why)}
 	}
-	f = &File{Name: name, Header: h, Events: events, Gaps: gaps, Repairs: sv.repairs, Truncated: err != nil}
-	if f.Truncated && cutAt >= 0 {
-		f.Cut = cr.n - cutAt
+	f = &File{Name: name, Header: sv.h, Count: sv.events, Gaps: sv.gaps, Repairs: sv.repairs, Truncated: sv.err != nil,
+		lastTS: sv.lastTS}
+	if f.Truncated && sv.cutAt >= 0 {
+		f.Cut = cr.n - sv.cutAt
 	}
 	return f, nil
 }
+
+// ScanReader is Read giving each event to emit as it is read, as Scan does.
+func ScanReader(name string, rd io.Reader, emit func(*Event)) (*File, error) { return read(name, rd, emit) }
 
 // Load is Read on the file at path (a regular file or a pipe); a directory or an empty file is an error.
 // When path is one segment of a segmented trace (segment.go), Load reads every segment beside it, in
 // order, as one trace: the first segment's snapshot stands for what the dropped ones held, the snapshots
 // of the others are skipped.
 func Load(path string) (*File, error) {
+	var events []Event
+	f, err := Scan(path, func(ev *Event) { events = append(events, *ev) })
+	if f != nil {
+		f.Events = events
+	}
+	return f, err
+}
+
+// Scan is Load giving each event to emit as it is read, in order, instead of keeping them: a reader that
+// folds the events needs memory for what it folds, not for the trace. emit may keep the event's Ptrs and
+// Text, not the event itself. On an error emit may have been given some events already.
+func Scan(path string, emit func(*Event)) (*File, error) {
 	segs := []string{path}
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
 		segs = segmentsOf(path)
 	}
-	f, err := loadOne(segs[0])
+	// The first segment: when the oldest were dropped, what the trace covers starts after its snapshot.
+	n, after := 0, -1 // events read; the index of the first event after the snapshot
+	var fromTS int64
+	f, err := scanOne(segs[0], func(ev *Event) {
+		if n == 0 {
+			fromTS = ev.TS
+			if ev.Kind == KindSegment {
+				after = 1 + int(ev.Args[1])
+			}
+		} else if n == after {
+			fromTS = ev.TS
+		}
+		n++
+		emit(ev)
+	})
 	if err != nil {
 		return nil, err
 	}
 	f.Segments = segs[:1]
 	if f.Header.Segment > 0 {
-		f.From = afterSnapshot(f.Events, 0)
+		f.From = fromTS
 	}
 	for _, p := range segs[1:] {
-		g, err := loadOne(p)
+		h, err := headerOf(p)
+		if err == nil && (h.PID != f.Header.PID || h.Host != f.Header.Host || h.StartUnix != f.Header.StartUnix) {
+			f.notes = append(f.notes, fmt.Sprintf("%s: segment of another process (pid %d), skipped", p, h.PID))
+			continue
+		}
+		// The segment's own snapshot repeats what the ones before it said: skipped.
+		i, skip := 0, 0
+		g, err := scanOne(p, func(ev *Event) {
+			if i == 0 && ev.Kind == KindSegment {
+				skip = 1 + int(ev.Args[1])
+			}
+			if i >= skip {
+				emit(ev)
+			}
+			i++
+		})
 		if err != nil {
 			f.notes = append(f.notes, fmt.Sprintf("%s: segment skipped: %v", p, err))
 			continue
 		}
-		h, want := g.Header, f.Header.Segment+len(f.Segments)
-		switch {
-		case h.PID != f.Header.PID || h.Host != f.Header.Host || h.StartUnix != f.Header.StartUnix:
-			f.notes = append(f.notes, fmt.Sprintf("%s: segment of another process (pid %d), skipped", p, h.PID))
-			continue
-		case h.Segment != want:
+		if want := f.Header.Segment + len(f.Segments); g.Header.Segment != want {
 			f.notes = append(f.notes, fmt.Sprintf("%s: segment %d follows segment %d: the segments between "+
-				"are missing", p, h.Segment, want-1))
+				"are missing", p, g.Header.Segment, want-1))
 		}
-		n := len(f.Events)
-		skip := 0
-		if len(g.Events) > 0 && g.Events[0].Kind == KindSegment {
-			skip = min(1+int(g.Events[0].Args[1]), len(g.Events))
-		}
-		f.Events = append(f.Events, g.Events[skip:]...)
+		skip = min(skip, g.Count)
 		for _, gap := range g.Gaps {
-			gap.After = max(gap.After-skip, 0) + n
+			gap.After = max(gap.After-skip, 0) + f.Count
 			f.Gaps = append(f.Gaps, gap)
 		}
 		f.Repairs = append(f.Repairs, g.Repairs...)
+		if g.Count > skip {
+			f.lastTS = g.lastTS
+		}
+		f.Count += g.Count - skip
 		f.Truncated, f.Cut, f.Bytes = g.Truncated, g.Cut, f.Bytes+g.Bytes
 		f.Segments = append(f.Segments, p)
 	}
 	return f, nil
 }
 
-// afterSnapshot is the TS of the first event after the snapshot at events[i] (a KindSegment), or of the
-// first event when there is none.
-func afterSnapshot(events []Event, i int) int64 {
-	if i >= len(events) {
-		return 0
+// headerOf reads the header of the trace at path.
+func headerOf(path string) (Header, error) {
+	in, err := os.Open(path)
+	if err != nil {
+		return Header{}, err
 	}
-	if events[i].Kind == KindSegment {
-		if j := i + 1 + int(events[i].Args[1]); j < len(events) {
-			return events[j].TS
-		}
-		return events[i].TS
+	defer in.Close()
+	r, err := NewReader(in)
+	if err != nil {
+		return Header{}, err
 	}
-	return events[i].TS
+	return r.Header(), nil
 }
 
-// loadOne is Read on one file.
-func loadOne(path string) (*File, error) {
+// scanOne is read on one file.
+func scanOne(path string, emit func(*Event)) (*File, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case err != nil:
@@ -435,7 +490,7 @@ func loadOne(path string) (*File, error) {
 		return nil, PathError(path, err)
 	}
 	defer in.Close()
-	f, err := Read(path, in)
+	f, err := read(path, in, emit)
 	if err == nil {
 		f.Bytes = fi.Size()
 	}
@@ -447,18 +502,14 @@ func loadOne(path string) (*File, error) {
 func (f *File) Warnings() []string {
 	var out []string
 	if f.Header.Segment > 0 {
-		end := int64(0)
-		if n := len(f.Events); n > 0 {
-			end = f.Events[n-1].TS
-		}
 		out = append(out, fmt.Sprintf("%s: the oldest %d segment(s) were dropped (SWAPAGENT_TRACE_LIMIT): the trace "+
 			"covers +%s to +%s of the run, what came before is known only from the snapshot it starts with",
-			f.Name, f.Header.Segment, tsString(f.From), tsString(end)))
+			f.Name, f.Header.Segment, tsString(f.From), tsString(f.lastTS)))
 	}
 	out = append(out, f.notes...)
 	if f.Truncated {
 		out = append(out, fmt.Sprintf("%s: trace ends mid-batch (process killed?): %d events read, the last %d bytes dropped",
-			f.Name, len(f.Events), f.Cut))
+			f.Name, f.Count, f.Cut))
 	}
 	for _, g := range f.Gaps {
 		out = append(out, f.GapWarning(g))

@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"io"
+	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -78,8 +79,35 @@ type blockStream struct {
 	repairs  []Repair // damage undone
 }
 
+// idle keeps the zstd decoders of streams that ended, so reading many traces one after another reuses one
+// decoder's buffers (its history is a window long) instead of leaving a window of garbage per file. (A
+// sync.Pool would drop them at every garbage collection, which reading a trace triggers.)
+var idle struct {
+	sync.Mutex
+	decoders []*zstd.Decoder
+}
+
+func idleDecoder() *zstd.Decoder {
+	idle.Lock()
+	defer idle.Unlock()
+	n := len(idle.decoders)
+	if n == 0 {
+		return nil
+	}
+	z := idle.decoders[n-1]
+	idle.decoders = idle.decoders[:n-1]
+	return z
+}
+
+// maxIdle bounds the decoders kept: as many as traces are read at once.
+const maxIdle = 4
+
 func newBlockStream(raw *bufio.Reader, off int64, version uint32) (*blockStream, error) {
 	s := &blockStream{raw: raw, off: off, goodEnd: off, numbered: version >= 3}
+	if z := idleDecoder(); z != nil && z.Reset(feeder{s}) == nil {
+		s.z = z
+		return s, nil
+	}
 	z, err := zstd.NewReader(feeder{s}, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(zstdWindow),
 		zstd.WithDecoderLowmem(true))
 	if err != nil {
@@ -274,10 +302,17 @@ func (s *blockStream) Read(p []byte) (int, error) {
 	return 0, errDamaged
 }
 
-// finish ends the stream with err (returned by every later Read) and frees the decoder.
+// finish ends the stream with err (returned by every later Read) and gives the decoder back for the next.
 func (s *blockStream) finish(err error) error {
 	s.err = err
-	s.z.Close()
+	if s.z.Reset(nil) == nil {
+		idle.Lock()
+		if len(idle.decoders) < maxIdle {
+			idle.decoders = append(idle.decoders, s.z)
+		}
+		idle.Unlock()
+	}
+	s.z = nil
 	return err
 }
 

@@ -51,7 +51,7 @@ func (c *countWriter) Write(p []byte) (int, error) {
 // step's repeats. The blocks' and batches' own checksums cover the data, so zstd's is off.
 func newEncoder(w io.Writer) (*zstd.Encoder, error) {
 	return zstd.NewWriter(w, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest),
-		zstd.WithWindowSize(zstdWindow), zstd.WithEncoderCRC(false), zstd.WithLowerEncoderMem(true))
+		zstd.WithWindowSize(frameWindow), zstd.WithEncoderCRC(false), zstd.WithLowerEncoderMem(true))
 }
 
 // Options tune a Writer; the zero value gives the defaults.

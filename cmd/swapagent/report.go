@@ -53,7 +53,16 @@ func cmdReport(args []string) int {
 	if fs.NArg() == 0 {
 		return c.UsageError(os.Stderr, "missing TRACE, DIR or - (standard input)")
 	}
-	sums, code := loadSummaries(c, fs.Args())
+	// Text and JSON print figures: each trace is folded as it is read and only its figures kept. SVG draws
+	// curves and spans too; Perfetto also runtime calls, as many as it shows.
+	var keep *report.Keep
+	switch *format {
+	case "svg":
+		keep = &report.Keep{}
+	case "perfetto":
+		keep = &report.Keep{Calls: report.MaxPerfettoEvents}
+	}
+	sums, code := loadSummaries(c, fs.Args(), keep)
 	if code == exitUsage {
 		return code
 	}
@@ -61,7 +70,7 @@ func cmdReport(args []string) int {
 		if *format != "text" && *format != "json" {
 			return c.UsageError(os.Stderr, "--baseline gives text or json, not %s", *format)
 		}
-		base, bcode := loadSummaries(c, []string{*baseline})
+		base, bcode := loadSummaries(c, []string{*baseline}, nil)
 		if bcode == exitUsage {
 			return bcode
 		}
@@ -95,11 +104,11 @@ func cmdReport(args []string) int {
 
 // loadSummaries loads every path's traces, naming what was skipped; the code is exitUsage when a path
 // could not be read at all, exitPartial when some input was left out.
-func loadSummaries(c cli.Command, paths []string) ([]*report.Summary, int) {
+func loadSummaries(c cli.Command, paths []string, keep *report.Keep) ([]*report.Summary, int) {
 	var sums []*report.Summary
 	code := exitOK
 	for _, p := range paths {
-		s, skipped, found, err := report.Load(p)
+		s, skipped, found, err := report.Load(p, keep)
 		for _, e := range skipped {
 			c.Errorf(os.Stderr, "skipped %v", e)
 			code = exitPartial

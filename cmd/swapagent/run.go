@@ -328,7 +328,7 @@ func summarise(dir string, before map[string]bool, began time.Time, python bool)
 		if before[f] && !startedAfter(f, began) {
 			continue
 		}
-		s, err := report.LoadFile(f)
+		s, err := report.LoadFile(f, nil)
 		if err != nil {
 			runCmd.Errorf(os.Stderr, "%v", err)
 			continue
