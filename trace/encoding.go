@@ -39,7 +39,7 @@ const (
 	// batch that ends it, so a window as long sees all of a frame's history, and a reader's decoder holds
 	// half what zstdWindow would make it hold.
 	frameWindow = 2 << 20
-	numCtx     = 128      // delta contexts: one per KindCall Fn (mod 64), one per other Kind (mod 64)
+	numCtx      = 128 // delta contexts: one per KindCall Fn (mod 64), one per other Kind (mod 64)
 )
 
 var (

@@ -374,7 +374,9 @@ func read(name string, rd io.Reader, emit func(*Event)) (f *File, err error) {
 }
 
 // ScanReader is Read giving each event to emit as it is read, as Scan does.
-func ScanReader(name string, rd io.Reader, emit func(*Event)) (*File, error) { return read(name, rd, emit) }
+func ScanReader(name string, rd io.Reader, emit func(*Event)) (*File, error) {
+	return read(name, rd, emit)
+}
 
 // Load is Read on the file at path (a regular file or a pipe); a directory or an empty file is an error.
 // When path is one segment of a segmented trace (segment.go), Load reads every segment beside it, in
@@ -401,12 +403,13 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 	n, after := 0, -1 // events read; the index of the first event after the snapshot
 	var fromTS int64
 	f, err := scanOne(segs[0], func(ev *Event) {
-		if n == 0 {
+		switch n {
+		case 0:
 			fromTS = ev.TS
 			if ev.Kind == KindSegment {
 				after = 1 + int(ev.Args[1])
 			}
-		} else if n == after {
+		case after:
 			fromTS = ev.TS
 		}
 		n++
