@@ -2,9 +2,11 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +91,34 @@ func TestPreloadedAgentWarnsOncePerJob(t *testing.T) {
 		"/bin/true; /bin/true; /bin/true")
 	if r.Code != 0 || strings.Count(r.Stderr, `SWAPAGENT_TRACE_LIMIT="garbage" is not`) != 1 {
 		t.Errorf("exit %d; want one warning in:\n%s", r.Code, r.Stderr)
+	}
+}
+
+// The same once the job's group leader has exited (a launcher that left its workers running in the
+// background): the group still names the job.
+func TestPreloadedAgentWarnsOnceWithoutItsLeader(t *testing.T) {
+	out, dir := t.TempDir(), t.TempDir()
+	errs, done := filepath.Join(dir, "stderr"), filepath.Join(dir, "done")
+	cmd := exec.Command("/bin/sh", "-c", `(sleep 0.3; /bin/true; /bin/true; /bin/true; : >"$2") 2>"$1" &`, "sh", errs, done)
+	cmd.Env = testenv.AgentEnv(t, out, "SWAPAGENT_TRACE_LIMIT=garbage")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group, which the shell leads and leaves
+	leader, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("sh: %v\n%s", err, leader)
+	}
+	for end := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(done); err == nil {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatal("the background processes did not finish")
+		}
+	}
+	b, _ := os.ReadFile(errs)
+	warned := strings.Count(string(leader), `SWAPAGENT_TRACE_LIMIT="garbage" is not`) +
+		strings.Count(string(b), `SWAPAGENT_TRACE_LIMIT="garbage" is not`)
+	if warned != 1 {
+		t.Errorf("%d warnings; want one in:\nleader: %s\nthe rest: %s", warned, leader, b)
 	}
 }
 
