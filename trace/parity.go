@@ -3,7 +3,7 @@
 // the file holds them, folded into rows of parityRow bytes and XORed together. A reader that meets a damaged
 // block reads on to the group's parity block; XORing the group's bytes with it leaves the damage itself,
 // column by column, and trying it at each row until every block of the group passes its checksum undoes any
-// one burst of damage up to parityRow bytes long. Damage that held no data block (a parity block's, stray
+// one burst of damage shorter than a row. Damage that held no data block (a parity block's, stray
 // bytes) costs nothing either, and is found by the block numbers.
 package trace
 
@@ -23,7 +23,7 @@ var parityMagic = [4]byte{'S', 'W', 'Z', 'P'}
 const (
 	seqShift    = 8                    // a data block's flags hold its number from this bit on
 	seqMask     = 1<<(32-seqShift) - 1 // numbers count modulo 2^24
-	parityRow   = 4 << 10              // a parity block's width: the longest burst of damage it undoes
+	parityRow   = 4 << 10              // a parity block's width: the bursts of damage it undoes are shorter
 	parityGroup = 128 << 10            // bytes of blocks a parity block covers, at least (but at a frame's end)
 	// maxStarts bounds the places mend tries for the start of a burst: damage that leaves some bytes as they
 	// were (a sector of zeros over data with zeros in it) shows clean columns inside the burst too.
