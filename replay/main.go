@@ -107,7 +107,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		for _, n := range notes {
 			c.Errorf(stderr, "%s", n)
 		}
-		partial = partial || len(t.Gaps) > 0 || len(t.Repairs) > 0
+		partial = partial || t.Damaged()
 		r := Simulate(t.Header, t.Events, opts)
 		r.File = f
 		r.Notes = append(notes, r.Notes...)

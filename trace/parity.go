@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"slices"
 	"sort"
 )
@@ -138,18 +137,11 @@ func (s *blockStream) repair() bool {
 	}
 	at, winOff := s.goodEnd, s.off
 	var win []byte // the bytes read ahead: the damaged block's from its second byte on, and what follows
-	more := func(need int) bool {
-		for len(win) < need {
-			old := len(win)
-			win = append(win, make([]byte, max(need-old, 64<<10))...)
-			n, err := io.ReadFull(s.raw, win[old:])
-			win = win[:old+n]
-			s.off += int64(n)
-			if err != nil {
-				return len(win) >= need
-			}
-		}
-		return true
+	more := func(need int) (ok bool) {
+		old := len(win)
+		win, ok = fill(s.raw, win, need)
+		s.off += int64(len(win) - old)
+		return ok
 	}
 	keep := func(resume int, r Repair) bool {
 		s.unread(win[resume:])

@@ -113,18 +113,9 @@ func (r *Reader) Resync() (Gap, error) {
 		data = append(append(data, r.fr[:r.frN]...), r.buf...)
 		base, pos = bad.start, min(1, len(data)) // not the damaged batch's own magic again
 	}
-	more := func(need int) bool { // read until data holds need bytes; false at the end of the input
-		for len(data) < need {
-			chunk := max(need-len(data), 64<<10)
-			old := len(data)
-			data = append(data, make([]byte, chunk)...)
-			n, err := io.ReadFull(r.r, data[old:])
-			data = data[:old+n]
-			if err != nil {
-				return len(data) >= need
-			}
-		}
-		return true
+	more := func(need int) (ok bool) { // read until data holds need bytes; false at the end of the input
+		data, ok = fill(r.r, data, need)
+		return ok
 	}
 	for {
 		i := bytes.Index(data[pos:], batchMagic[:])
@@ -200,6 +191,21 @@ func (r *Reader) Resync() (Gap, error) {
 	r.off = end
 	r.err, r.bad = io.EOF, nil
 	return g, nil
+}
+
+// fill reads from r onto data until it holds need bytes, 64 KiB at least at a time, and reports whether it
+// does (false at the end of the input, with what was there).
+func fill(r io.Reader, data []byte, need int) ([]byte, bool) {
+	for len(data) < need {
+		old := len(data)
+		data = append(data, make([]byte, max(need-old, 64<<10))...)
+		n, err := io.ReadFull(r, data[old:])
+		data = data[:old+n]
+		if err != nil {
+			return data, len(data) >= need
+		}
+	}
+	return data, true
 }
 
 // streamGap restates g for a version-2 file: where its compressed layer skipped damaged blocks, the gap is
