@@ -45,62 +45,87 @@ type HolderReport struct {
 	Kept     []GuardKept `json:"kept_held"`
 }
 
+// handleFigures folds the handles into the report's per-storage figures, each handle once: as the fold
+// retires it (timeline.Options.Retire) or, for those it still holds, at the end.
+type handleFigures struct {
+	guard, holders   argumentTable
+	releasedExternal uint64 // releases of storages the ownership model would have kept
+}
+
+func (f *handleFigures) add(t *timeline.Timeline, h *timeline.Handle) {
+	if h.External() {
+		f.releasedExternal += uint64(h.Releases)
+	}
+	if !h.Classified {
+		return
+	}
+	if t.Guard.Guarded(h.Group) {
+		if tracker.Reason(h.Reason).Owned() {
+			f.guard.add(t, h)
+		}
+	} else if h.Unheld || h.Held > 0 {
+		f.holders.add(t, h)
+	}
+}
+
 // guardOf folds the guard's work; nil when the trace shows none.
-func guardOf(t *timeline.Timeline) *GuardReport {
+func guardOf(t *timeline.Timeline, f *handleFigures) *GuardReport {
 	g := &t.Guard
 	if len(g.Groups) == 0 && g.Allowed+g.Kept == 0 {
 		return nil
 	}
 	r := &GuardReport{Groups: g.Groups, ReleasesAllowed: g.Allowed, AllowedBytes: g.AllowedBytes,
 		ReleasesKept: g.Kept, KeptBytes: g.KeptBytes, Restores: g.Restores}
-	r.Kept, r.Released = byArgument(t, func(h *timeline.Handle) bool {
-		return g.Guarded(h.Group) && tracker.Reason(h.Reason).Owned()
-	})
+	r.Kept, r.Released = f.guard.split()
 	return r
 }
 
 // holdersOf folds the holders' evidence on the engine's groups; nil when the trace has none.
-func holdersOf(t *timeline.Timeline) *HolderReport {
+func holdersOf(f *handleFigures) *HolderReport {
 	r := &HolderReport{}
-	r.Kept, r.Released = byArgument(t, func(h *timeline.Handle) bool {
-		return !t.Guard.Guarded(h.Group) && (h.Unheld || h.Held > 0)
-	})
+	r.Kept, r.Released = f.holders.split()
 	if len(r.Kept)+len(r.Released) == 0 {
 		return nil
 	}
 	return r
 }
 
-// byArgument folds the classified handles that pass in by argument path and reason: those their holders'
-// evidence released (Handle.Unheld) and the rest.
-func byArgument(t *timeline.Timeline, in func(*timeline.Handle) bool) (kept, released []GuardKept) {
-	type key struct {
-		arg    string
-		reason uint64
-		unheld bool
+// argumentTable folds classified handles by argument path and reason: those their holders' evidence
+// released (Handle.Unheld) and the rest.
+type argumentTable struct {
+	rows   map[argumentKey]*GuardKept
+	groups map[argumentKey][]string
+}
+
+type argumentKey struct {
+	arg    string
+	reason uint64
+	unheld bool
+}
+
+func (a *argumentTable) add(t *timeline.Timeline, h *timeline.Handle) {
+	if a.rows == nil {
+		a.rows, a.groups = map[argumentKey]*GuardKept{}, map[argumentKey][]string{}
 	}
-	groups := map[key][]string{}
-	byKey := map[key]*GuardKept{}
-	for _, h := range t.Handles {
-		if !h.Classified || !in(h) {
-			continue
-		}
-		k := key{h.Tensor.Path, h.Reason, h.Unheld}
-		e := byKey[k]
-		if e == nil {
-			e = &GuardKept{Arg: k.arg, Reason: nameOf(KeepReasons[:], h.Reason)}
-			byKey[k] = e
-		}
-		e.Saves++
-		e.Bytes += h.Nbytes
-		e.Held = max(e.Held, h.Held)
-		if name := t.GroupName(h.Group); !slices.Contains(groups[k], name) {
-			groups[k] = append(groups[k], name)
-		}
+	k := argumentKey{h.Tensor.Path, h.Reason, h.Unheld}
+	e := a.rows[k]
+	if e == nil {
+		e = &GuardKept{Arg: k.arg, Reason: nameOf(KeepReasons[:], h.Reason)}
+		a.rows[k] = e
 	}
+	e.Saves++
+	e.Bytes += h.Nbytes
+	e.Held = max(e.Held, h.Held)
+	if name := t.GroupName(h.Group); !slices.Contains(a.groups[k], name) {
+		a.groups[k] = append(a.groups[k], name)
+	}
+}
+
+// split returns the table's kept and released rows, named arguments first, each sorted.
+func (a *argumentTable) split() (kept, released []GuardKept) {
 	kept, released = []GuardKept{}, []GuardKept{}
-	for k, e := range byKey {
-		e.Groups = tracker.GroupList(groups[k])
+	for k, e := range a.rows {
+		e.Groups = tracker.GroupList(a.groups[k])
 		if k.unheld {
 			released = append(released, *e)
 		} else {

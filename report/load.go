@@ -88,8 +88,15 @@ type Keep struct {
 // are read. With keep nil the summary keeps the figures text and JSON print, not the events nor what the
 // fold kept per storage, so a report of many traces needs the memory of one fold, not of every event.
 func LoadFile(file string, keep *Keep) (*Summary, error) {
-	// The fold reads no header field: it is set once the reader has it.
-	t := timeline.New(trace.Header{}, timeline.Options{NoSeries: keep == nil})
+	// The fold reads no header field: it is set once the reader has it. For figures only it retires each
+	// handle into them once its group is done, so its memory does not grow with the trace's length.
+	hf := &handleFigures{}
+	var t *timeline.Timeline
+	opt := timeline.Options{}
+	if keep == nil {
+		opt = timeline.Options{NoSeries: true, Retire: func(h *timeline.Handle) { hf.add(t, h) }}
+	}
+	t = timeline.New(trace.Header{}, opt)
 	var events []trace.Event
 	left := 0
 	emit := func(ev *trace.Event) {
@@ -114,7 +121,7 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 		return nil, err
 	}
 	t.Header = f.Header
-	s := summarize(file, t, events, f.Truncated)
+	s := summarize(file, t, hf, events, f.Truncated)
 	s.Gaps, s.Repairs, s.Warnings = f.Gaps, f.Repairs, f.Warnings()
 	if file != Stdin {
 		s.TraceBytes = uint64(f.Bytes)

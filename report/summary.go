@@ -101,21 +101,25 @@ type Summary struct {
 // Summarize folds one trace's events (timeline.Fold) and derives the report's figures. It never fails:
 // events it cannot use are counted and skipped.
 func Summarize(path string, h trace.Header, events []trace.Event, truncated bool) *Summary {
-	return summarize(path, timeline.Fold(h, events, timeline.Options{}), events, truncated)
+	return summarize(path, timeline.Fold(h, events, timeline.Options{}), &handleFigures{}, events, truncated)
 }
 
-// summarize derives the report's figures from t, the fold of a trace (and its events, kept for the
-// timeline formats; nil when they were folded as read).
-func summarize(path string, t *timeline.Timeline, events []trace.Event, truncated bool) *Summary {
+// summarize derives the report's figures from t, the fold of a trace, and hf, the handles it retired (and
+// its events, kept for the timeline formats; nil when they were folded as read).
+func summarize(path string, t *timeline.Timeline, hf *handleFigures, events []trace.Event,
+	truncated bool) *Summary {
 	t.Truncated = truncated
+	for _, h := range t.Handles {
+		hf.add(t, h)
+	}
 	s := &Summary{Timeline: t, Path: path, Events: events, Calls: t.CallCounts(), Device: t.Foot.Held,
 		ABI: abiOf(t), Spans: spans(t)}
 	s.Mem = figures(&t.Foot, &t.Reserved, t.VMM)
 	if _, partial := t.Coverage(); partial {
 		s.Mem.Withhold(PartialRun)
 	}
-	s.Stats = mergeStats(t.StatsJSON, derivedStats(t))
-	s.Guard, s.Holders = guardOf(t), holdersOf(t)
+	s.Stats = mergeStats(t.StatsJSON, derivedStats(t, hf))
+	s.Guard, s.Holders = guardOf(t, hf), holdersOf(hf)
 	return s
 }
 
@@ -127,8 +131,8 @@ func abiOf(t *timeline.Timeline) ABI {
 		BackwardExits: t.Count(trace.KindBackwardExit), Unpacks: t.Count(trace.KindUnpack),
 		Classified: t.Count(trace.KindClassify), KeepReasons: keepCounts(t, true),
 		Transitions: make(map[string]uint64)}
-	for _, tr := range t.Transitions {
-		a.Transitions[nameOf(States[:], tr.From)+"->"+nameOf(States[:], tr.To)]++
+	for c, n := range t.Moved.Changes {
+		a.Transitions[nameOf(States[:], c.From)+"->"+nameOf(States[:], c.To)] += n
 	}
 	return a
 }
@@ -150,22 +154,10 @@ func keepCounts(t *timeline.Timeline, withInternal bool) map[string]uint64 {
 }
 
 // derivedStats is the stats JSON as the events imply it, for the fields the agent's own lacks.
-func derivedStats(t *timeline.Timeline) Stats {
-	d := Stats{Kept: keepCounts(t, false), PeakDeviceBytes: t.Foot.Held.PeakBytes}
-	for _, tr := range t.Transitions {
-		switch {
-		case tr.Release():
-			d.OffloadedStorages++
-			d.OffloadedBytes += tr.Nbytes
-		case tr.Restore():
-			d.RestoredBytes += tr.Nbytes
-		}
-	}
-	for _, h := range t.Released {
-		if h.External() {
-			d.ReleasedExternal += uint64(h.Releases)
-		}
-	}
+func derivedStats(t *timeline.Timeline, hf *handleFigures) Stats {
+	d := Stats{Kept: keepCounts(t, false), PeakDeviceBytes: t.Foot.Held.PeakBytes,
+		OffloadedStorages: t.Moved.Releases, OffloadedBytes: t.Moved.ReleasedBytes,
+		RestoredBytes: t.Moved.RestoredBytes, ReleasedExternal: hf.releasedExternal}
 	for _, f := range t.Faults {
 		d.Faults = append(d.Faults, f.Raw)
 	}

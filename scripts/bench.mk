@@ -19,7 +19,7 @@ bench-trace: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
 BENCHES += bench-report
 .PHONY: bench-report
 bench-report: $(BUILD)/bin/swapagent $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
-	@echo "== report: peak RSS reading one decoder-sim --steps 20 trace and 50 copies of it (text, JSON)"
+	@echo "== report: peak RSS reading one decoder-sim --steps 20 trace, 50 copies of it and a 60-step one (text, JSON)"
 	@$(GO) test -count=1 -run TestReportMemoryDoesNotGrowWithTraces -v ./cmd/swapagent/ | grep -E '^report --format'
 
 BENCHES += bench-replay

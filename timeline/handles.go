@@ -17,7 +17,7 @@ type Handle struct {
 	Classified bool   // a KindClassify named it
 	State      uint64 // its last state (trace.State*)
 	Releases   int    // how often its device memory was released (a transition into host)
-	ReleaseSeq int    // its place in Timeline.Released (the first release); -1 while never released
+	ReleaseSeq int    // its place in Timeline.Released (the first release; 0 if the fold retires); -1 while never released
 	Restored   bool   // back on device after a release
 	// Unheld: the job's own swap released it with the agent's consent, or the agent's engine swapped it,
 	// although its role (an input, an output; still in Reason) would have kept it, because the framework
@@ -74,6 +74,28 @@ func (tr Transition) RestoreBegins() bool {
 // CopyStarts says whether a copy starts here (out to host, or back to device).
 func (tr Transition) CopyStarts() bool { return tr.To == trace.StateD2H || tr.To == trace.StateH2D }
 
+// Change is a state change, from one trace.State* value to another.
+type Change struct{ From, To uint64 }
+
+// Moved sums the state changes as they are folded: what Transitions gives, without keeping it.
+type Moved struct {
+	Changes       map[Change]uint64 // state changes by kind
+	Releases      uint64            // changes into host: device memory released
+	ReleasedBytes uint64
+	RestoredBytes uint64 // changes back to device
+}
+
+func (m *Moved) add(tr Transition) {
+	m.Changes[Change{tr.From, tr.To}]++
+	switch {
+	case tr.Release():
+		m.Releases++
+		m.ReleasedBytes += tr.Nbytes
+	case tr.Restore():
+		m.RestoredBytes += tr.Nbytes
+	}
+}
+
 // handle returns the handle with id h, made on first mention.
 func (t *Timeline) handle(id int64) *Handle {
 	h := t.Handles[id]
@@ -129,7 +151,10 @@ func (t *Timeline) state(ev *trace.Event) {
 	h := t.handle(ev.Handle)
 	tr := Transition{Event: t.NumEvents - 1, TS: ev.TS, Handle: ev.Handle, Group: h.Group, From: ev.Args[0],
 		To: ev.Args[1], Base: ev.Args[2], Nbytes: ev.Args[3]}
-	t.Transitions = append(t.Transitions, tr)
+	t.Moved.add(tr)
+	if t.retire == nil {
+		t.Transitions = append(t.Transitions, tr)
+	}
 	if h.Nbytes == 0 {
 		h.Nbytes = tr.Nbytes
 	}
@@ -139,19 +164,36 @@ func (t *Timeline) state(ev *trace.Event) {
 		h.Releases++
 		if h.ReleaseSeq < 0 {
 			h.ReleaseSeq = len(t.Released)
-			t.Released = append(t.Released, h)
+			if t.retire == nil {
+				t.Released = append(t.Released, h)
+			}
 		}
 		if h.Base != 0 {
 			t.bases[h.Base]++
 		}
 	case tr.RestoreBegins():
-		if h.Base != 0 && t.bases[h.Base] > 0 {
+		if n := t.bases[h.Base]; n > 1 {
 			t.bases[h.Base]--
+		} else if n == 1 {
+			delete(t.bases, h.Base)
 		}
 	case tr.Restore() && h.Released():
 		h.Restored = true
 	}
 	t.Foot.State(tr, h.Base)
+}
+
+// backwardExit retires the handles of a group whose backward_exit succeeded, when the fold retires.
+func (t *Timeline) backwardExit(ev *trace.Event) {
+	if t.retire == nil || ev.Ret != 0 {
+		return
+	}
+	for id, h := range t.Handles {
+		if h.Group == ev.Group {
+			t.retire(h)
+			delete(t.Handles, id)
+		}
+	}
 }
 
 // ReleasedAt says whether the recording holds a storage based at base released now (a release not yet

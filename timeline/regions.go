@@ -25,7 +25,9 @@ func (t *Timeline) regionEnter(ev *trace.Event) {
 	}
 	ds := trace.SplitTensors(ev.Text, len(ev.Ptrs))
 	for i, p := range ev.Ptrs {
-		t.Inputs[p] = append(t.Inputs[p], RegionUse{Group: ev.Group, Keyword: uint64(i) >= ev.Args[0], Arg: ds[i].Path})
+		if t.retire == nil {
+			t.Inputs[p] = append(t.Inputs[p], RegionUse{Group: ev.Group, Keyword: uint64(i) >= ev.Args[0], Arg: ds[i].Path})
+		}
 		t.tensor.describe(ev.Group, p, ds[i])
 	}
 	t.owners.built = false
@@ -33,8 +35,10 @@ func (t *Timeline) regionEnter(ev *trace.Event) {
 
 // regionExit records a region's outputs and closes its open region.
 func (t *Timeline) regionExit(ev *trace.Event) {
-	for _, p := range ev.Ptrs {
-		t.Outputs[p] = append(t.Outputs[p], ev.Group)
+	if t.retire == nil {
+		for _, p := range ev.Ptrs {
+			t.Outputs[p] = append(t.Outputs[p], ev.Group)
+		}
 	}
 	t.tensor.exit(ev.Group)
 	t.owners.built = false

@@ -18,6 +18,11 @@ import (
 // Options configure a fold.
 type Options struct {
 	NoSeries bool // figures only, no memory curves (replay: traces of millions of calls)
+	// Retire, when set, makes the fold's memory independent of the trace's length: a handle is passed to
+	// Retire and dropped once its group's backward_exit succeeded (the engine forgets the group's handles
+	// there, so no later event names them), and the fold keeps no per-change history (Transitions,
+	// Released, Inputs, Outputs stay empty; Moved has the sums). For a reader that derives figures only.
+	Retire func(*Handle)
 }
 
 // Timeline is one trace folded in file order. Build it with Fold, or with New and Add one event at a
@@ -39,9 +44,10 @@ type Timeline struct {
 	Reserved   Memory    // VMM address space reserved (aclrtReserveMemAddress): not memory
 	VMM        bool      // the job mapped its device memory (aclrtMapMem)
 
-	Handles     map[int64]*Handle // every handle a save, classify or state event named
+	Handles     map[int64]*Handle // every handle a save, classify or state event named (and not retired)
 	Released    []*Handle         // handles in the order of their first release
 	Transitions []Transition      // every state change, in file order
+	Moved       Moved             // the state changes summed
 	Reasons     map[uint64]uint64 // KindClassify events by keep reason value
 
 	Steps   []int64                // start of each step: a region_enter of the trace's first group
@@ -67,6 +73,7 @@ type Timeline struct {
 		seen  bool
 	}
 	owners ownerIndex
+	retire func(*Handle)
 }
 
 // New returns an empty Timeline for a trace with header h.
@@ -75,10 +82,12 @@ func New(h trace.Header, opt Options) *Timeline {
 		Header: h,
 		Funcs:  map[uint16]string{}, Groups: map[uint32]string{},
 		Handles: map[int64]*Handle{}, Reasons: map[uint64]uint64{},
+		Moved:  Moved{Changes: map[Change]uint64{}},
 		Inputs: map[uint64][]RegionUse{}, Outputs: map[uint64][]uint32{},
 		Meta:   trace.Meta{},
 		bases:  map[uint64]int{},
 		tensor: tensors{described: map[groupPtr]trace.Tensor{}, saves: map[groupPtr]*Handle{}},
+		retire: opt.Retire,
 	}
 	t.Foot.NoSeries = opt.NoSeries
 	t.HostPinned.noSeries = opt.NoSeries
@@ -127,6 +136,8 @@ func (t *Timeline) Add(ev *trace.Event) {
 		t.classify(ev)
 	case trace.KindState:
 		t.state(ev)
+	case trace.KindBackwardExit:
+		t.backwardExit(ev)
 	case trace.KindFault:
 		t.Faults = append(t.Faults, decodeFault(ev.TS, ev.Text))
 	case trace.KindStats:

@@ -35,10 +35,10 @@ const (
 	maxBatch   = 16 << 20 // batch payload limit; a bigger length is corruption, not a reason to allocate
 	flushBytes = 64 << 10 // the writer ends a batch once its payload reaches this size
 	zstdWindow = 4 << 20  // the longest zstd window a reader accepts (version 2 wrote it)
-	// frameWindow is the window the writer declares: a zstd frame holds DefaultChunkBytes of batches and the
-	// batch that ends it, so a window as long sees all of a frame's history, and a reader's decoder holds
-	// half what zstdWindow would make it hold.
-	frameWindow = 2 << 20
+	// frameWindow is the window the writer declares, and so what a reader's decoder holds in memory: a
+	// zstd frame holds DefaultChunkBytes of batches and the batch that ends it, and a window as long as the
+	// batches compresses them as well as a longer one (the last batch barely refers to the first).
+	frameWindow = 1 << 20
 	numCtx      = 128 // delta contexts: one per KindCall Fn (mod 64), one per other Kind (mod 64)
 )
 
