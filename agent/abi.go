@@ -74,15 +74,12 @@ func (r *rejected) snapshot() map[string]uint64 {
 	return m
 }
 
-// Invalid refuses a call whose C arguments could not be converted (NULL, unreadable, too many).
+// Invalid refuses a call whose C arguments could not be read (NULL, unreadable, too many).
 func (a *Agent) Invalid(call, detail string) int {
 	return a.result(call, fmt.Errorf("%w: %s", offload.ErrInvalid, detail))
 }
 
-// HostMaps is the index of the process's readable memory, for the C glue's conversions.
-func (a *Agent) HostMaps() *tracker.HostMaps { return a.hostMem }
-
-// begin drains (a live call: deferred calls before it included) and returns the engine; record appends an
+// begin drains (a live call: queued calls before it included) and returns the engine; record appends an
 // ABI event.
 func (a *Agent) begin(o origin) *offload.Engine {
 	if o == live {
@@ -162,7 +159,7 @@ func (a *Agent) RegionEnter(group string, inputs []uint64, nPositional int) int 
 
 // RegionEnterDesc is RegionEnter with the inputs' descriptions (trace.Tensor wire lines, one per input;
 // nil when none were given): fault reports name the argument, its dtype and shape
-// (swapagent_region_enter_desc).
+// (SWAPAGENT_CALL_REGION_ENTER with text).
 func (a *Agent) RegionEnterDesc(group string, inputs []uint64, nPositional int, descs []string) int {
 	return a.regionEnterDesc(live, group, inputs, nPositional, descs)
 }
@@ -197,7 +194,7 @@ func (a *Agent) regionEnterDesc(o origin, group string, inputs []uint64, nPositi
 }
 
 // Describe tells what the tensors on ptrs of group's open region are (its outputs, what it saved): one
-// trace.Tensor wire line per pointer (swapagent_describe). The tracker keeps them for fault reports and
+// trace.Tensor wire line per pointer (SWAPAGENT_CALL_DESCRIBE). The tracker keeps them for fault reports and
 // owners; the trace keeps them for report and doctor.
 func (a *Agent) Describe(group string, ptrs []uint64, descs []string) int {
 	if err := checkGroup(group); err != nil {
@@ -296,7 +293,7 @@ func (a *Agent) Save(group string, ptr, nbytes uint64, flags uint32) int64 {
 	return ret
 }
 
-// SaveN registers the saved storages of group's open region in one call (swapagent_save_n): entry i is
+// SaveN registers the saved storages of group's open region in one call (SWAPAGENT_CALL_SAVE): entry i is
 // what Save(group, ptrs[i], sizes[i], flags[i]) would have answered (flags nil: all 0), written to out[i]
 // (a handle, or a negative code; each refused entry is counted like a refused save), with one drain, one
 // engine lock and one proof of the host ranges for all of them. It returns OK when every entry was saved,
@@ -306,13 +303,13 @@ func (a *Agent) SaveN(group string, ptrs, sizes []uint64, flags []uint32, out []
 	return a.saveN(live, group, ptrs, sizes, flags, out, false)
 }
 
-// saveN is SaveN; preset: out holds the handles the saves are to get (deferred saves, given theirs in C).
+// saveN is SaveN; preset: out holds the handles the saves are to get (queued saves, given theirs in C).
 func (a *Agent) saveN(o origin, group string, ptrs, sizes []uint64, flags []uint32, out []int64, preset bool) int {
 	if err := checkGroup(group); err != nil {
-		return a.result("save_n", err)
+		return a.result("save", err)
 	}
 	if len(sizes) != len(ptrs) || len(out) != len(ptrs) || (flags != nil && len(flags) != len(ptrs)) {
-		return a.result("save_n", fmt.Errorf("%w: %d pointers, %d sizes, %d flags, %d handles", offload.ErrInvalid,
+		return a.result("save", fmt.Errorf("%w: %d pointers, %d sizes, %d flags, %d handles", offload.ErrInvalid,
 			len(ptrs), len(sizes), len(flags), len(out)))
 	}
 	if len(ptrs) == 0 {
@@ -394,26 +391,27 @@ func (a *Agent) regionExit(o origin, group string, outputs []uint64) int {
 		func(e *offload.Engine) error { return e.RegionExit(group, outputs) })
 }
 
-// RegionEnd ends group's open region in one call (swapagent_region_end): SaveN of what it saved (none:
-// left out), Describe of desc pointers (none: left out), then RegionExit with its outputs. A bad group or
-// description refuses it whole, before anything is done; otherwise it returns RegionExit's result (a
-// description fails only where the exit does), and each save's is in out.
-func (a *Agent) RegionEnd(group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
+// RegionExitWith ends group's open region in one call (SWAPAGENT_CALL_REGION_EXIT with saves or
+// descriptions): SaveN of what it saved (none: left out), Describe of desc pointers (none: left out), then
+// RegionExit with its outputs. A bad group or description refuses it whole, before anything is done;
+// otherwise it returns RegionExit's result (a description fails only where the exit does), and each save's
+// is in out.
+func (a *Agent) RegionExitWith(group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
 	descPtrs []uint64, descs []string) int {
-	rc, _ := a.regionEnd(live, group, outputs, ptrs, sizes, flags, out, false, descPtrs, descs)
+	rc, _ := a.regionExitWith(live, group, outputs, ptrs, sizes, flags, out, false, descPtrs, descs)
 	return rc
 }
 
-// regionEnd is RegionEnd; preset: out holds the handles its saves are to get (a deferred call's). whole: the
-// call was refused whole (nothing saved).
-func (a *Agent) regionEnd(o origin, group string, outputs, ptrs, sizes []uint64, flags []uint32, out []int64,
-	preset bool, descPtrs []uint64, descs []string) (rc int, whole bool) {
+// regionExitWith is RegionExitWith; preset: out holds the handles its saves are to get (a queued call's).
+// whole: the call was refused whole (nothing saved).
+func (a *Agent) regionExitWith(o origin, group string, outputs, ptrs, sizes []uint64, flags []uint32,
+	out []int64, preset bool, descPtrs []uint64, descs []string) (rc int, whole bool) {
 	if err := checkGroup(group); err != nil {
-		return a.result("region_end", err), true
+		return a.result("region_exit", err), true
 	}
 	tensors, err := a.parseTensors(descs, len(descPtrs))
 	if err != nil {
-		return a.result("region_end", err), true
+		return a.result("region_exit", err), true
 	}
 	if len(ptrs) > 0 {
 		a.saveN(o, group, ptrs, sizes, flags, out, preset)
@@ -431,14 +429,14 @@ func (a *Agent) Protect(group string, ptrs []uint64) int {
 }
 
 // Holders gives the framework's count of the references to each storage at ptrs outside group's saved
-// tensors (swapagent_holders): the engine releases a layer input nothing else holds (offload.Engine.Holders).
+// tensors (SWAPAGENT_CALL_HOLDERS): the engine releases a layer input nothing else holds (offload.Engine.Holders).
 // The evidence is traced on the KindClassify it makes, not as a call.
 func (a *Agent) Holders(group string, ptrs []uint64, counts []int64) int {
 	return a.groupCall(live, "holders", 0, group, nil,
 		func(e *offload.Engine) error { return e.Holders(group, ptrs, counts) })
 }
 
-// GroupStreams states the streams group's kernels run on (swapagent_group_streams).
+// GroupStreams states the streams group's kernels run on (SWAPAGENT_CALL_GROUP_STREAMS).
 func (a *Agent) GroupStreams(group string, streams []uint64) int {
 	return a.groupCall(live, "group_streams", 0, group, nil,
 		func(e *offload.Engine) error { return e.SetGroupStreams(group, streams) })

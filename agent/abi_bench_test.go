@@ -138,7 +138,7 @@ func BenchmarkParts(b *testing.B) {
 	})
 }
 
-// BenchmarkDescribe times swapagent_describe of a region's saved storages (dtype and shape, no path), as
+// BenchmarkDescribe times SWAPAGENT_CALL_DESCRIBE of a region's saved storages (dtype and shape, no path), as
 // the companions call it before each region exit: ns per described storage.
 func BenchmarkDescribe(b *testing.B) {
 	a, n := benchAgent(b, "off", 1<<40)

@@ -82,8 +82,8 @@ func (n *fakeNative) RecentErrMsg() string      { return "" }
 func (n *fakeNative) Disable()                  {}
 func (n *fakeNative) ThreadID() uint32          { return 1 }
 func (n *fakeNative) SetResident(int64, uint64) {}
-func (n *fakeNative) Deferred(uint64) *Deferred { return &Deferred{Bad: "no deferred calls here"} }
-func (n *fakeNative) DeferClose()               {}
+func (n *fakeNative) Queued(uint64) *Call       { return &Call{Bad: "no queued calls here"} }
+func (n *fakeNative) QueueClose()               {}
 
 func addr(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(&b[0]))) }
 

@@ -52,7 +52,7 @@ type Agent struct {
 	}
 	misused  sync.Map        // kinds of misuse already logged: each is logged once (misuse)
 	keptSaid sync.Map        // arguments the guard kept and said so on stderr (keptOnce)
-	noted    map[string]bool // keys swapagent_note recorded (guarded by mu)
+	noted    map[string]bool // keys SWAPAGENT_CALL_NOTE recorded (guarded by mu)
 	host     string
 	pid      int
 	argv     []string
@@ -80,19 +80,19 @@ type Agent struct {
 	closed    bool
 	crashDone bool
 	buf       []Raw
-	bufAt     int // buf[bufAt:bufN]: drained from the ring, not fed yet (they follow a deferred call)
+	bufAt     int // buf[bufAt:bufN]: drained from the ring, not fed yet (they follow a queued call)
 	bufN      int
-	replayAt  *stamp // the deferred call running now (stampLocked)
+	queuedAt  *stamp // the queued call running now (stampLocked)
 	ev        trace.Event
 	calls     []uint64
 	events    uint64
 	lost      uint64
 	stop      chan struct{}
 	failOnce  sync.Once
-	// replayMu is held while deferred calls are drained and run (lockDrained): they run one at a time,
-	// in host order. Lock order: replayMu, then the engine's lock, then mu.
-	replayMu    sync.Mutex
-	deferClosed atomic.Bool // mayMove ended the deferred calls under safe
+	// queueMu is held while queued calls are drained and run (lockDrained): they run one at a time, in
+	// host order. Lock order: queueMu, then the engine's lock, then mu.
+	queueMu     sync.Mutex
+	queueClosed atomic.Bool // mayMove ended the queued calls under safe
 }
 
 // New builds an agent. problems are the configuration problems LoadConfig found: each is kept for the
@@ -260,12 +260,12 @@ func (a *Agent) Drain() {
 	a.mu.Unlock()
 }
 
-// drainUpToDeferred drains as far as the next deferred call, which it leaves for lockDrained: for a caller
-// that may hold the engine's lock (a storage op), which a deferred call takes.
-func (a *Agent) drainUpToDeferred() {
+// drainUpToQueued drains as far as the next queued call, which it leaves in the buffer for lockDrained: for
+// a caller that may hold the engine's lock (a storage op), which a queued call takes.
+func (a *Agent) drainUpToQueued() {
 	a.mu.Lock()
 	if !a.closed {
-		a.drainLocked()
+		a.drainTo(false)
 	}
 	a.mu.Unlock()
 }
@@ -299,9 +299,12 @@ func (a *Agent) Shutdown() {
 func (a *Agent) ts() int64 { return a.native.Now() - a.start }
 
 // drainLocked feeds the ring to the tracker and counts it, then copies it into the trace (what the trace
-// level keeps). It stops at a deferred call and returns it with its stamp (the events after it wait in buf
+// level keeps). It stops at a queued call and returns it with its stamp (the events after it wait in buf
 // for the next drain): the caller runs it outside mu (lockDrained) before anything later is drained.
-func (a *Agent) drainLocked() (*Deferred, stamp) {
+func (a *Agent) drainLocked() (*Call, stamp) { return a.drainTo(true) }
+
+// drainTo is drainLocked; take false stops before a queued call, leaving it first in buf.
+func (a *Agent) drainTo(take bool) (*Call, stamp) {
 	total := 0
 	start := a.start
 	for total < maxDrainLoop {
@@ -316,9 +319,10 @@ func (a *Agent) drainLocked() (*Deferred, stamp) {
 		}
 		from, n := a.bufAt, a.bufN
 		served := 0
-		var d *Deferred
+		var d *Call
 		var at stamp
-		i := from
+		i, stopped := from, false
+	events:
 		for ; i < n && d == nil; i++ {
 			r := &a.buf[i]
 			switch r.Fn {
@@ -329,9 +333,13 @@ func (a *Agent) drainLocked() (*Deferred, stamp) {
 						Handle: int64(r.Args[0]), Ret: r.Ret})
 				}
 				continue
-			case trace.FnDefer: // a deferred control call (Args[0] the address of its copy): it runs now, before the events after it
+			case trace.FnQueued: // a queued control call (Args[0] the address of its copy): it runs now, before the events after it
+				if !take {
+					stopped = true
+					break events
+				}
 				served++
-				d, at = a.native.Deferred(r.Args[0]), stamp{TS: r.TS - start, TID: r.TID}
+				d, at = a.native.Queued(r.Args[0]), stamp{TS: r.TS - start, TID: r.TID}
 				continue
 			}
 			if int(r.Fn) < len(a.calls) {
@@ -353,7 +361,7 @@ func (a *Agent) drainLocked() (*Deferred, stamp) {
 			a.sink.addLogs(a.takeLogs())
 			return d, at
 		}
-		if n < len(a.buf) {
+		if stopped || n < len(a.buf) {
 			break
 		}
 	}

@@ -166,10 +166,10 @@ func regionEndRun(t *testing.T, oneCall bool) ([]int64, trace.Stats, string) {
 		"\tfloat32\t64,32"}
 	if oneCall {
 		// A malformed description refuses the call whole: nothing saved, the region still open.
-		if c := a.RegionEnd("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs[:1], []string{"x\tf\t-1"}); c != EInvalid || hs[0] != 0 {
+		if c := a.RegionExitWith("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs[:1], []string{"x\tf\t-1"}); c != EInvalid || hs[0] != 0 {
 			t.Fatalf("region_end with a malformed description: %d, handles %v; want EInvalid and none", c, hs)
 		}
-		if c := a.RegionEnd("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs, saveDescs); c != OK {
+		if c := a.RegionExitWith("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs, saveDescs); c != OK {
 			t.Fatalf("region_end: %d", c)
 		}
 	} else {
@@ -184,7 +184,7 @@ func regionEndRun(t *testing.T, oneCall bool) ([]int64, trace.Stats, string) {
 		}
 	}
 	// An exit outside a region is the exit's error, whichever way it comes.
-	if c := a.RegionEnd("layer.0", nil, nil, nil, nil, nil, nil, nil); c != EOrder {
+	if c := a.RegionExitWith("layer.0", nil, nil, nil, nil, nil, nil, nil); c != EOrder {
 		t.Errorf("region_end outside its region: %d, want EOrder", c)
 	}
 	for _, g := range []string{"layer.1", "layer.2"} {

@@ -74,6 +74,6 @@ func (d drainingOps) Release(handle int64, ptr, nbytes uint64) error {
 
 func (d drainingOps) Restore(handle int64, nbytes uint64) (uint64, error) {
 	base, err := d.ops.Restore(handle, nbytes)
-	d.a.drainUpToDeferred() // the engine's lock is held: a deferred call waits for the next drain
+	d.a.drainUpToQueued() // the engine's lock is held: a queued call waits for the next drain
 	return base, err
 }

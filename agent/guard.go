@@ -1,5 +1,5 @@
-// guard.go owns the agent's side of the guard ABI (swapagent_guard, swapagent_guard_release,
-// swapagent_guard_restore): the job's own swap code asks before each release, the engine answers by the
+// guard.go owns the agent's side of the guard ABI (SWAPAGENT_CALL_GUARD, SWAPAGENT_CALL_GUARD_RELEASE,
+// SWAPAGENT_CALL_GUARD_RESTORE): the job's own swap code asks before each release, the engine answers by the
 // ownership rule (offload/guard.go), and the agent records every answer and says once per argument, on
 // stderr, what it kept and why.
 package agent
@@ -13,14 +13,14 @@ import (
 	"swapagent/tracker"
 )
 
-// Guard declares group moved by its framework (swapagent_guard).
+// Guard declares group moved by its framework (SWAPAGENT_CALL_GUARD).
 func (a *Agent) Guard(group string) int {
 	return a.groupCall(live, "guard", trace.KindGuarded, group, nil,
 		func(e *offload.Engine) error { return e.Guard(group) })
 }
 
-// GuardRelease answers a release the framework attempts (swapagent_guard_release, and _held with the
-// framework's count of the storage's other holders): trace.ReleaseAllow or trace.ReleaseKeep, or a
+// GuardRelease answers a release the framework attempts (SWAPAGENT_CALL_GUARD_RELEASE, with the framework's
+// count of the storage's other holders when it gives one): trace.ReleaseAllow or trace.ReleaseKeep, or a
 // negative code, and the token of an allowed release (the handle it is recorded under; 0 for none).
 // group "" lets the engine find the groups that saved the storage.
 func (a *Agent) GuardRelease(group string, ptr, nbytes uint64, held tracker.Holders) (answer int, token int64) {
@@ -106,13 +106,13 @@ func (a *Agent) keptOnce(ev offload.Event) {
 		a.cfg.Policy)
 }
 
-// The bounds of a note (swapagent_note).
+// The bounds of a note (SWAPAGENT_CALL_NOTE).
 const (
 	MaxNoteKey   = 64
 	MaxNoteValue = 1024
 )
 
-// Note records key=value in the trace's metadata (swapagent_note): a KindMeta event, which readers merge
+// Note records key=value in the trace's metadata (SWAPAGENT_CALL_NOTE): a KindMeta event, which readers merge
 // with the first one (a later value of a key wins).
 func (a *Agent) Note(key, value string) int {
 	if key == "" || len(key) > MaxNoteKey || strings.Trim(key, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {

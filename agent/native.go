@@ -42,9 +42,9 @@ type Native interface {
 	// handle. The C side answers an unpack of a resident handle itself and records it in the ring as
 	// trace.FnUnpack (the drain traces it as the unpack it is).
 	SetResident(handle int64, base uint64)
-	// Deferred reads the copy of a deferred control call whose address a trace.FnDefer event holds, and frees it.
-	Deferred(addr uint64) *Deferred
-	// DeferClose ends the deferred calls under policy safe for good and returns once every call that saw
+	// Queued reads the copy of a queued control call whose address a trace.FnQueued event holds, and frees it.
+	Queued(addr uint64) *Call
+	// QueueClose ends the queued calls under policy safe for good and returns once every call that saw
 	// them open is in the ring.
-	DeferClose()
+	QueueClose()
 }

@@ -36,7 +36,7 @@ type sink struct {
 	groupName []string          // ID -> name (index 0 unused)
 	groupSeen []bool            // IDs whose name record is written
 	pending   []string          // log lines waiting for the trace to open
-	notes     trace.Meta        // swapagent_note's records waiting for the trace to open
+	notes     trace.Meta        // SWAPAGENT_CALL_NOTE's records waiting for the trace to open
 }
 
 // sinkEnv is what the sink takes from its agent.

@@ -256,7 +256,7 @@ func writeRopeTrace(t *testing.T, path string, rank int, withFault bool) {
 }
 
 // writeTrace writes that run's trace; described adds the companion's descriptions (region inputs and
-// layer.0's saved cos table) as swapagent_region_enter_desc and swapagent_describe record them.
+// layer.0's saved cos table) as SWAPAGENT_CALL_REGION_ENTER and SWAPAGENT_CALL_DESCRIBE record them.
 func writeTrace(t *testing.T, path string, h trace.Header, withFault bool, extra ...trace.Event) {
 	writeTraceDescribed(t, path, h, withFault, false, extra...)
 }

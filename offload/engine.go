@@ -203,6 +203,11 @@ func (e *Engine) launched(c Copy) Copy {
 // Config returns the configuration in use.
 func (e *Engine) Config() Config { return e.cfg }
 
+// KeepBelow is the size below which a saved storage stays on device whatever else holds it (the tracker's
+// small rule, tracker.KeepSmall): a region exit whose saves are all smaller moves nothing. The C side asks it
+// once, to know which region exits it may queue (shim/c/calls.c).
+func (e *Engine) KeepBelow() uint64 { return e.cfg.MinBytes }
+
 // SetStorageOps registers (or, with nil, removes) the framework's storage ops.
 func (e *Engine) SetStorageOps(ops StorageOps) {
 	e.mu.Lock()
@@ -310,7 +315,7 @@ func (e *Engine) Save(name string, ptr, nbytes uint64, flags uint32) (int64, err
 
 // SaveN is Save of each entry (ptrs[i], sizes[i], flags[i]; flags nil: all 0) in order, under one lock:
 // hs[i] is entry i's handle, or 0 with errs[i] its error. An entry of hs above 0 on the call is the handle
-// that save gets (a deferred save, given its handle by the C side; unique, never an engine's own).
+// that save gets (a queued save, given its handle by the C side; unique, never an engine's own).
 func (e *Engine) SaveN(name string, ptrs, sizes []uint64, flags []uint32, hs []int64, errs []error) {
 	e.lock()
 	defer e.unlock()

@@ -257,7 +257,7 @@ func (s *sim) step(i int, ev *trace.Event) {
 	case trace.KindLost:
 		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
 	case trace.KindClassify:
-		if ev.Args[4] != 0 { // the evidence swapagent_holders gave: the simulated policy decides on it again
+		if ev.Args[4] != 0 { // the evidence SWAPAGENT_CALL_HOLDERS gave: the simulated policy decides on it again
 			s.evIndex, s.evTS, s.during = i, ev.TS, ev
 			s.engineErr(s.eng.Holders(s.group(ev), []uint64{ev.Args[0]}, []int64{trace.Holders(ev.Args[4])}))
 			s.drainEngine()

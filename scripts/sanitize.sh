@@ -53,8 +53,8 @@ forks=20
 run sa-fork "^trials $forks hangs 0 failures 0
 $agent_ok" env LD_PRELOAD="$preload" \
   ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0" "$dir/test/sa-fork" "$forks"
-run sa-deferred "^ok   threads: .* 0 failed
-$agent_ok" env LD_PRELOAD="$preload" "$dir/test/sa-deferred" threads
+run sa-queued "^ok   threads: .* 0 failed
+$agent_ok" env LD_PRELOAD="$preload" "$dir/test/sa-queued" threads
 run decoder-sim "$agent_ok
 san-agent: fn aclnnMul [1-9]
 ^step 3/3: loss" env LD_PRELOAD="$preload" "$dir/bin/decoder-sim" --layers 4 --seq 1024 --steps 3 \

@@ -27,7 +27,6 @@ import "C"
 
 import (
 	"os"
-	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -112,7 +111,7 @@ func (native) MarkDrainerThread()   { C.sa_drainer_thread() }
 func (native) RecentErrMsg() string { return C.GoString(C.sa_err_msg()) }
 func (native) Disable()             { C.sa_set_inert() }
 func (native) ThreadID() uint32     { return uint32(C.sa_ctl_thread()) }
-func (native) DeferClose()          { C.sa_defer_close() }
+func (native) QueueClose()          { C.sa_queue_close() }
 func (native) SetResident(h int64, base uint64) {
 	C.sa_resident_set(C.int64_t(h), C.uintptr_t(base))
 }
@@ -125,45 +124,9 @@ func (native) SetDead(ranges []uint64) {
 	C.sa_set_dead((*C.uint64_t)(unsafe.Pointer(&ranges[0])), C.int(len(ranges)))
 }
 
-// Deferred reads a deferred call's copy (shim/c/defer.c wrote it, by sa_deferred's layout) and frees it.
-func (native) Deferred(addr uint64) *agent.Deferred {
-	// addr is a C address read from the ring: reinterpret its bits (never a Go pointer).
-	c := *(**C.sa_deferred)(unsafe.Pointer(&addr))
-	defer C.sa_deferred_free(C.uintptr_t(addr))
-	nPtrs, nSave, nDesc := int(c.n_ptrs), int(c.n_save), int(c.n_desc)
-	data := unsafe.Add(unsafe.Pointer(c), unsafe.Sizeof(*c)) // the flexible array member, which cgo omits
-	words := unsafe.Slice((*uint64)(data), nPtrs+2*nSave+nDesc)
-	d := &agent.Deferred{Call: agent.DeferredCall(c.call), NPos: int(c.n_pos), First: int64(c.first)}
-	take := func(n int) []uint64 {
-		out := append([]uint64(nil), words[:n]...)
-		words = words[n:]
-		return out
-	}
-	d.Ptrs, d.Saves, d.Sizes, d.DescPtrs = take(nPtrs), take(nSave), take(nSave), take(nDesc)
-	at := uintptr(8 * (nPtrs + 2*nSave + nDesc))
-	if nSave > 0 {
-		d.Flags = append([]uint32(nil), unsafe.Slice((*uint32)(unsafe.Add(data, at)), nSave)...)
-	}
-	at += uintptr(round8(4 * nSave))
-	textLen := int(c.text_len)
-	text := unsafe.Slice((*byte)(unsafe.Add(data, at)), textLen)
-	at += uintptr(round8(textLen))
-	d.Group = string(unsafe.Slice((*byte)(unsafe.Add(data, at)), int(c.group_len)))
-	if c.has_text != 0 {
-		d.Descs, d.Bad = descLines(text)
-	}
-	return d
-}
-
-func round8(n int) int { return (n + 7) &^ 7 }
-
-// descLines splits deferred description text into its lines (each ended by a NUL).
-func descLines(text []byte) ([]string, string) {
-	if len(text) == 0 {
-		return []string{}, ""
-	}
-	if text[len(text)-1] != 0 {
-		return nil, "descs_text: its last line is not ended by a NUL"
-	}
-	return strings.Split(string(text[:len(text)-1]), "\x00"), ""
+// Queued reads a queued call's copy (shim/c/calls.c wrote it, by sa_call's layout) and frees it.
+func (native) Queued(addr uint64) *agent.Call {
+	c, _, _ := callOf(addr)
+	C.sa_call_free(C.uintptr_t(addr))
+	return c
 }

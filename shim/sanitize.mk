@@ -9,7 +9,7 @@
 #   san-ring     the ring alone: producers against one consumer, then a full ring (shim/c/san/san_ring.c)
 #   sa-stress    threads allocating through the interposers into the emulator, the stand-in draining
 #   sa-fork      fork without exec while threads allocate and call the control ABI; children stay inert
-#   sa-deferred  threads making deferred control calls at once (the copies, handles, resident table, ring)
+#   sa-queued    threads making queued control calls at once (the copies, handles, resident table, ring)
 #   decoder-sim  a short training run on two streams, a launch thread, the executor cache, the runtime
 #                found through dlsym (trampolines) and a VMM pool: launches and the launch check, tensors
 #                and executors, the emulator's streams, events, copies and mappings, the control ABI
@@ -20,7 +20,7 @@ SAN_FLAGS_asan := -O1 -g -fsanitize=address -fno-omit-frame-pointer
 # ThreadSanitizer does not model atomic_thread_fence (-Wtsan). The seqlocks that use fences (the watched
 # ranges, the executor table) guard only atomics, whose accesses it checks as such, so nothing is missed.
 SAN_FLAGS_tsan := -O1 -g -fsanitize=thread -Wno-tsan
-SAN_OUTPUTS := lib/libsan-agent.so test/san-ring test/sa-stress test/sa-fork test/sa-deferred bin/decoder-sim
+SAN_OUTPUTS := lib/libsan-agent.so test/san-ring test/sa-stress test/sa-fork test/sa-queued bin/decoder-sim
 SAN_OUTPUTS_asan := test/acl-test
 
 .PHONY: sanitize $(addprefix sanitize-,$(SAN_KINDS))

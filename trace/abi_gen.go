@@ -38,6 +38,51 @@ const (
 	SaveParam = 1 // SWAPAGENT_SAVE_PARAM: a parameter or buffer of the wrapped module
 )
 
+// The kinds of swapagent_call (SWAPAGENT_CALL_*), never renumbered.
+const (
+	CallRegionEnter   = 1  // SWAPAGENT_CALL_REGION_ENTER: group, ptrs, n, n_positional, text: swapagent_region_enter
+	CallRegionExit    = 2  // SWAPAGENT_CALL_REGION_EXIT: group, ptrs, n, save_*, handles, desc_ptrs, n_desc, text
+	CallSave          = 3  // SWAPAGENT_CALL_SAVE: group, save_ptrs, save_nbytes, save_flags, n_save, handles
+	CallDescribe      = 4  // SWAPAGENT_CALL_DESCRIBE: group, desc_ptrs, n_desc, text
+	CallProtect       = 5  // SWAPAGENT_CALL_PROTECT: group, ptrs, n: swapagent_protect
+	CallBackwardEnter = 6  // SWAPAGENT_CALL_BACKWARD_ENTER: group: swapagent_backward_enter
+	CallBackwardExit  = 7  // SWAPAGENT_CALL_BACKWARD_EXIT: group: swapagent_backward_exit
+	CallHolders       = 8  // SWAPAGENT_CALL_HOLDERS: group, ptrs, n, counts
+	CallGroupStreams  = 9  // SWAPAGENT_CALL_GROUP_STREAMS: group, ptrs (the streams), n
+	CallGuard         = 10 // SWAPAGENT_CALL_GUARD: group
+	CallGuardRelease  = 11 // SWAPAGENT_CALL_GUARD_RELEASE: group or NULL, ptr, nbytes, counts (or NULL), token
+	CallGuardRestore  = 12 // SWAPAGENT_CALL_GUARD_RESTORE: handle, ptr, nbytes
+	CallNote          = 13 // SWAPAGENT_CALL_NOTE: group (the key), text, text_len (the value)
+	CallQueueing      = 14 // SWAPAGENT_CALL_QUEUEING: nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0
+)
+
+// NumCalls is the number of call kinds: they are 1 to NumCalls.
+const NumCalls = 14
+
+// CallNames names the call kinds by value (index kind-1): the header's names in lower case.
+var CallNames = [NumCalls]string{
+	"region_enter",
+	"region_exit",
+	"save",
+	"describe",
+	"protect",
+	"backward_enter",
+	"backward_exit",
+	"holders",
+	"group_streams",
+	"guard",
+	"guard_release",
+	"guard_restore",
+	"note",
+	"queueing",
+}
+
+// Options of swapagent_call (SWAPAGENT_OPT_*).
+const (
+	OptQueue     = 1 // SWAPAGENT_OPT_QUEUE: answered now, run later in its place where the agent allows (below)
+	OptOwnMemory = 2 // SWAPAGENT_OPT_OWN_MEMORY: the record and what it points to are the caller's own: plain loads
+)
+
 // The states of swapagent_state (SWAPAGENT_STATE_*).
 const (
 	StateDevice = 0 // SWAPAGENT_STATE_DEVICE
@@ -84,7 +129,7 @@ var KeepReasonNames = [NumKeepReasons]string{
 	"duplicate",
 }
 
-// The answers of swapagent_guard_release (SWAPAGENT_RELEASE_*).
+// The answers of SWAPAGENT_CALL_GUARD_RELEASE (SWAPAGENT_RELEASE_*).
 const (
 	ReleaseKeep  = 0 // SWAPAGENT_RELEASE_KEEP: keep the storage on device: skip the release
 	ReleaseAllow = 1 // SWAPAGENT_RELEASE_ALLOW: release it: the agent records it as an offload of its bytes
@@ -119,5 +164,5 @@ const (
 // Pseudo function IDs of the shim's ring (shim/c/sa.h, SA_FN_*), recorded as KindCall's function.
 const (
 	FnUnpack = 0xffff // SA_FN_UNPACK
-	FnDefer  = 0xfffe // SA_FN_DEFER
+	FnQueued = 0xfffe // SA_FN_QUEUED
 )

@@ -33,7 +33,7 @@ const (
 	KindBackwardExit Kind = 10
 	// KindClassify: Group, Handle, Args[0] = storage base, Args[1] = nbytes, Args[2] = keep reason,
 	// Args[3] = generation, Args[4] = the framework's count of the storage's other holders + 1 (HoldersArg;
-	// 0: none given), on the reclassification swapagent_holders made.
+	// 0: none given), on the reclassification SWAPAGENT_CALL_HOLDERS made.
 	KindClassify Kind = 11
 	// KindState: Handle, Args[0] = from state, Args[1] = to state, Args[2] = device base after the change,
 	// Args[3] = nbytes.
@@ -51,18 +51,18 @@ const (
 	// KindDescribe: Group, Ptrs = storage pointers of the group's current forward (its outputs and what it
 	// saved), Text = their Tensor descriptions (JoinTensors: a line per pointer).
 	KindDescribe Kind = 18
-	// KindGuard: the job's own swap asked to release a storage (swapagent_guard_release). Group and Handle
+	// KindGuard: the job's own swap asked to release a storage (SWAPAGENT_CALL_GUARD_RELEASE). Group and Handle
 	// are the deciding group's and its save's (0 when no live group saved it), Args[0] = storage ptr,
 	// Args[1] = nbytes, Args[2] = the answer (ReleaseKeep or ReleaseAllow), Args[3] = keep reason + 1 (0: a
 	// storage no live group saved), Args[4] = the framework's count of other holders + 1 (0: none given;
 	// HoldersArg), Text = what the storage is ("keyword input rotary_cos_sin[0] of
 	// swap_group_0..swap_group_4"; empty when unknown).
 	KindGuard Kind = 19
-	// KindGuardRestore: the job's swap gave a storage it released memory again (swapagent_guard_restore):
+	// KindGuardRestore: the job's swap gave a storage it released memory again (SWAPAGENT_CALL_GUARD_RESTORE):
 	// Group (the releasing group's; 0 when unknown), Handle = the release's token, Ret = the call's code,
 	// Args[0] = the storage's base now, Args[1] = nbytes.
 	KindGuardRestore Kind = 20
-	// KindGuarded: Group is moved by its framework, the agent only answers its releases (swapagent_guard).
+	// KindGuarded: Group is moved by its framework, the agent only answers its releases (SWAPAGENT_CALL_GUARD).
 	KindGuarded Kind = 21
 	// KindSegment opens every segment after the first (segment.go): Args[0] = the segment's index, Args[1]
 	// = the number of snapshot events that follow it, TS = the last TS before the segment began.

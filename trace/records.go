@@ -266,7 +266,7 @@ const (
 	MetaABI      = "abi"
 	MetaOut      = "out"
 	MetaArgv     = "argv" // QuoteArgv
-	// MetaPythonGuard is the Python bootstrap's outcome (swapagent_note): attached, off, "failed: ...", or
+	// MetaPythonGuard is the Python bootstrap's outcome (SWAPAGENT_CALL_NOTE): attached, off, "failed: ...", or
 	// absent, which the agent writes at exit for a Python process `swapagent run` offered the bootstrap to
 	// and that never ran it (python -I or -S, a replaced PYTHONPATH).
 	MetaPythonGuard = "python_guard"
@@ -275,11 +275,11 @@ const (
 	MetaTraceLevel = "trace_level"
 	// MetaTraceLimit is the bytes of trace the process keeps (SWAPAGENT_TRACE_LIMIT; 0: no limit).
 	MetaTraceLimit = "trace_limit"
-	// MetaCompanionPath is the hot path a framework companion or the guard runs (swapagent_note): "compiled"
+	// MetaCompanionPath is the hot path a framework companion or the guard runs (SWAPAGENT_CALL_NOTE): "compiled"
 	// (python/swapagent/_hot.c) or "python: <why the compiled one is not running>".
 	MetaCompanionPath = "companion_path"
-	// MetaControlCalls is how a companion or the guard reaches the agent (swapagent_note): "deferred" (the
-	// deferred calls of swapagent.h, answered in C where nothing can move) or "plain".
+	// MetaControlCalls is how a companion or the guard reaches the agent (SWAPAGENT_CALL_NOTE): "queued" (the
+	// queued calls of swapagent.h, answered in C where nothing can move) or "plain".
 	MetaControlCalls = "control_calls"
 )
 

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// Tensor is what a framework companion says of the tensor behind a storage pointer (swapagent_describe,
-// swapagent_region_enter_desc): where it sits in the call's arguments, its element type and its shape.
+// Tensor is what a framework companion says of the tensor behind a storage pointer (SWAPAGENT_CALL_DESCRIBE,
+// SWAPAGENT_CALL_REGION_ENTER): where it sits in the call's arguments, its element type and its shape.
 // Its wire form, in the ABI and in a trace event's Text, is one line "PATH\tDTYPE\tSHAPE", SHAPE the
 // dimensions comma-separated ("32,1,1,16"; empty for a scalar). An empty Path means a tensor that is no
 // argument of the call (an activation saved for backward).

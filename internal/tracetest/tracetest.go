@@ -114,7 +114,7 @@ func (b *Builder) Save(group string, ptr, nbytes, flags uint64) int64 {
 	return h
 }
 
-// Describe records what a companion said of pointers of group's open region (swapagent_describe).
+// Describe records what a companion said of pointers of group's open region (SWAPAGENT_CALL_DESCRIBE).
 func (b *Builder) Describe(group string, ptrs []uint64, descs ...trace.Tensor) *trace.Event {
 	ev := b.ABI(trace.KindDescribe, group, 0, ptrs)
 	ev.Text = trace.JoinTensors(descs)

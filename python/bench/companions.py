@@ -74,23 +74,25 @@ WIDE_DEFAULTS = (24, 1)  # the wide shape's steps are long: fewer, and one a blo
 # ---- one process: one framework, one agent setting --------------------------------------------------
 
 class NullAgent:
-    """The agent's Python interface with nothing behind it: the companion's own cost. Its region calls are
-    C functions too (ctypes callbacks of the deferred calls' signatures, c_region), so that the compiled
-    region hooks run against it as against the agent; each callback takes the GIL, about a µs a region."""
+    """The agent's Python interface with nothing behind it: the companion's own cost. Its one C call is a C
+    function too (a ctypes callback of swapagent_call's signature, c_calls), so that the compiled region
+    hooks run against it as against the agent; the callback takes the GIL, about a µs a call."""
     _next = 1 << 50  # far from the agent's handles: both share the process's storage-ops registry
 
     def __init__(self):
         import ctypes as c
-        ptr, size = c.POINTER(c.c_size_t), c.c_size_t
-        enter = c.CFUNCTYPE(c.c_int, c.c_char_p, ptr, size, size, c.c_char_p, size)(lambda *_: 0)
-        end = c.CFUNCTYPE(c.c_int64, c.c_char_p, ptr, size, ptr, ptr, c.POINTER(c.c_uint32), size, ptr, size,
-                          c.c_char_p, size)(self._end)
-        self._keep = (enter, end)  # the callbacks live as long as this agent
-        addr = lambda f: c.cast(f, c.c_void_p).value  # noqa: E731
-        self.c_region = (1, addr(enter), addr(end))
+        from swapagent import _abi, binding
+        self._kinds = (_abi.CALL_REGION_EXIT, _abi.CALL_SAVE)
+        call = c.CFUNCTYPE(c.c_int64, c.POINTER(binding.Call), c.c_uint32)(self._call)
+        self._keep = call  # the callback lives as long as this agent
+        self.c_calls = (_abi.OPT_OWN_MEMORY, c.cast(call, c.c_void_p).value)
 
-    def _end(self, _g, _outs, _n_out, _ptrs, _nbytes, _flags, n_save, *_descs):
-        return self.save_n(None, range(n_save), None, None)[0] if n_save else 0
+    def _call(self, rec, _opts):
+        import ctypes as c
+        r = rec.contents
+        if r.kind in self._kinds and r.n_save:
+            (c.c_int64 * r.n_save).from_address(r.handles)[:] = self.save_n(None, range(r.n_save), None, None)
+        return 0
 
     def save_n(self, _group, ptrs, _nbytes, _flags):
         first = NullAgent._next + 1
@@ -103,10 +105,7 @@ class NullAgent:
     def describe(self, _group, _ptrs, _descs):
         return 0
 
-    def region_exit(self, _group, _ptrs):
-        return 0
-
-    def region_end(self, group, _out_ptrs, ptrs, nbytes, flags, _desc_ptrs, _descs):
+    def region_exit(self, group, _out_ptrs, ptrs=(), nbytes=(), flags=(), _desc_ptrs=(), _descs=()):
         return self.save_n(group, ptrs, nbytes, flags) if ptrs else []
 
     def unpack(self, _handle):
@@ -319,10 +318,11 @@ class Profile:
     """Timers around the companion's entry points (the hooks it registers call these) and around the
     agent's C functions, for a few extra steps."""
     ENTRY = ("forward_pre", "forward_post", "pack", "unpack", "backward_end")
-    ABI = ("swapagent_region_enter_kw", "swapagent_region_enter_desc", "swapagent_save", "swapagent_save_n",
-           "swapagent_describe", "swapagent_region_exit", "swapagent_region_end", "swapagent_backward_enter",
-           "swapagent_unpack", "swapagent_backward_exit", "swapagent_region_enter_deferred",
-           "swapagent_region_end_deferred", "swapagent_backward_enter_deferred", "swapagent_backward_exit_deferred")
+    # The agent's C functions the companion calls: swapagent_call by the kind of its record, and the two
+    # fixed ones of the hot path.
+    ABI = tuple("swapagent_call " + k for k in ("region_enter", "region_exit", "save", "describe",
+                                                "backward_enter", "backward_exit")) + \
+        ("swapagent_save", "swapagent_unpack")
 
     def __init__(self):
         from swapagent import core
@@ -387,27 +387,22 @@ class Profile:
                 self.undo.append(lambda cls=cls, n=n, orig=orig: setattr(cls, n, orig))
 
     def wrap_agent(self, agent):
-        """Timers around the agent's C functions (the layers look them up on the agent at each call)."""
-        for name in self.ABI:
-            fn = getattr(agent.lib, name, None)
-            if fn is None:
-                continue
-            w = self.timed(fn, self.calls[name].append)
-            # The backward calls the agent binds: the deferred ones where it uses them.
-            backward = "_deferred" if agent.deferred else ""
-            attr = {"swapagent_region_enter_kw": "_enter_kw", "swapagent_region_enter_desc": "_enter_desc",
-                    "swapagent_save": "save_c", "swapagent_save_n": "_save_n", "swapagent_describe": "_describe",
-                    "swapagent_region_end": "_end", "swapagent_region_enter_deferred": "_enter_d",
-                    "swapagent_region_end_deferred": "_end_d", "swapagent_unpack": "_unpack_c",
-                    "swapagent_backward_enter" + backward: "_benter_c",
-                    "swapagent_backward_exit" + backward: "_bexit_c"}.get(name)
-            if attr and hasattr(agent, attr):
-                old = getattr(agent, attr)
-                setattr(agent, attr, w)
-                self.undo.append(lambda attr=attr, old=old: setattr(agent, attr, old))
-            else:
-                setattr(agent.lib, name, w)
-                self.undo.append(lambda name=name, fn=fn: setattr(agent.lib, name, fn))
+        """Timers around the agent's C functions (its methods look them up on the agent at each call), the
+        calls through swapagent_call by the kind of their record."""
+        from swapagent import _abi
+        perf, call = time.perf_counter, agent._call  # pylint: disable=protected-access
+
+        def timed_call(rec, opts):
+            t = perf()
+            try:
+                return call(rec, opts)
+            finally:
+                self.calls["swapagent_call " + _abi.CALL_NAMES[rec._obj.kind - 1]].append(perf() - t)
+        for attr, w in (("_call", timed_call), ("save_c", self.timed(agent.save_c, self.calls["swapagent_save"].append)),
+                        ("_unpack_c", self.timed(agent._unpack_c, self.calls["swapagent_unpack"].append))):  # pylint: disable=protected-access
+            old = getattr(agent, attr)
+            setattr(agent, attr, w)
+            self.undo.append(lambda attr=attr, old=old: setattr(agent, attr, old))
 
     def restore(self):
         while self.undo:

@@ -14,7 +14,7 @@ Configurations, taking turns in that process:
                cost, no agent's
     off-py     the companion, pure-Python hot path
     off-plain  the companion, compiled hot path, by the plain control calls (each one runs in the agent)
-    off        the companion, compiled hot path (_hot.c), by the deferred calls (answered in C, run later)
+    off        the companion, compiled hot path (_hot.c), by queued calls (answered in C, run later)
 
 Each figure is the least of 3 interleaved runs, each run the best of 5 blocks of 20 steps. The issue's
 target: the companion within 1.3x of the empty hooks' step time.
@@ -206,7 +206,7 @@ def child(args):
         if config.endswith("-py"):
             core._hot = None  # pylint: disable=protected-access
         agent = core.load()
-        agent.set_deferred(config != "off-plain")
+        agent.set_queued(config != "off-plain")
         try:
             h = fw.companion().layer_swap(fw.layers, swap=swap, prefetch=None, include_cpu=True)
         finally:
@@ -215,7 +215,7 @@ def child(args):
         class Undo:  # the plain calls until the companion is removed
             def remove(self):
                 h.remove()
-                agent.set_deferred(True)
+                agent.set_queued(True)
         return Undo()
 
     h = fw.install_hooks()  # its pack hook counts the saved tensors

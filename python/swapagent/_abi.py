@@ -28,6 +28,51 @@ ERROR_NAMES = {
 # Flags of swapagent_save.
 SAVE_PARAM = 1  # SWAPAGENT_SAVE_PARAM: a parameter or buffer of the wrapped module
 
+# The kinds of swapagent_call (never renumbered); CALL_NAMES names them by value (index kind-1).
+CALL_REGION_ENTER = 1
+CALL_REGION_EXIT = 2
+CALL_SAVE = 3
+CALL_DESCRIBE = 4
+CALL_PROTECT = 5
+CALL_BACKWARD_ENTER = 6
+CALL_BACKWARD_EXIT = 7
+CALL_HOLDERS = 8
+CALL_GROUP_STREAMS = 9
+CALL_GUARD = 10
+CALL_GUARD_RELEASE = 11
+CALL_GUARD_RESTORE = 12
+CALL_NOTE = 13
+CALL_QUEUEING = 14
+CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing")
+
+# Options of swapagent_call.
+OPT_QUEUE = 1  # SWAPAGENT_OPT_QUEUE: answered now, run later in its place where the agent allows (below)
+OPT_OWN_MEMORY = 2  # SWAPAGENT_OPT_OWN_MEMORY: the record and what it points to are the caller's own: plain loads
+
+# struct swapagent_call's fields, in order, with their ctypes types (a pointer is an address).
+CALL_FIELDS = (
+    ("size", "c_uint32"),
+    ("kind", "c_uint32"),
+    ("group", "c_char_p"),
+    ("ptrs", "c_void_p"),
+    ("n", "c_size_t"),
+    ("n_positional", "c_size_t"),
+    ("counts", "c_void_p"),
+    ("save_ptrs", "c_void_p"),
+    ("save_nbytes", "c_void_p"),
+    ("save_flags", "c_void_p"),
+    ("n_save", "c_size_t"),
+    ("handles", "c_void_p"),
+    ("desc_ptrs", "c_void_p"),
+    ("n_desc", "c_size_t"),
+    ("text", "c_char_p"),
+    ("text_len", "c_size_t"),
+    ("ptr", "c_size_t"),
+    ("nbytes", "c_size_t"),
+    ("handle", "c_int64"),
+    ("token", "c_void_p"),
+)
+
 # States of swapagent_state; STATES names them by value.
 STATE_DEVICE = 0
 STATE_D2H = 1
@@ -46,7 +91,7 @@ KEEP_SMALL = 6
 KEEP_DUPLICATE = 7
 KEEP_REASONS = ("internal", "input", "output", "protected", "param", "shared", "small", "duplicate")
 
-# Answers of swapagent_guard_release; RELEASE_ANSWERS names them by value.
+# Answers of SWAPAGENT_CALL_GUARD_RELEASE; RELEASE_ANSWERS names them by value.
 RELEASE_KEEP = 0
 RELEASE_ALLOW = 1
 RELEASE_ANSWERS = ("keep", "allow")

@@ -31,10 +31,10 @@ typedef uintptr_t (*unpack_fn)(int64_t handle);
 /* Interned attribute names, made once at import. */
 static PyObject *s_latest, *s_params, *s_refs, *s_handles, *s_entered, *s_flush, *s_enter, *s_maybe_exit,
     *s_agent, *s_unpack, *s_check, *s_dict, *s_dtype, *s_shape, *s_is_cpu, *s_is_meta, *s_untyped_storage,
-    *s_data_ptr, *s_nbytes, *s_exited, *s_inputs_left, *s_forward_pre, *s_forward_post, *s_c_region,
-    *s_region_enter, *s_region_end, *s_guarded, *s_forward_hook, *s_saves_hook, *s_gen, *s_dicts, *s_key, *s_ptrs,
+    *s_data_ptr, *s_nbytes, *s_exited, *s_inputs_left, *s_forward_pre, *s_forward_post, *s_c_calls,
+    *s_region_enter, *s_region_exit, *s_guarded, *s_forward_hook, *s_saves_hook, *s_gen, *s_dicts, *s_key, *s_ptrs,
     *s_param_ptrs, *s_fw, *s_dataclass_fields, *s_layer, *s_removed, *s_input_grad, *s_output_grad,
-    *s_requires_grad, *s_add, *s_lock, *s_acquire, *s_release, *s_ended, *s_c_backward, *s_backward_enter,
+    *s_requires_grad, *s_add, *s_lock, *s_acquire, *s_release, *s_ended,  *s_backward_enter,
     *s_backward_exit, *s_group, *s_end_failed;
 static PyObject *zero; /* 0, the handle a save starts with */
 
@@ -907,8 +907,8 @@ static PyType_Spec chain_spec = {"swapagent._hot.Chain", sizeof(Chain), 0, Py_TP
 /* ---- the region path: Torch's forward pre-hook and forward hook in C (Hot.region, Hot.pre, Hot.post) ----
  *
  * What Layer.forward_pre and Layer.forward_post do, for a torch layer whose agent takes its region calls
- * by address (Agent.c_region) and that no test hook or guard watches (region_calls): the same walks,
- * pointers, descriptions and Python objects, with the agent's region enter and region end called directly.
+ * through swapagent_call (Agent.c_calls) and that no test hook or guard watches (region_calls): the same walks,
+ * pointers, descriptions and Python objects, with the agent's region enter and exit called directly.
  * Anything else runs those Python methods, so core.py stays the one description of the rule. */
 
 /* core.saved_desc(t): b"\tDTYPE\tSHAPE" from its cache by (t.dtype, t.shape), else describe(t), which fills
@@ -1143,61 +1143,63 @@ static int tensor_ptr(Hot *h, PyObject *t, uintptr_t *ptr) {
   return rc;
 }
 
-/* Description lines as the calls take them: each line ended by a NUL in blob, its offset in starts. */
+/* Description lines as the calls take them: each line ended by a NUL (swapagent_call's text). */
 struct text {
-  struct buf blob, starts, lines;
+  struct buf blob;
 };
 
-static void text_init(struct text *x) {
-  buf_init(&x->blob);
-  buf_init(&x->starts);
-  buf_init(&x->lines);
-}
+static void text_init(struct text *x) { buf_init(&x->blob); }
 
-static void text_free(struct text *x) {
-  buf_free(&x->blob);
-  buf_free(&x->starts);
-  buf_free(&x->lines);
-}
+static void text_free(struct text *x) { buf_free(&x->blob); }
 
 /* Appends PATH + saved_desc(t) ("PATH\tDTYPE\tSHAPE", describe_line's) as one line. */
 static int text_line(Hot *h, struct text *x, const char *path, size_t len, PyObject *t) {
   PyObject *d = desc_of(t, h->r.descs, h->r.describe);
   char *s;
   Py_ssize_t k;
-  int rc = d == NULL || PyBytes_AsStringAndSize(d, &s, &k) < 0 || BUF_PUT(&x->starts, size_t, x->blob.n) < 0 ||
-                   buf_put(&x->blob, path, len) < 0 || buf_put(&x->blob, s, (size_t)k) < 0 ||
-                   buf_put(&x->blob, "", 1) < 0
+  int rc = d == NULL || PyBytes_AsStringAndSize(d, &s, &k) < 0 || buf_put(&x->blob, path, len) < 0 ||
+                   buf_put(&x->blob, s, (size_t)k) < 0 || buf_put(&x->blob, "", 1) < 0
                ? -1
                : 0;
   Py_XDECREF(d);
   return rc;
 }
 
-/* The array of line addresses the plain calls take (NULL for none), once blob is complete. */
-static const char *const *text_lines(struct text *x) {
-  x->lines.n = 0;
-  for (size_t i = 0; i < BUF_LEN(&x->starts, size_t); i++)
-    if (BUF_PUT(&x->lines, const char *, x->blob.p + BUF_AT(&x->starts, size_t)[i]) < 0) return NULL;
-  return BUF_ARG(&x->lines, const char *);
-}
+typedef __typeof__(&swapagent_call) call_fn;
 
-typedef __typeof__(&swapagent_region_enter_desc) enter_plain_fn;
-typedef __typeof__(&swapagent_region_end) end_plain_fn;
-typedef __typeof__(&swapagent_region_enter_deferred) enter_deferred_fn;
-typedef __typeof__(&swapagent_region_end_deferred) end_deferred_fn;
-
-/* The agent's region calls, as Agent.c_region gives them: (deferred, enter's address, end's address). */
+/* The agent's one call, as Agent.c_calls gives it: (opts, swapagent_call's address). The hooks pass their own
+ * buffers, so opts has SWAPAGENT_OPT_OWN_MEMORY (no read through the kernel), and SWAPAGENT_OPT_QUEUE where
+ * the agent queues calls. */
 struct calls {
   PyObject *agent;
-  int deferred;
-  void *enter, *end;
+  uint32_t opts;
+  call_fn call;
 };
+
+/* calls_of reads Agent.c_calls into c: 1, 0 when the agent has none (a test's, the bench's null agent), -1 on
+ * an exception. */
+static int calls_of(PyObject *agent, struct calls *c) {
+  PyObject *cc = PyObject_GetAttr(agent, s_c_calls);
+  int got = -1;
+  if (cc == NULL || !PyTuple_Check(cc) || PyTuple_Size(cc) != 2) {
+    if (cc == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
+    got = PyErr_Occurred() ? -1 : 0;
+  } else {
+    c->opts = (uint32_t)PyLong_AsUnsignedLong(PyTuple_GetItem(cc, 0));
+    *(void **)&c->call = PyLong_AsVoidPtr(PyTuple_GetItem(cc, 1));
+    got = PyErr_Occurred() ? -1 : c->call != NULL;
+  }
+  Py_XDECREF(cc);
+  return got;
+}
+
+/* A record of kind k with the fields given, for swapagent_call. */
+#define RECORD(k, ...) (&(struct swapagent_call){.size = sizeof(struct swapagent_call), .kind = (k), __VA_ARGS__})
 
 /* 1 when this layer's region hooks run here (calls filled, calls->agent a new reference), 0 when they run
  * through Layer.forward_pre and forward_post: a test's or the guard's hooks (core.forward_hook, saves_hook,
- * Layer.guarded), an agent object without c_region (a test's, the bench's null agent), or one whose
- * region_enter or region_end was replaced (a recorder). -1 on an exception. */
+ * Layer.guarded), an agent object without c_calls (a test's, the bench's null agent), or one whose
+ * region_enter or region_exit was replaced (a recorder). -1 on an exception. */
 static int region_calls(Hot *h, struct calls *c) {
   c->agent = NULL;
   if (!h->native) return 0;
@@ -1211,24 +1213,11 @@ static int region_calls(Hot *h, struct calls *c) {
   if (guarded != 0) return guarded < 0 ? -1 : 0;
   PyObject *agent = hot_agent(h);
   if (agent == NULL) return -1;
-  int fast = -1;
-  PyObject *cr = PyObject_GetAttr(agent, s_c_region);
-  if (cr == NULL || !PyTuple_Check(cr) || PyTuple_Size(cr) != 3) {
-    if (cr == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
-    fast = PyErr_Occurred() ? -1 : 0;
-    goto done;
+  int fast = calls_of(agent, c);
+  if (fast == 1) {
+    int replaced = agent_replaced(h, s_region_enter, s_region_exit);
+    fast = replaced < 0 ? -1 : !replaced;
   }
-  int replaced = agent_replaced(h, s_region_enter, s_region_end);
-  if (replaced != 0) {
-    fast = replaced < 0 ? -1 : 0;
-    goto done;
-  }
-  c->deferred = PyObject_IsTrue(PyTuple_GetItem(cr, 0));
-  c->enter = PyLong_AsVoidPtr(PyTuple_GetItem(cr, 1));
-  c->end = PyLong_AsVoidPtr(PyTuple_GetItem(cr, 2));
-  fast = PyErr_Occurred() || c->deferred < 0 ? -1 : c->enter != NULL && c->end != NULL;
-done:
-  Py_XDECREF(cr);
   if (fast == 1) {
     Py_INCREF(agent);
     c->agent = agent;
@@ -1249,7 +1238,7 @@ static int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc) {
 /* ---- the backward bookkeeping of a native layer: Layer.enter, maybe_exit, input_grad, backward_end ----
  *
  * The same rule as core.Layer's methods (its class comment), on the same Pass and Layer state, under the
- * layer's own lock; the agent's backward enter and exit by address where it gives them (Agent.c_backward). */
+ * layer's own lock; the agent's backward enter and exit through swapagent_call where it gives it (Agent.c_calls). */
 
 static int list_clear(PyObject *l) { return PyList_SetSlice(l, 0, PyList_Size(l), NULL); }
 
@@ -1275,26 +1264,25 @@ static int lock_give(Hot *h) {
   return 0;
 }
 
-/* agent.backward_enter(group) (exit 0) or backward_exit(group) (exit 1): by address, without the GIL (a
- * prefetch may wait for a copy whose storage op is Python), where the agent gives them and has neither
- * replaced; else its Python methods. A failed call is warned of once, as Agent.backward_enter does. */
+/* agent.backward_enter(group) (exit 0) or backward_exit(group) (exit 1): through swapagent_call, without the
+ * GIL (a prefetch may wait for a copy whose storage op is Python), where the agent gives it and has neither
+ * method replaced; else its Python methods. A failed call is warned of once, as Agent.backward_enter does. */
 static int backward_call(Hot *h, int exit) {
-  PyObject *agent = hot_agent(h), *cb = NULL, *r = NULL;
+  PyObject *agent = hot_agent(h), *r = NULL;
   if (agent == NULL) return -1;
   int rc = -1;
-  void *fn = NULL;
-  if ((cb = PyObject_GetAttr(agent, s_c_backward)) == NULL) {
-    if (!PyErr_ExceptionMatches(PyExc_AttributeError)) goto done;
-    PyErr_Clear();
-  } else if (PyTuple_Check(cb) && PyTuple_Size(cb) == 2) {
+  struct calls c;
+  int fast = calls_of(agent, &c);
+  if (fast == 1) {
     int replaced = agent_replaced(h, s_backward_enter, s_backward_exit);
-    if (replaced < 0) goto done;
-    if (!replaced && (fn = PyLong_AsVoidPtr(PyTuple_GetItem(cb, exit))) == NULL && PyErr_Occurred()) goto done;
+    fast = replaced < 0 ? -1 : !replaced;
   }
-  if (fn != NULL) {
+  if (fast < 0) goto done;
+  if (fast) {
     const char *g = PyBytes_AsString(h->r.group);
-    int e;
-    Py_BEGIN_ALLOW_THREADS e = ((int (*)(const char *))fn)(g);
+    int64_t e;
+    uint32_t kind = exit ? SWAPAGENT_CALL_BACKWARD_EXIT : SWAPAGENT_CALL_BACKWARD_ENTER;
+    Py_BEGIN_ALLOW_THREADS e = c.call(RECORD(kind, .group = g), c.opts);
     Py_END_ALLOW_THREADS rc = e == 0 ? 0 : agent_check(h, agent, exit ? "backward_exit(%s)" : "backward_enter(%s)", e);
     goto done;
   }
@@ -1304,7 +1292,6 @@ static int backward_call(Hot *h, int exit) {
   rc = r == NULL ? -1 : 0;
 done:
   Py_XDECREF(r);
-  Py_XDECREF(cb);
   return rc;
 }
 
@@ -1552,14 +1539,11 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
   const char *g = PyBytes_AsString(h->r.group);
   const uintptr_t *in = BUF_ARG(&ptrs, uintptr_t);
   size_t n_in = BUF_LEN(&ptrs, uintptr_t);
-  const char *const *lines = NULL;
-  if (!c->deferred && n_in > 0 && (lines = text_lines(&tx)) == NULL) goto done;
-  int e;
+  int64_t e;
   Py_BEGIN_ALLOW_THREADS;
-  if (c->deferred)
-    e = ((enter_deferred_fn)c->enter)(g, in, n_in, n_pos, n_in > 0 ? tx.blob.p : NULL, n_in > 0 ? tx.blob.n : 0);
-  else
-    e = ((enter_plain_fn)c->enter)(g, in, lines, n_in, n_pos);
+  e = c->call(RECORD(SWAPAGENT_CALL_REGION_ENTER, .group = g, .ptrs = in, .n = n_in, .n_positional = n_pos,
+                     .text = n_in > 0 ? tx.blob.p : NULL, .text_len = n_in > 0 ? tx.blob.n : 0),
+              c->opts);
   Py_END_ALLOW_THREADS;
   rc = e == 0 ? 0 : agent_check(h, c->agent, "region_enter(%s)", e);
 done:
@@ -1608,45 +1592,34 @@ static int flush_end(Hot *h, struct calls *c, struct buf *outs, struct buf *dptr
   size_t k = BUF_LEN(&live, Py_ssize_t), n_out = BUF_LEN(outs, uintptr_t), n_desc = BUF_LEN(dptrs, uintptr_t);
   for (size_t j = 0; j < k; j++)
     if (BUF_PUT(&hbuf, int64_t, 0) < 0) goto done;
-  const char *const *lines = NULL;
-  if (!c->deferred && n_desc > 0 && (lines = text_lines(tx)) == NULL) goto done;
   const char *g = PyBytes_AsString(h->r.group);
-  int64_t first = 0;
-  int e = 0;
+  int64_t e;
   Py_BEGIN_ALLOW_THREADS;
-  if (c->deferred)
-    first = ((end_deferred_fn)c->end)(g, BUF_ARG(outs, uintptr_t), n_out, BUF_ARG(&sp, uintptr_t),
-                                      BUF_ARG(&sz, size_t), any_flag ? BUF_ARG(&sf, uint32_t) : NULL, k,
-                                      BUF_ARG(dptrs, uintptr_t), n_desc, n_desc > 0 ? tx->blob.p : NULL,
-                                      n_desc > 0 ? tx->blob.n : 0);
-  else
-    e = ((end_plain_fn)c->end)(g, BUF_ARG(outs, uintptr_t), n_out, BUF_ARG(&sp, uintptr_t), BUF_ARG(&sz, size_t),
-                               any_flag ? BUF_ARG(&sf, uint32_t) : NULL, k, k > 0 ? BUF_AT(&hbuf, int64_t) : NULL,
-                               BUF_ARG(dptrs, uintptr_t), lines, n_desc);
+  e = c->call(RECORD(SWAPAGENT_CALL_REGION_EXIT, .group = g, .ptrs = BUF_ARG(outs, uintptr_t), .n = n_out,
+                     .save_ptrs = BUF_ARG(&sp, uintptr_t), .save_nbytes = BUF_ARG(&sz, size_t),
+                     .save_flags = any_flag ? BUF_ARG(&sf, uint32_t) : NULL, .n_save = k,
+                     .handles = k > 0 ? BUF_AT(&hbuf, int64_t) : NULL, .desc_ptrs = BUF_ARG(dptrs, uintptr_t),
+                     .n_desc = n_desc, .text = n_desc > 0 ? tx->blob.p : NULL, .text_len = n_desc > 0 ? tx->blob.n : 0),
+              c->opts);
   Py_END_ALLOW_THREADS;
-  /* Each save's handle or code, as Agent.region_end gives them (each code warned of once). */
+  /* Each save's handle or code, as Agent.region_exit gives them (each code warned of once). */
   int64_t *handles = BUF_AT(&hbuf, int64_t);
-  if (c->deferred) {
-    if (first < 0 && agent_check(h, c->agent, "region_end(%s)", first) < 0) goto done;
-    for (size_t j = 0; j < k; j++) handles[j] = first < 0 ? first : first + (int64_t)j;
+  int none = 1;
+  for (size_t j = 0; j < k; j++) none &= handles[j] == 0;
+  if (e < 0 && none) {
+    if (agent_check(h, c->agent, "region_exit(%s)", e) < 0) goto done;
+    for (size_t j = 0; j < k; j++) handles[j] = e;
   } else {
-    int none = 1;
-    for (size_t j = 0; j < k; j++) none &= handles[j] == 0;
-    if (e < 0 && none) {
-      if (agent_check(h, c->agent, "region_end(%s)", e) < 0) goto done;
-      for (size_t j = 0; j < k; j++) handles[j] = e;
-    } else {
-      for (size_t j = 0; j < k; j++) {
-        if (handles[j] >= 0) continue;
-        PyObject *save = PyUnicode_FromString("save"), *code = PyLong_FromLongLong(handles[j]);
-        PyObject *r = save && code ? call_method2(c->agent, s_check, save, code) : NULL;
-        Py_XDECREF(save);
-        Py_XDECREF(code);
-        if (r == NULL) goto done;
-        Py_DECREF(r);
-      }
-      if (e < 0 && agent_check(h, c->agent, "region_end(%s)", e) < 0) goto done;
+    for (size_t j = 0; j < k; j++) {
+      if (handles[j] >= 0) continue;
+      PyObject *save = PyUnicode_FromString("save"), *code = PyLong_FromLongLong(handles[j]);
+      PyObject *r = save && code ? call_method2(c->agent, s_check, save, code) : NULL;
+      Py_XDECREF(save);
+      Py_XDECREF(code);
+      if (r == NULL) goto done;
+      Py_DECREF(r);
     }
+    if (e < 0 && agent_check(h, c->agent, "region_exit(%s)", e) < 0) goto done;
   }
   if (start >= n) {
     rc = 0;
@@ -1917,14 +1890,14 @@ PyMODINIT_FUNC PyInit__hot(void) {
       {&s_dtype, "dtype"}, {&s_shape, "shape"}, {&s_is_cpu, "is_cpu"}, {&s_is_meta, "is_meta"},
       {&s_untyped_storage, "untyped_storage"}, {&s_data_ptr, "data_ptr"}, {&s_nbytes, "nbytes"},
       {&s_exited, "exited"}, {&s_inputs_left, "inputs_left"}, {&s_forward_pre, "forward_pre"},
-      {&s_forward_post, "forward_post"}, {&s_c_region, "c_region"}, {&s_region_enter, "region_enter"},
-      {&s_region_end, "region_end"}, {&s_guarded, "guarded"}, {&s_forward_hook, "forward_hook"},
+      {&s_forward_post, "forward_post"}, {&s_c_calls, "c_calls"}, {&s_region_enter, "region_enter"},
+      {&s_region_exit, "region_exit"}, {&s_guarded, "guarded"}, {&s_forward_hook, "forward_hook"},
       {&s_saves_hook, "saves_hook"}, {&s_gen, "gen"}, {&s_dicts, "dicts"}, {&s_key, "key"}, {&s_ptrs, "ptrs"},
       {&s_param_ptrs, "param_ptrs"}, {&s_fw, "fw"}, {&s_dataclass_fields, "__dataclass_fields__"},
       {&s_layer, "layer"}, {&s_removed, "removed"}, {&s_input_grad, "input_grad"},
       {&s_output_grad, "output_grad"}, {&s_requires_grad, "requires_grad"}, {&s_add, "add"},
       {&s_lock, "_lock"}, {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_ended, "ended"},
-      {&s_c_backward, "c_backward"}, {&s_backward_enter, "backward_enter"}, {&s_backward_exit, "backward_exit"},
+      {&s_backward_enter, "backward_enter"}, {&s_backward_exit, "backward_exit"},
       {&s_group, "group"}, {&s_end_failed, "_end_failed"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if ((*names[i].dst = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;

@@ -1,4 +1,4 @@
-"""swapagent.core owns what both framework companions share: the ctypes binding to the agent's C ABI v1,
+"""swapagent.core owns what both framework companions share (the binding to the agent is swapagent.binding):
 storage-pointer collection over nested arguments, the storage-ops registry the agent calls to release and
 restore storages, the per-layer reporter that turns framework hooks into ABI calls, and the rule that
 finds each layer's backward enter and exit from gradient hooks on the tensors crossing it (no module or
@@ -9,15 +9,11 @@ integers only), every storage saved for backward, and backward boundaries; the a
 the device and calls back into the registry to release (resize to 0) or restore (resize back) a storage.
 """
 
-import array
-import collections
-import ctypes
 import itertools
 import dataclasses
 import json
 import logging
 import os
-import shutil
 import threading
 import warnings
 import weakref
@@ -29,22 +25,11 @@ from ._abi import (  # noqa: F401
     SAVE_PARAM, STATES,
 )
 
+from .binding import (  # noqa: F401
+    LIB_NAME, RELEASE_FN, RESTORE_FN, Agent, AgentError, library_candidates, load, stats,
+)
+
 log = logging.getLogger("swapagent")
-
-_uintptr = ctypes.c_size_t  # uintptr_t: pointer-sized on every platform the agent supports
-# The arrays the ABI takes (pointers, sizes, flags, handles) are passed as array.array buffers, whose items
-# are C integers already: one conversion per array instead of a ctypes object per item (a region passes
-# dozens). Their typecodes on the LP64 platforms the agent is built for (x86-64 and aarch64 Linux).
-_U64, _I64, _U32 = "Q", "q", "I"  # uintptr_t and size_t, int64_t, uint32_t
-if (array.array(_U64).itemsize, array.array(_I64).itemsize, array.array(_U32).itemsize,
-        ctypes.sizeof(_uintptr)) != (8, 8, 4, 8):
-    raise ImportError("swapagent: needs an LP64 platform (x86-64 or aarch64 Linux)")
-RELEASE_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int64, _uintptr, ctypes.c_size_t)
-RESTORE_FN = ctypes.CFUNCTYPE(_uintptr, ctypes.c_void_p, ctypes.c_int64, ctypes.c_size_t)
-
-
-class AgentError(RuntimeError):
-    """The agent library cannot be found or loaded, or speaks another ABI."""
 
 
 def version_tuple(version):
@@ -59,490 +44,6 @@ def version_tuple(version):
 def group_name(index):
     """The group of the index-th wrapped layer (the same names the emulator workload uses)."""
     return "layer.%d" % index
-
-
-LIB_NAME = "libswapagent.so"
-
-
-def _repo_library():
-    """<repo>/build/lib/libswapagent.so when this package is the source tree's python/swapagent, else
-    None (an installed wheel has no build tree beside it)."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if not os.path.exists(os.path.join(repo, "shim", "c", "swapagent.h")):
-        return None
-    return os.path.join(repo, "build", "lib", LIB_NAME)
-
-
-def _path_library():
-    """<dir>/../lib/libswapagent.so beside the `swapagent` command found on PATH (symbolic links followed):
-    the layout of the release archive (bin/swapagent, lib/libswapagent.so), or None."""
-    cli = shutil.which("swapagent")
-    if cli is None:
-        return None
-    return os.path.normpath(os.path.join(os.path.dirname(os.path.realpath(cli)), "..", "lib", LIB_NAME))
-
-
-def library_candidates():
-    """(origin, path) of every place load() looks for the agent when it is not preloaded, in order:
-    $SWAPAGENT_LIB, $SWAPAGENT_HOME/lib, the source tree's build (only when this package is the source
-    tree's), then beside the `swapagent` on PATH. An explicit setting (the first two) is never skipped:
-    a missing file there is an error, not a reason to look further."""
-    out = []
-    if os.environ.get("SWAPAGENT_LIB"):
-        out.append(("SWAPAGENT_LIB", os.environ["SWAPAGENT_LIB"]))
-    if os.environ.get("SWAPAGENT_HOME"):
-        out.append(("SWAPAGENT_HOME", os.path.join(os.environ["SWAPAGENT_HOME"], "lib", LIB_NAME)))
-    for origin, path in (("source tree", _repo_library()), ("swapagent on PATH", _path_library())):
-        if path is not None:
-            out.append((origin, path))
-    return out
-
-
-def _find_library():
-    cands = library_candidates()
-    for origin, path in cands:
-        if os.path.exists(path) or origin in ("SWAPAGENT_LIB", "SWAPAGENT_HOME"):
-            return path
-    tried = "; ".join("%s: %s" % c for c in cands) or "nothing to try"
-    raise AgentError("swapagent: libswapagent.so is not preloaded and was not found (tried %s). Run the job "
-                     "under `swapagent run`, or set SWAPAGENT_LIB to the library or SWAPAGENT_HOME to the "
-                     "unpacked release (or `make build` in the source tree)" % tried)
-
-
-class Agent:
-    """The ABI of one loaded libswapagent.so; every method returns the agent's own result."""
-
-    def __init__(self, lib, path, preloaded):
-        self.lib, self.path, self.preloaded = lib, path, preloaded
-        c = ctypes
-        sig = {
-            "swapagent_abi_version": (c.c_int, []),
-            "swapagent_set_storage_ops": (c.c_int, [RELEASE_FN, RESTORE_FN, c.c_void_p]),
-            "swapagent_region_enter": (c.c_int, [c.c_char_p, c.c_void_p, c.c_size_t]),
-            "swapagent_save": (c.c_int64, [c.c_char_p, _uintptr, c.c_size_t, c.c_uint32]),
-            "swapagent_region_exit": (c.c_int, [c.c_char_p, c.c_void_p, c.c_size_t]),
-            "swapagent_protect": (c.c_int, [c.c_char_p, c.c_void_p, c.c_size_t]),
-            "swapagent_backward_enter": (c.c_int, [c.c_char_p]),
-            "swapagent_unpack": (_uintptr, [c.c_int64]),
-            "swapagent_backward_exit": (c.c_int, [c.c_char_p]),
-            "swapagent_state": (c.c_int, [c.c_int64]),
-            "swapagent_keep_reason": (c.c_int, [c.c_int64]),
-            "swapagent_stats_json": (c.c_int, [c.c_char_p, c.c_size_t]),
-        }
-        for name, (res, args) in sig.items():
-            fn = getattr(lib, name)  # AttributeError: not a swapagent library (checked by load())
-            fn.restype, fn.argtypes = res, args
-        # The keyword-aware region_enter is an additive extension: older libraries lack it.
-        self._enter_kw = getattr(lib, "swapagent_region_enter_kw", None)
-        if self._enter_kw is not None:
-            self._enter_kw.restype = c.c_int
-            self._enter_kw.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_size_t]
-        # Tensor descriptions (argument path, dtype, shape) for fault reports: additive too.
-        self._enter_desc = getattr(lib, "swapagent_region_enter_desc", None)
-        if self._enter_desc is not None:
-            self._enter_desc.restype = c.c_int
-            self._enter_desc.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_size_t]
-        self._describe = getattr(lib, "swapagent_describe", None)
-        if self._describe is not None:
-            self._describe.restype = c.c_int
-            self._describe.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t]
-        # Saves in one call (additive): a layer reports what its region saved at the region's exit.
-        self._save_n = getattr(lib, "swapagent_save_n", None)
-        if self._save_n is not None:
-            self._save_n.restype = c.c_int
-            self._save_n.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t, c.c_void_p]
-        # A region's end in one call (additive): its saves, descriptions and exit.
-        self._end = getattr(lib, "swapagent_region_end", None)
-        if self._end is not None:
-            self._end.restype = c.c_int
-            self._end.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p,
-                                  c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p, c.c_size_t]
-        # The guard's calls (additive): a group its framework moves itself, and the releases it asks for.
-        self._guard = getattr(lib, "swapagent_guard", None)
-        self._guard_release = getattr(lib, "swapagent_guard_release_held", None)
-        self._guard_restore = getattr(lib, "swapagent_guard_restore", None)
-        self._note = getattr(lib, "swapagent_note", None)
-        for fn, args in ((self._guard, [c.c_char_p]),
-                         (self._guard_release, [c.c_char_p, _uintptr, c.c_size_t, c.c_int64, c.c_void_p]),
-                         (self._guard_restore, [c.c_int64, _uintptr, c.c_size_t]),
-                         (self._note, [c.c_char_p, c.c_char_p])):
-            if fn is not None:
-                fn.restype, fn.argtypes = c.c_int, args
-        self._holders = getattr(lib, "swapagent_holders", None)
-        if self._holders is not None:
-            self._holders.restype = c.c_int
-            self._holders.argtypes = [c.c_char_p, c.c_void_p, c.c_void_p, c.c_size_t]
-        self._group_streams = getattr(lib, "swapagent_group_streams", None)  # additive, like the above
-        if self._group_streams is not None:
-            self._group_streams.restype = c.c_int
-            self._group_streams.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t]
-        self._warned = set()
-        self._warn_lock = threading.Lock()
-        self._names = {}  # group name -> its bytes (the C string every call takes)
-        self._text_arrays = {}  # description lines -> their C array (_texts)
-        # The C functions of the hot path (Layer), bound once: a saved tensor costs its share of one
-        # swapagent_save_n per region and one swapagent_unpack per saved storage; everything around them is
-        # Python and must stay small.
-        self.save_c = lib.swapagent_save
-        self._unpack_c = lib.swapagent_unpack
-        # Its address, for the compiled hot path (_hot.c), which calls it without ctypes; and that of
-        # swapagent_unpack_resident (additive; 0 without it), which answers a storage that stays on device
-        # without waiting: the compiled path asks it with the GIL held, and swapagent_unpack only on a miss.
-        self.unpack_address = ctypes.cast(self._unpack_c, ctypes.c_void_p).value or 0
-        resident = getattr(lib, "swapagent_unpack_resident", None)
-        self.unpack_resident_address = (ctypes.cast(resident, ctypes.c_void_p).value or 0) if resident else 0
-        self._benter_c = lib.swapagent_backward_enter
-        self._bexit_c = lib.swapagent_backward_exit
-        # Deferred calls (additive): where nothing can move (policy off; safe until something does) the
-        # library answers a region's calls at once and the agent runs them later, in their place; a misuse
-        # is then logged, not returned (swapagent.h).
-        self.deferred = False  # set_deferred
-        # The region calls by address, for the compiled region hooks (_hot.c): (deferred, enter's address,
-        # end's address) of each setting of set_deferred (c_region). The compiled path passes its own
-        # memory, so it takes the deferred calls' _direct forms where the library has them (additive: no
-        # read through the kernel).
-        addr = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
-        direct = lambda fn: getattr(lib, fn.__name__ + "_direct", fn)  # noqa: E731
-        self._c_regions = {}
-        if self._enter_desc is not None and self._end is not None:
-            self._c_regions[False] = (0, addr(self._enter_desc), addr(self._end))
-        ask = getattr(lib, "swapagent_deferred", None)
-        if ask is not None:
-            ask.restype, ask.argtypes = c.c_int, []
-            if ask() == 1:
-                self._enter_d = lib.swapagent_region_enter_deferred
-                self._enter_d.restype = c.c_int
-                self._enter_d.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_size_t, c.c_void_p, c.c_size_t]
-                self._end_d = lib.swapagent_region_end_deferred
-                self._end_d.restype = c.c_int64
-                self._end_d.argtypes = [c.c_char_p, c.c_void_p, c.c_size_t, c.c_void_p, c.c_void_p, c.c_void_p,
-                                        c.c_size_t, c.c_void_p, c.c_size_t, c.c_void_p, c.c_size_t]
-                self._bcalls = {False: (self._benter_c, self._bexit_c),
-                                True: (lib.swapagent_backward_enter_deferred, lib.swapagent_backward_exit_deferred)}
-                for fn in self._bcalls[True]:
-                    fn.restype, fn.argtypes = c.c_int, [c.c_char_p]
-                self._c_regions[True] = (1, addr(direct(self._enter_d)), addr(direct(self._end_d)))
-        # The backward calls by address, for the compiled backward bookkeeping (_hot.c): (enter's address,
-        # exit's address) of each setting of set_deferred (c_backward).
-        self._c_backwards = {False: (addr(lib.swapagent_backward_enter), addr(lib.swapagent_backward_exit))}
-        if hasattr(self, "_bcalls"):
-            self._c_backwards[True] = tuple(addr(direct(fn)) for fn in self._bcalls[True])
-        self.set_deferred(True)
-
-    def set_deferred(self, on):
-        """Whether the region calls go by the deferred calls (on from the start where the agent answers them:
-        under policies off and safe). Off: the plain calls, whose misuse codes come back at once. Returns the
-        setting. It also sets what the compiled path reads at each region and backward call, as plain
-        attributes (a property would cost it a Python frame there): c_region, the region calls of this
-        setting by address (_c_regions), or None, and the Python methods run; c_backward, the backward enter
-        and exit by address (_c_backwards), or None."""
-        on = bool(on) and hasattr(self, "_bcalls")
-        self.deferred = on
-        if hasattr(self, "_bcalls"):
-            self._benter_c, self._bexit_c = self._bcalls[on]
-        self.c_region, self.c_backward = self._c_regions.get(on), self._c_backwards.get(on)
-        return on
-
-    @staticmethod
-    def _array(values, code=_U64):
-        """values as a C array: (the buffer, to keep alive across the call; its address, None when empty)."""
-        if not values:
-            return None, None
-        a = array.array(code, values)
-        return a, a.buffer_info()[0]
-
-    def _name(self, group):
-        b = self._names.get(group)
-        if b is None:
-            b = self._names[group] = group.encode()
-        return b
-
-    def check(self, call, rc):
-        """Logs a failed call once per (call, code); the job goes on, as the agent itself does."""
-        if rc < 0:
-            with self._warn_lock:
-                key = (call, rc)
-                if key in self._warned:
-                    return rc
-                self._warned.add(key)
-            msg = "swapagent: %s returned %s (%d)" % (call, ERROR_NAMES.get(rc, "error"), rc)
-            if rc == EDISABLED:
-                msg += ": the agent is inert (init failed, forked child, or no offload engine); nothing is swapped"
-            warnings.warn(msg, RuntimeWarning, stacklevel=3)
-            log.warning(msg)
-        return rc
-
-    def abi_version(self):
-        return self.lib.swapagent_abi_version()
-
-    def set_storage_ops(self, release, restore):
-        return self.check("set_storage_ops", self.lib.swapagent_set_storage_ops(release, restore, None))
-
-    def _texts(self, descs):
-        """descs as a C array of strings, all in one buffer: (what to keep alive across the call; the
-        array's address). str items are encoded; bytes (saved_desc's, cached) are passed as they are. A
-        layer describes the same arguments and saved shapes every step, so the arrays are kept by their
-        lines (bounded: a caller whose lines never repeat starts the cache over); the agent only reads them."""
-        keep, _blob, _size, starts = self._text(descs)
-        return keep, starts
-
-    def _text(self, descs):
-        """descs as the cached (what to keep alive, the buffer's address and size, the address of the array
-        of its lines' addresses): the buffer holds each line ended by a NUL (the deferred calls' text)."""
-        key = tuple(descs)
-        got = self._text_arrays.get(key)
-        if got is None:
-            bs = [d if type(d) is bytes else d.encode() for d in descs]
-            blob = ctypes.create_string_buffer(b"\0".join(bs))
-            starts = array.array(_U64, itertools.accumulate([len(b) + 1 for b in bs[:-1]],
-                                                            initial=ctypes.addressof(blob)))
-            if len(self._text_arrays) >= 1024:
-                self._text_arrays.clear()
-            got = self._text_arrays[key] = ((blob, starts), ctypes.addressof(blob), ctypes.sizeof(blob),
-                                            starts.buffer_info()[0])
-        return got
-
-    def region_enter(self, group, ptrs, n_positional, descs=None):
-        """descs: one description line per pointer (describe_line), or None."""
-        g = self._name(group)
-        keep, a = self._array(ptrs)
-        if self.deferred:
-            keep_d, t, t_len, _ = self._text(descs) if descs else (None, None, 0, None)
-            rc = self._enter_d(g, a, len(ptrs), n_positional, t if descs is not None else None, t_len)
-        elif descs is not None and self._enter_desc is not None:
-            keep_d, d = self._texts(descs) if descs else (None, None)
-            rc = self._enter_desc(g, a, d, len(ptrs), n_positional)
-        elif self._enter_kw is not None:
-            rc = self._enter_kw(g, a, len(ptrs), n_positional)
-        else:
-            rc = self.lib.swapagent_region_enter(g, a, len(ptrs))
-        return rc if rc == OK else self.check("region_enter(%s)" % group, rc)
-
-    def describe(self, group, ptrs, descs):
-        """Describes tensors of the group's open region by storage pointer (its outputs, what it saved);
-        a library without the call: nothing (descriptions only name things in reports)."""
-        if self._describe is None or not ptrs:
-            return OK
-        keep, a = self._array(ptrs)
-        keep_d, d = self._texts(descs)
-        rc = self._describe(self._name(group), a, d, len(ptrs))
-        return rc if rc == OK else self.check("describe(%s)" % group, rc)
-
-    def _save_arrays(self, ptrs, nbytes, flags):
-        """save_n's C arguments: (the buffers to keep alive across the call, the addresses of ptrs, nbytes,
-        flags (None when all 0) and the handles' array (None when empty), that array)."""
-        out = array.array(_I64, bytes(8 * len(ptrs)))
-        keep_p, p = self._array(ptrs)
-        keep_s, sz = self._array(nbytes)
-        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
-        return (keep_p, keep_s, keep_f), (p, sz, f, out.buffer_info()[0] if ptrs else None), out
-
-    def save(self, group, ptr, nbytes, flags):
-        return self.check("save", self.save_c(self._name(group), ptr, nbytes, flags))
-
-    def save_n(self, group, ptrs, nbytes, flags):
-        """Saves len(ptrs) storages of the group's open region, in order: a list with each one's handle or
-        negative code (each code warned of once, as save's). One swapagent_save_n; one swapagent_save each
-        with a library that lacks it."""
-        g, n = self._name(group), len(ptrs)
-        if self._save_n is None:
-            save = self.save_c
-            return [self.check("save", save(g, p, b, f)) for p, b, f in zip(ptrs, nbytes, flags)]
-        keep, (p, sz, f, o), out = self._save_arrays(ptrs, nbytes, flags)
-        rc = self._save_n(g, p, sz, f, n, o)
-        hs = out.tolist()
-        if rc < 0:  # entries left 0: the call itself was refused
-            hs = [h if h else rc for h in hs]
-            for h in set(h for h in hs if h < 0):
-                self.check("save", h)
-        return hs
-
-    def region_end(self, group, out_ptrs, ptrs, nbytes, flags, desc_ptrs, descs):
-        """Ends the group's open region: save_n(group, ptrs, nbytes, flags), describe(group, desc_ptrs,
-        descs), region_exit(group, out_ptrs), in one swapagent_region_end (the three calls with a library
-        that lacks it). Returns save_n's list (each code warned of once, as save's); a failed exit is
-        warned of as region_end's."""
-        if self.deferred:
-            return self._region_end_deferred(group, out_ptrs, ptrs, nbytes, flags, desc_ptrs, descs)
-        if self._end is None:
-            hs = self.save_n(group, ptrs, nbytes, flags) if ptrs else []
-            self.describe(group, desc_ptrs, descs)
-            self.region_exit(group, out_ptrs)
-            return hs
-        n = len(ptrs)
-        keep, (p, sz, f, hs_at), out = self._save_arrays(ptrs, nbytes, flags)
-        keep_o, o = self._array(out_ptrs)
-        keep_dp, dp = self._array(desc_ptrs)
-        keep_d, d = self._texts(descs) if desc_ptrs else (None, None)
-        rc = self._end(self._name(group), o, len(out_ptrs), p, sz, f, n, hs_at, dp, d, len(desc_ptrs))
-        hs = out.tolist()
-        if rc < 0 and not any(hs):  # refused as a whole: nothing saved, the region still open
-            self.check("region_end(%s)" % group, rc)
-            return [rc] * n
-        for h in set(h for h in hs if h < 0):
-            self.check("save", h)
-        if rc < 0:
-            self.check("region_end(%s)" % group, rc)
-        return hs
-
-    def _region_end_deferred(self, group, out_ptrs, ptrs, nbytes, flags, desc_ptrs, descs):
-        """region_end by swapagent_region_end_deferred: the saves' handles follow the first one it gives."""
-        n = len(ptrs)
-        keep_p, p = self._array(ptrs)
-        keep_s, sz = self._array(nbytes)
-        keep_f, f = self._array(flags, _U32) if any(flags) else (None, None)
-        keep_o, o = self._array(out_ptrs)
-        keep_dp, dp = self._array(desc_ptrs)
-        keep_d, t, t_len, _ = self._text(descs) if desc_ptrs else (None, None, 0, None)
-        first = self._end_d(self._name(group), o, len(out_ptrs), p, sz, f, n, dp, len(desc_ptrs), t, t_len)
-        if first < 0:
-            self.check("region_end(%s)" % group, first)
-            return [first] * n
-        return list(range(first, first + n))
-
-    def region_exit(self, group, ptrs):
-        keep, a = self._array(ptrs)
-        rc = self.lib.swapagent_region_exit(self._name(group), a, len(ptrs))
-        return rc if rc == OK else self.check("region_exit(%s)" % group, rc)
-
-    def protect(self, group, ptrs):
-        keep, a = self._array(ptrs)
-        return self.check("protect", self.lib.swapagent_protect(group.encode(), a, len(ptrs)))
-
-    def has_holders(self):
-        """Whether the library takes the holders' evidence (swapagent_holders)."""
-        return self._holders is not None
-
-    def holders(self, group, ptrs, counts):
-        """The framework's count of the references to each storage at ptrs outside group's saved tensors
-        (negative: unknown), after its region exited: under safe the agent swaps a layer input nothing else
-        holds (swapagent_holders)."""
-        keep, a = self._array(ptrs)
-        keep2, b = self._array(counts, _I64)
-        return self.check("holders(%s)" % group, self._holders(self._name(group), a, b, len(ptrs)))
-
-    def group_streams(self, group, streams):
-        """Names the runtime streams (aclrtStream handles as integers) the group's kernels run on, for a
-        framework that launches through paths the agent does not intercept. The agent orders its copies
-        after them (docs/design.md, "Stream ordering"). A library without the call: a warning, no effect."""
-        if self._group_streams is None:
-            return self.check("group_streams(%s)" % group, EINVAL)
-        keep, a = self._array(list(streams))
-        return self.check("group_streams(%s)" % group, self._group_streams(group.encode(), a, len(streams)))
-
-    def guard(self, group):
-        """Declares group moved by its framework (the guard): the agent answers its releases, moves none."""
-        if self._guard is None:
-            raise AgentError("swapagent: %s has no guard calls (an older agent library)" % self.path)
-        rc = self._guard(self._name(group))
-        return rc if rc in (OK, EDISABLED) else self.check("guard(%s)" % group, rc)
-
-    def guard_release(self, group, ptr, nbytes, holders=-1):
-        """(RELEASE_ALLOW or RELEASE_KEEP, token) for a release the framework attempts (group None: any live
-        group that saved the storage), with the framework's count of references to the storage outside the
-        group's saved tensors (negative: unknown); the token names an allowed release's storage for
-        guard_restore (0: none). A refused call answers RELEASE_ALLOW, warned once: the job's swap as it is."""
-        tok = ctypes.c_int64(0)
-        rc = self._guard_release(None if group is None else self._name(group), ptr, nbytes, holders,
-                                 ctypes.byref(tok))
-        if rc < 0:
-            self.check("guard_release", rc)
-            return RELEASE_ALLOW, 0
-        return rc, tok.value
-
-    def guard_restore(self, token, new_ptr, nbytes):
-        rc = self._guard_restore(token, new_ptr, nbytes)
-        return rc if rc == OK else self.check("guard_restore", rc)
-
-    def note(self, key, value):
-        """Records key=value in the process's trace metadata; a library without the call, or an inert agent
-        (msrun's scheduler): nothing, and nothing said."""
-        if self._note is None:
-            return OK
-        rc = self._note(key.encode(), value.encode())
-        return rc if rc in (OK, EDISABLED) else self.check("note(%s)" % key, rc)
-
-    def policy(self):
-        """The agent's policy (it reads SWAPAGENT_POLICY at load)."""
-        try:
-            return json.loads(self.stats_json()).get("policy") or POLICY_SAFE
-        except (AgentError, ValueError):
-            return POLICY_SAFE
-
-    def backward_enter(self, group):
-        rc = self._benter_c(self._name(group))
-        return rc if rc == 0 else self.check("backward_enter(%s)" % group, rc)
-
-    def unpack(self, handle):
-        return self._unpack_c(handle)
-
-    def backward_exit(self, group):
-        rc = self._bexit_c(self._name(group))
-        return rc if rc == 0 else self.check("backward_exit(%s)" % group, rc)
-
-    def state(self, handle):
-        return self.lib.swapagent_state(handle)
-
-    def keep_reason(self, handle):
-        return self.lib.swapagent_keep_reason(handle)
-
-    def stats_json(self):
-        cap = 1 << 16
-        while True:
-            buf = ctypes.create_string_buffer(cap)
-            n = self.lib.swapagent_stats_json(buf, cap)
-            if n < 0:
-                raise AgentError("swapagent_stats_json returned %d" % n)
-            if n < cap:
-                return buf.raw[:n].decode()
-            cap = n + 1
-
-
-_agent = None
-_agent_lock = threading.Lock()
-
-
-def load():
-    """The agent: preloaded if it is, else the first of library_candidates(): $SWAPAGENT_LIB,
-    $SWAPAGENT_HOME/lib/libswapagent.so, <repo>/build/lib/libswapagent.so (source tree only), or
-    ../lib/libswapagent.so beside the `swapagent` command on PATH (the release archive's layout).
-
-    Loading it here (not preloaded) is fine for tests and dry runs with include_cpu=True, but only a
-    preloaded agent intercepts the runtime's calls."""
-    global _agent
-    with _agent_lock:
-        if _agent is not None:
-            return _agent
-        lib, path, preloaded = None, None, False
-        try:
-            proc = ctypes.CDLL(None)
-            if hasattr(proc, "swapagent_abi_version"):
-                lib, path, preloaded = proc, "(preloaded)", True
-        except OSError:
-            pass
-        if lib is None:
-            path = _find_library()
-            if not os.path.exists(path):
-                raise AgentError("swapagent: libswapagent.so is not preloaded and %s does not exist "
-                                 "(set SWAPAGENT_LIB or SWAPAGENT_HOME, or run `make build`)" % path)
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError as e:
-                raise AgentError("swapagent: cannot load %s: %s" % (path, e)) from None
-        try:
-            agent = Agent(lib, path, preloaded)
-        except AttributeError as e:
-            raise AgentError("swapagent: %s is not a swapagent library (%s)" % (path, e)) from None
-        v = agent.abi_version()
-        if v != ABI_VERSION:
-            raise AgentError("swapagent: %s speaks ABI %d, this companion ABI %d" % (path, v, ABI_VERSION))
-        _agent = agent
-        return agent
-
-
-def stats():
-    """The agent's stats JSON as a dict (see architecture.md, "Stats JSON")."""
-    return json.loads(load().stats_json())
 
 
 # ---- storage pointers over nested arguments -------------------------------------------------------
@@ -931,7 +432,7 @@ def note_hot_path(agent):
     """Decides the hot path (hot_module) and notes it in agent's trace (companion_path)."""
     hot_module()
     agent.note("companion_path", _hot_path_ran[:1024])
-    agent.note("control_calls", "deferred" if agent.deferred else "plain")
+    agent.note("control_calls", "queued" if getattr(agent, "queued", False) else "plain")
 
 
 def is_packed(x):
@@ -1112,8 +613,8 @@ class Layer:
         # handle, storage ptr, nbytes, flags of every save the agent took in the latest forward (one per
         # storage it saved), flat: plain ints, for inspection (keep reasons, states) and tests (saved).
         self._saved = []
-        # The open region's saved storages, by slot (Packed.slot), collected by pack and reported in one
-        # swapagent_save_n at the region's exit (flush): pointer, size, flags, storage (held until then).
+        # The open region's saved storages, by slot (Packed.slot), collected by pack and reported in one call
+        # at the region's exit (flush): pointer, size, flags, storage (held until then).
         self._bptr, self._bsize, self._bflag, self._bstore = [], [], [], []
         self._saved_t = []  # the tensor of each slot, until region exit describes them
         self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
@@ -1214,13 +715,8 @@ class Layer:
         ptrs.extend(self._bptr)
         descs.extend(self._saved_descs(self._saved_t))
         self._saved_t.clear()
-        end = getattr(self.agent, "region_end", None)
-        if end is not None:  # the saves, descriptions and exit in one call
-            self.flush(lambda g, sp, sn, sf: end(g, out_ptrs, sp, sn, sf, ptrs, descs))
-        else:
-            self.flush()
-            self.agent.describe(self.group, ptrs, descs)
-            self.agent.region_exit(self.group, out_ptrs)
+        # The saves, the descriptions and the exit in one call.
+        self.flush(lambda g, sp, sn, sf: self.agent.region_exit(g, out_ptrs, sp, sn, sf, ptrs, descs))
         self._params = frozenset()
         self._clear_region()
         p = self.latest
@@ -1266,9 +762,8 @@ class Layer:
             b.clear()
 
     def flush(self, report=None):
-        """Reports the saves the open region collected since the last report (one swapagent_save_n; one
-        swapagent_save each when the library lacks it): a storage whose saved tensors were all freed
-        already is left out. The registry takes each saved storage under its handle. report(group, ptrs,
+        """Reports the saves the open region collected since the last report, in one call: a storage whose
+        saved tensors were all freed already is left out. The registry takes each saved storage under its handle. report(group, ptrs,
         nbytes, flags), when given, makes the report instead (and is called even with nothing to report):
         the region's exit (forward_post) ends the region in the same call."""
         p = self.latest

@@ -8,7 +8,7 @@ guard waits for the job to import hyper-parallel's swap (any module path in WATC
 - reports every wrapped layer to the agent as a group named as hyper-parallel names it (swap_group_<n>):
   its region, positional and keyword inputs with their argument paths, its outputs, its parameters and each
   storage hyper-parallel saves (a SwapTensor), and its backward, through core.Layer as the companions do;
-  the group is declared guarded (swapagent_guard): the agent moves none of its storages itself;
+  the group is declared guarded (SWAPAGENT_CALL_GUARD): the agent moves none of its storages itself;
 - asks the agent before each storage release the framework attempts (UntypedStorage.resize_(0), torch's
   and MindSpore's) of a storage a guarded layer saved, and obeys: a storage the tracker holds external
   (input, output, parameter, shared with another live group) keeps its memory, every other release goes
@@ -67,7 +67,7 @@ class Guard:
         # per group that saved it) are skipped.
         self.kept = {}
         # storage key -> (GuardLayer, storage object, the agent's token): released with the agent's consent;
-        # its resize back is reported (swapagent_guard_restore).
+        # its resize back is reported (SWAPAGENT_CALL_GUARD_RESTORE).
         self.released = {}
         self.lock = threading.RLock()
 
@@ -287,7 +287,7 @@ class GuardLayer:
 
     def holders(self, storage, ptr):
         """The references to storage outside this layer's saved tensors, as its framework counts them, or
-        HOLDERS_UNKNOWN: the evidence swapagent_guard_release_held takes (tracker.Releasable decides)."""
+        HOLDERS_UNKNOWN: the evidence SWAPAGENT_CALL_GUARD_RELEASE takes (tracker.Releasable decides)."""
         sts = [st for st in (r() for r in self.swaps.get(ptr, ())) if st is not None]
         n = self.fw.saved_holders(storage, sts) if sts else None
         return HOLDERS_UNKNOWN if n is None else n
@@ -311,7 +311,7 @@ def _companion_saves(layer, ptrs):
 
 # ---- the holders' evidence ---------------------------------------------------------------------------
 
-# swapagent_guard_release_held's "the framework cannot tell" (any negative count).
+# SWAPAGENT_CALL_GUARD_RELEASE's "the framework cannot tell" (any negative count).
 HOLDERS_UNKNOWN = -1
 
 

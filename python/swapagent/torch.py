@@ -184,7 +184,7 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     removers, wrapped = [], []
     always = "always_call" in inspect.signature(_torch.nn.Module.register_forward_hook).parameters
     # Under outputs-only the agent swaps layer inputs anyway: no count needed.
-    count = agent.policy() != core.POLICY_OUTPUTS_ONLY and agent.has_holders()
+    count = agent.policy() != core.POLICY_OUTPUTS_ONLY
     try:
         for i, module in core.select(layers, swap):
             if not isinstance(module, _torch.nn.Module):

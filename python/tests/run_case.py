@@ -118,12 +118,12 @@ def main():
     handle, sa, rec = None, None, None
     if opt.mode == "swap":
         sa = fw.companion()
-        if os.environ.get("SWAPAGENT_TEST_PLAIN_CALLS") == "1":  # the test's switch: no deferred calls
-            sa.core.load().set_deferred(False)
+        if os.environ.get("SWAPAGENT_TEST_PLAIN_CALLS") == "1":  # the test's switch: no queued calls
+            sa.core.load().set_queued(False)
         handle = sa.layer_swap(layers, swap=models.SWAP, prefetch=1, include_cpu=True)
         res["groups_wrapped"] = handle.groups
         agent = sa.core.load()
-        res["agent"] = {"preloaded": agent.preloaded, "path": agent.path, "deferred": agent.deferred}
+        res["agent"] = {"preloaded": agent.preloaded, "path": agent.path, "queued": agent.queued}
         rec = Recorder(agent)
         res["backward_module_hooks"] = fw.backward_hooks(layers)
     elif opt.mode in ("fullhooks", "tensorhooks"):

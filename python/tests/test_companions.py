@@ -43,7 +43,7 @@ def run(framework, mode, policy, out, steps=STEPS, preload=True, model="decoder"
     if preload:
         env["LD_PRELOAD"] = LIB
         env["SWAPAGENT_POLICY"] = policy
-        # "-plain": by the plain control calls instead of the deferred ones; "safe-still": safe with every
+        # "-plain": by plain control calls instead of queued ones; "safe-still": safe with every
         # storage below SWAPAGENT_MIN_BYTES, so that nothing moves.
         if policy.endswith("-plain"):
             policy = env["SWAPAGENT_POLICY"] = policy[:-len("-plain")]
@@ -276,12 +276,12 @@ def test_dry_run_without_preload(case, tmp_path, fw):
     """Not preloaded: the companion loads build/lib/libswapagent.so itself (tests, dry runs)."""
     base = ok(*case(fw, "noswap")[:2])
     res = ok(*run(fw, "swap", "safe", str(tmp_path), steps=1, preload=False))
-    assert res["agent"] == {"preloaded": False, "path": LIB, "deferred": True}
+    assert res["agent"] == {"preloaded": False, "path": LIB, "queued": True}
     assert res["steps"][0]["loss_hex"] == base["steps"][0]["loss_hex"]
     assert res["steps"][0]["grad_digest"] == base["steps"][0]["grad_digest"]
     assert res["stats"]["offloaded_bytes"] > 0 and res["stats"]["released_external"] == 0
     p, res2, _ = case(fw, "swap", "safe")
-    assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)", "deferred": True}
+    assert ok(p, res2)["agent"] == {"preloaded": True, "path": "(preloaded)", "queued": True}
 
 
 # ---- backward enter/exit without module backward hooks (models.py's fan-out model) ---------------
@@ -533,8 +533,9 @@ class FakeAgent:
     def describe(self, _group, _ptrs, _descs):
         return 0
 
-    def region_exit(self, group, _ptrs):
+    def region_exit(self, group, _out_ptrs, ptrs=(), nbytes=(), flags=(), _desc_ptrs=(), _descs=()):
         self.calls.append(("region_exit", group))
+        return self.save_n(group, ptrs, nbytes, flags)
 
     def save_n(self, _group, ptrs, _nbytes, _flags):
         first = self._h + 1
@@ -620,7 +621,7 @@ def test_torch_boundaries_in_process():
 
 
 def test_group_streams_reaches_the_agent(monkeypatch, tmp_path):
-    """swapagent_group_streams through the companions' core: accepted for a group, EINVAL without one."""
+    """SWAPAGENT_CALL_GROUP_STREAMS through the companions' core: accepted for a group, EINVAL without one."""
     monkeypatch.setenv("SWAPAGENT_OUT", str(tmp_path))
     from swapagent import core
     agent = core.load()
@@ -629,28 +630,31 @@ def test_group_streams_reaches_the_agent(monkeypatch, tmp_path):
         assert agent.group_streams("", [0x1000]) == core.EINVAL
 
 
-def test_region_end_one_call_or_three(monkeypatch, tmp_path, request):
-    """Agent.region_end: one swapagent_region_end, or save_n, describe and region_exit with a library that
-    lacks it. Either way every save gets a handle and the region is exited (ending it again is the exit's
-    EORDER, warned of)."""
+def test_region_exit_in_one_call(monkeypatch, tmp_path, request):
+    """Agent.region_exit: the region's saves, descriptions and exit in one call, or (no outputs) its saves
+    alone. Every save gets a handle and the region is exited (exiting it again is the exit's EORDER, warned
+    of)."""
     import ctypes
     monkeypatch.setenv("SWAPAGENT_OUT", str(tmp_path))
     from swapagent import core
     agent = core.load()
-    request.addfinalizer(lambda prev=agent.deferred: agent.set_deferred(prev))
-    agent.set_deferred(False)  # the plain calls, whose codes come back at once
+    request.addfinalizer(lambda prev=agent.queued: agent.set_queued(prev))
+    agent.set_queued(False)  # every call at once, its code at once
     bufs = [ctypes.create_string_buffer(4096) for _ in range(3)]
     ptrs = [ctypes.addressof(b) for b in bufs]
     descs = ["output\tfloat32\t1024", b"\tfloat32\t1024", b"\tfloat32\t1024"]
     for group in ("layer.0", "layer.1"):
-        if group == "layer.1":
-            monkeypatch.setattr(agent, "_end", None)  # an older library
         assert agent.region_enter(group, ptrs[:1], 1, ["args[0]\tfloat32\t1024"]) == 0
-        hs = agent.region_end(group, ptrs[:1], ptrs[1:], [4096, 4096], [0, core.SAVE_PARAM], ptrs, descs)
+        if group == "layer.0":
+            hs = agent.region_exit(group, ptrs[:1], ptrs[1:], [4096, 4096], [0, core.SAVE_PARAM], ptrs, descs)
+        else:
+            hs = agent.save_n(group, ptrs[1:], [4096, 4096], [0, core.SAVE_PARAM])
+            assert agent.describe(group, ptrs, descs) == 0
+            assert agent.region_exit(group, ptrs[:1]) == []  # no saves left: none reported
         assert len(hs) == 2 and min(hs) > 0, hs
         assert [agent.keep_reason(h) for h in hs][1] != agent.keep_reason(hs[0]), "the parameter flag was lost"
         with pytest.warns(RuntimeWarning, match="EORDER"):
-            assert agent.region_end(group, [], [], [], [], [], []) == []
+            assert agent.region_exit(group, []) == []
         assert agent.backward_enter(group) == 0
         assert all(agent.unpack(h) for h in hs)
         assert agent.backward_exit(group) == 0
@@ -675,10 +679,10 @@ def decisions(groups):
 
 @pytest.mark.parametrize("policy,model", [("off", "decoder"), ("off", FAN), ("safe-still", "decoder")])
 @pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_deferred_calls_match_plain(case, fw, policy, model):
-    """Where nothing moves (off; safe with every storage below SWAPAGENT_MIN_BYTES) the companion reaches the
-    agent by the deferred calls (answered in C, run by the agent later in their place): the agent must make
-    of them what it makes of the plain calls. Every save's keep reason and state, the stats, the what-if of
+def test_queued_calls_match_plain(case, fw, policy, model):
+    """Where nothing moves (off; safe with every storage below SWAPAGENT_MIN_BYTES) the companion's calls are
+    queued (answered in C, run by the agent later in their place): the agent must make of them what it makes
+    of plain calls. Every save's keep reason and state, the stats, the what-if of
     the trace under safe, and the numerics (bit-identical to no companion) are the same as by the plain
     calls."""
     base_p, base, base_out = case(fw, "noswap", model=model)
@@ -689,7 +693,7 @@ def test_deferred_calls_match_plain(case, fw, policy, model):
         runs[policy] = (ok(p, res), out)
         assert_same_numerics(fw, base, base_out, runs[policy][0], out)
     (dres, dout), (pres, pout) = runs.values()
-    assert dres["agent"]["deferred"] is True and pres["agent"]["deferred"] is False
+    assert dres["agent"]["queued"] is True and pres["agent"]["queued"] is False
     assert decisions(dres["groups"]) == decisions(pres["groups"])
     ignore = ("runtime", "peak_device_bytes")  # the process's own runtime calls and memory differ slightly
     assert {k: v for k, v in dres["stats"].items() if k not in ignore} == \

@@ -170,13 +170,11 @@ if mode == "timed":  # the bench's timed build (-DSWAPAGENT_HOT_TIMED) as the ho
 if mode != "none":
     h = st.layer_swap(layers, swap=range(3), prefetch=None, include_cpu=True)
     if mode == "python-region":
-        agent = core.load()  # as an agent without the C calls: Hot.pre and Hot.post hand over
-        agent._c_regions.clear()
-        agent.set_deferred(agent.deferred)
+        agent = core.load()  # its region call replaced on the object (a recorder): Hot.pre and Hot.post hand over
+        agent.region_enter = agent.region_enter
     if mode == "python-backward":
-        agent = core.load()  # as an agent without them: the C bookkeeping calls its methods
-        agent._c_backwards.clear()
-        agent.set_deferred(agent.deferred)
+        agent = core.load()  # its backward calls replaced on the object: the C bookkeeping calls them
+        agent.backward_enter, agent.backward_exit = agent.backward_enter, agent.backward_exit
     if mode == "enter-raises":  # each output gradient's enter fails: logged, the backward goes on
         def boom(group):
             raise RuntimeError("backward_enter(%s) refused by the test" % group)
@@ -206,8 +204,8 @@ def test_compiled_region_hooks_take_the_common_case(tmp_path):
     """On torch, the compiled region hooks (Hot.pre, Hot.post) do a plain region's forward pre-hook and
     forward hook without Layer's Python methods; with no C calls to make they hand every region to those
     methods. Both give no companion's losses and gradients bit for bit, and the agent the same saves. The
-    backward bookkeeping runs in C too (no Layer method), with the agent's backward calls by address, or
-    through its methods where it gives no addresses: the trace holds every group's enter and exit either way."""
+    backward bookkeeping runs in C too (no Layer method), with the agent's backward calls through swapagent_call,
+    or through its methods where they were replaced: the trace holds every group's enter and exit either way."""
     tc.need(HOT)
     tc.need(HOT_TIMED)
     got = {}

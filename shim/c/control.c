@@ -19,28 +19,10 @@
 
 /* Implemented in Go (shim/exports.go). */
 extern int sa_go_set_storage_ops(uintptr_t release, uintptr_t restore, uintptr_t ctx);
-extern int sa_go_region_enter(char *group, uintptr_t *ptrs, size_t n, size_t npos);
-extern int sa_go_region_enter_desc(char *group, uintptr_t *ptrs, char **descs, size_t n, size_t npos);
-extern int sa_go_describe(char *group, uintptr_t *ptrs, char **descs, size_t n);
-extern int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags);
-extern int sa_go_save_n(char *group, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags, size_t n, int64_t *handles);
-extern int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n);
-extern int sa_go_region_end(char *group, uintptr_t *out, size_t n_out, uintptr_t *ptrs, size_t *nbytes,
-                            uint32_t *flags, size_t n_save, int64_t *handles, uintptr_t *desc_ptrs, char **descs,
-                            size_t n_desc);
-extern int sa_go_protect(char *group, uintptr_t *ptrs, size_t n);
-extern int sa_go_holders(char *group, uintptr_t *ptrs, int64_t *counts, size_t n);
-extern int sa_go_group_streams(char *group, uintptr_t *streams, size_t n);
-extern int sa_go_backward_enter(char *group);
 extern uintptr_t sa_go_unpack(int64_t handle);
-extern int sa_go_backward_exit(char *group);
-extern int sa_go_guard(char *group);
-extern int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token);
-extern int sa_go_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes);
-extern int sa_go_note(char *key, char *value);
 extern int sa_go_state(int64_t handle);
 extern int sa_go_keep_reason(int64_t handle);
-extern int sa_go_stats_json(char *buf, size_t cap);
+extern char *sa_go_stats_json(size_t *len);
 extern void sa_go_shutdown(void);
 
 _Atomic int sa_go_ready;
@@ -120,67 +102,38 @@ SA_EXPORT int swapagent_set_storage_ops(swapagent_release_fn release, swapagent_
   return SA_GO(sa_go_set_storage_ops((uintptr_t)release, (uintptr_t)restore, (uintptr_t)ctx));
 }
 
+/* The v1 calls that take a group or pointers are records' fixed forms: one path reads their arguments and
+ * runs them (calls.c). */
+#define SA_RECORD(...) (&(struct swapagent_call){.size = sizeof(struct swapagent_call), __VA_ARGS__})
+
 SA_EXPORT int swapagent_region_enter(const char *group, const uintptr_t *input_ptrs, size_t n) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n));
+  return (int)sa_call_run(
+      SA_RECORD(.kind = SWAPAGENT_CALL_REGION_ENTER, .group = group, .ptrs = input_ptrs, .n = n, .n_positional = n), 0);
 }
 
-SA_EXPORT int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, size_t n,
-                                        size_t n_positional) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_region_enter((char *)group, (uintptr_t *)input_ptrs, n, n_positional));
-}
-
-SA_EXPORT int swapagent_region_enter_desc(const char *group, const uintptr_t *input_ptrs,
-                                          const char *const *descs, size_t n, size_t n_positional) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_region_enter_desc((char *)group, (uintptr_t *)input_ptrs, (char **)descs, n, n_positional));
-}
-
-SA_EXPORT int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *const *descs, size_t n) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_describe((char *)group, (uintptr_t *)ptrs, (char **)descs, n));
-}
-
+/* The save itself is this function's own memory; its group is the caller's. */
 SA_EXPORT int64_t swapagent_save(const char *group, uintptr_t storage_ptr, size_t nbytes, uint32_t flags) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_save((char *)group, storage_ptr, nbytes, flags));
-}
-
-SA_EXPORT int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
-                               size_t n, int64_t *handles) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_save_n((char *)group, (uintptr_t *)ptrs, (size_t *)nbytes, (uint32_t *)flags, n, handles));
+  int64_t handle = 0;
+  int64_t rc = sa_call_run(SA_RECORD(.kind = SWAPAGENT_CALL_SAVE, .group = group, .save_ptrs = &storage_ptr,
+                                     .save_nbytes = &nbytes, .save_flags = &flags, .n_save = 1, .handles = &handle),
+                           0);
+  return handle != 0 ? handle : rc; /* refused whole: no handle written */
 }
 
 SA_EXPORT int swapagent_region_exit(const char *group, const uintptr_t *output_ptrs, size_t n) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_region_exit((char *)group, (uintptr_t *)output_ptrs, n));
-}
-
-SA_EXPORT int swapagent_region_end(const char *group, const uintptr_t *output_ptrs, size_t n_out,
-                                   const uintptr_t *save_ptrs, const size_t *save_nbytes, const uint32_t *save_flags,
-                                   size_t n_save, int64_t *handles, const uintptr_t *desc_ptrs,
-                                   const char *const *descs, size_t n_desc) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_region_end((char *)group, (uintptr_t *)output_ptrs, n_out, (uintptr_t *)save_ptrs,
-                                (size_t *)save_nbytes, (uint32_t *)save_flags, n_save, handles,
-                                (uintptr_t *)desc_ptrs, (char **)descs, n_desc));
+  return (int)sa_call_run(SA_RECORD(.kind = SWAPAGENT_CALL_REGION_EXIT, .group = group, .ptrs = output_ptrs, .n = n), 0);
 }
 
 SA_EXPORT int swapagent_protect(const char *group, const uintptr_t *ptrs, size_t n) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_protect((char *)group, (uintptr_t *)ptrs, n));
-}
-
-SA_EXPORT int swapagent_group_streams(const char *group, const uintptr_t *streams, size_t n) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_group_streams((char *)group, (uintptr_t *)streams, n));
+  return (int)sa_call_run(SA_RECORD(.kind = SWAPAGENT_CALL_PROTECT, .group = group, .ptrs = ptrs, .n = n), 0);
 }
 
 SA_EXPORT int swapagent_backward_enter(const char *group) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_backward_enter((char *)group));
+  return (int)sa_call_run(SA_RECORD(.kind = SWAPAGENT_CALL_BACKWARD_ENTER, .group = group), 0);
+}
+
+SA_EXPORT int swapagent_backward_exit(const char *group) {
+  return (int)sa_call_run(SA_RECORD(.kind = SWAPAGENT_CALL_BACKWARD_EXIT, .group = group), 0);
 }
 
 /* A storage the agent said stays on device (resident.c): nothing to bring back, no call into Go, no wait. */
@@ -197,42 +150,6 @@ SA_EXPORT uintptr_t swapagent_unpack(int64_t handle) {
   return SA_GO(sa_go_unpack(handle));
 }
 
-SA_EXPORT int swapagent_backward_exit(const char *group) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_backward_exit((char *)group));
-}
-
-SA_EXPORT int swapagent_holders(const char *group, const uintptr_t *ptrs, const int64_t *others, size_t n) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_holders((char *)group, (uintptr_t *)ptrs, (int64_t *)others, n));
-}
-
-SA_EXPORT int swapagent_guard(const char *group) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_guard((char *)group));
-}
-
-SA_EXPORT int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_guard_release((char *)group, ptr, nbytes, -1, token));
-}
-
-SA_EXPORT int swapagent_guard_release_held(const char *group, uintptr_t ptr, size_t nbytes, int64_t others,
-                                           int64_t *token) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_guard_release((char *)group, ptr, nbytes, others < 0 ? -1 : others, token));
-}
-
-SA_EXPORT int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_guard_restore(token, new_ptr, nbytes));
-}
-
-SA_EXPORT int swapagent_note(const char *key, const char *value) {
-  if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_note((char *)key, (char *)value));
-}
-
 SA_EXPORT int swapagent_state(int64_t handle) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   return SA_GO(sa_go_state(handle));
@@ -243,9 +160,17 @@ SA_EXPORT int swapagent_keep_reason(int64_t handle) {
   return SA_GO(sa_go_keep_reason(handle));
 }
 
+/* The JSON and its NUL go to buf when they fit in cap; the JSON's length comes back either way. */
 SA_EXPORT int swapagent_stats_json(char *buf, size_t cap) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  return SA_GO(sa_go_stats_json(buf, cap));
+  if (buf == NULL && cap > 0) return sa_call_refused("stats_json", "NULL buf with cap > 0");
+  size_t len = 0;
+  char *js = SA_GO(sa_go_stats_json(&len));
+  if (js == NULL) return SWAPAGENT_EDISABLED;
+  int rc = (int)len;
+  if (buf != NULL && len < cap && !sa_mem_write(buf, js, len + 1)) rc = sa_call_refused("stats_json", "buf is not writable memory");
+  free(js);
+  return rc;
 }
 
 /* ---- Helpers Go calls. ---- */

@@ -107,9 +107,17 @@ SA_HIDDEN uintptr_t sa_resident_get(int64_t handle);
 /* Puts handles first..first+n-1 in the table with their bases (0: left out), under one lock. */
 SA_HIDDEN void sa_resident_set_n(int64_t first, const uint64_t *bases, size_t n);
 
-/* Deferred control calls (defer.c): recorded in the ring as SA_FN_DEFER (trace.FnDefer, generated), args[0] the
- * sa_deferred copy of their arguments. */
-#define SA_FN_DEFER 0xFFFE
+/* Queued control calls (calls.c): recorded in the ring as SA_FN_QUEUED (trace.FnQueued, generated), args[0]
+ * the sa_call copy of their arguments. */
+#define SA_FN_QUEUED 0xFFFE
+/* Runs a control call described by a record the library itself built (control.c's v1 forms; its pointers are
+ * the caller's, read by opts' rule). */
+struct swapagent_call;
+SA_HIDDEN int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts);
+/* A refusal found outside a record's path (the v1 stats call): the agent logs and counts it; its code. */
+SA_HIDDEN int sa_call_refused(const char *call, const char *detail);
+/* Copies n bytes to the caller's dst, through the kernel: 1 when dst was writable memory (calls.c). */
+SA_HIDDEN int sa_mem_write(void *dst, const void *src, size_t n);
 
 /* The tensors a launch reads and writes (tensors.c): its executor's, else those its thread created since
  * its previous launch. At most SA_TENSORS per launch are checked. */

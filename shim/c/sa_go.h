@@ -59,28 +59,33 @@ void sa_set_dead(const uint64_t *ranges, int n);
 /* Resident handles (resident.c): base != 0 puts the handle in the table of those swapagent_unpack answers
  * in C, base 0 takes it out. */
 void sa_resident_set(int64_t handle, uintptr_t base);
-/* A deferred control call (defer.c), as the C side copied it at the call, for the drain to run in its place
- * (the ring event SA_FN_DEFER, args[0] its address; sa_deferred_free gives it back). */
-enum { SA_DEFER_ENTER = 1, SA_DEFER_END, SA_DEFER_BACKWARD_ENTER, SA_DEFER_BACKWARD_EXIT };
-typedef struct sa_deferred {
-  uint32_t call;      /* SA_DEFER_* */
-  uint32_t has_text;  /* the caller gave descriptions (descs_text not NULL) */
+/* A control call as calls.c copied it, for the agent to run now (sa_go_run) or, queued, from the ring (the
+ * event SA_FN_QUEUED, args[0] its address; sa_call_free gives it back). */
+typedef struct sa_call {
+  uint32_t kind;      /* SWAPAGENT_CALL_* */
+  uint32_t has_group; /* a group was given (GUARD_RELEASE may give none) */
+  uint32_t has_text;  /* the caller gave text (descriptions; NOTE's value) */
+  uint32_t pad;
   uint64_t group_len; /* bytes of the group name (without NUL; MaxGroup+1 when it ran on) */
-  uint64_t n_ptrs;    /* inputs (enter) or outputs (end) */
-  uint64_t n_pos;     /* enter: how many inputs are positional */
-  uint64_t n_save;    /* end: saves */
-  uint64_t n_desc;    /* end: described pointers */
-  uint64_t text_len;  /* bytes of descs_text, as given */
-  int64_t first;      /* end: the handle of the first save (the others follow it) */
-  /* ptrs[n_ptrs], save_ptrs[n_save], save_nbytes[n_save], desc_ptrs[n_desc] as uint64_t, then
-   * save_flags[n_save] as uint32_t, then the text, then the group name. */
+  uint64_t n;         /* ptrs */
+  uint64_t n_counts;  /* counts (HOLDERS: n) */
+  uint64_t n_pos;     /* REGION_ENTER: how many inputs are positional */
+  uint64_t n_save;    /* saves, and their handles */
+  uint64_t n_desc;    /* described pointers */
+  uint64_t text_len;  /* bytes of the text */
+  uint64_t ptr, nbytes;
+  int64_t others, handle;
+  int64_t first; /* queued: the handle of the first save (the others follow it) */
+  int64_t token; /* GUARD_RELEASE's token, written by the agent */
+  /* ptrs[n], counts[n_counts], save_ptrs[n_save], save_nbytes[n_save], desc_ptrs[n_desc] and handles[n_save]
+   * (written by the agent, or by the queue) as 64-bit words, then save_flags[n_save] as uint32_t, then the
+   * text, then the group name and its NUL, each part from an 8-byte boundary. */
   uint64_t data[];
-} sa_deferred;
-void sa_deferred_free(uintptr_t d);
-/* Ends the deferred calls under policy safe, for good, before the agent first moves a storage; returns once
- * every call that saw them open has its event in the ring. */
-void sa_defer_close(void);
-
+} sa_call;
+void sa_call_free(uintptr_t d);
+/* Ends queueing under policy safe, for good, before the agent first moves a storage; returns once every call
+ * that saw it open has its event in the ring. */
+void sa_queue_close(void);
 /* The runtime's error message captured at the last failed sync ("" when none). */
 const char *sa_err_msg(void);
 

@@ -79,136 +79,121 @@ int swapagent_state(int64_t handle);
 int swapagent_keep_reason(int64_t handle);
 int swapagent_stats_json(char *buf, size_t cap);
 
-/* Extensions to v1 (additive). */
-/* Like region_enter, and tells which inputs were keyword arguments: the first n_positional pointers
- * came from positional arguments, the rest from keyword arguments. Fault reports name the kind. */
-int swapagent_region_enter_kw(const char *group, const uintptr_t *input_ptrs, size_t n, size_t n_positional);
-/* Names the runtime streams (aclrtStream handles; 0 is the default stream) the group's kernels run on,
- * in addition to those the agent sees launched inside its region. The agent orders its copies after the
- * work queued on a group's streams at region exit and makes every stream it knows wait for a copy back
- * before the work queued after the restore; a framework that launches through paths the agent does not
- * intercept states its streams here. Replaces the group's previous list; n 0 clears it. */
-int swapagent_group_streams(const char *group, const uintptr_t *streams, size_t n);
-/* Tensor descriptions, for fault reports and traces (the agent decides nothing from them). A description is
- * one line "PATH\tDTYPE\tSHAPE": PATH the tensor's place in the call's arguments ("args[0]",
- * "rotary_cos_sin[0]", "batch['mask']"; empty for a tensor that is no argument, such as an activation saved
- * for backward), DTYPE the framework's element type ("float32"), SHAPE the dimensions comma-separated
- * ("32,1,1,16"; empty for a scalar). At most 256 bytes of PATH, 16 dimensions. A NULL entry: nothing known
- * of that tensor; a malformed one refuses the call (SWAPAGENT_EINVAL). */
-/* Like region_enter_kw, with descs[i] describing input i (descs NULL: like region_enter_kw). An input
- * whose storage is gone (address 0) is named in the fault report by its description. */
-int swapagent_region_enter_desc(const char *group, const uintptr_t *input_ptrs, const char *const *descs,
-                                size_t n, size_t n_positional);
-/* Describes tensors of the group's open region by storage pointer (its outputs, what it saved; zero
- * pointers are skipped): call it before region_exit. A saved storage described without a PATH keeps the
- * name it had as an input. */
-int swapagent_describe(const char *group, const uintptr_t *ptrs, const char *const *descs, size_t n);
-/* Saves n storages of the group's open region in one call, in order: handles[i] gets what
- * swapagent_save(group, ptrs[i], nbytes[i], flags[i]) would return (flags NULL: all 0), a handle or a
- * negative code. Returns SWAPAGENT_OK when every entry was saved, else the first refused entry's code. A
- * bad group or array (NULL with n > 0, not readable, handles not writable, n above 262144) refuses the
- * whole call (SWAPAGENT_EINVAL) and saves nothing. One drain, lock and pointer proof for all of them
- * instead of one per storage: a companion can collect a region's saves and report them before
- * region_exit (and before an unpack of one of them). */
-int swapagent_save_n(const char *group, const uintptr_t *ptrs, const size_t *nbytes, const uint32_t *flags,
-                     size_t n, int64_t *handles);
-/* Ends the group's open region in one call: what swapagent_save_n(group, save_ptrs, save_nbytes,
- * save_flags, n_save, handles), then swapagent_describe(group, desc_ptrs, descs, n_desc), then
- * swapagent_region_exit(group, output_ptrs, n_out) would do, in that order (n_save or n_desc 0: that part
- * is left out). handles[i] gets each save's handle or code as from save_n; the call returns what
- * region_exit returns (a description fails only where the exit does). A bad group, array or description
- * refuses the whole call (SWAPAGENT_EINVAL), by the rules of those three calls, and does nothing: the
- * handles are left as they were and the region stays open. One crossing into the agent and one read of
- * the arguments instead of three: a companion reports what its region saved and its outputs at the
- * region's exit. */
-int swapagent_region_end(const char *group, const uintptr_t *output_ptrs, size_t n_out, const uintptr_t *save_ptrs,
-                         const size_t *save_nbytes, const uint32_t *save_flags, size_t n_save, int64_t *handles,
-                         const uintptr_t *desc_ptrs, const char *const *descs, size_t n_desc);
+/* ---- Every call as one record (additive; the companions' interface, ABI 1). ----
+ * swapagent_call runs the control call its record describes. It is the one way to the calls beyond the v1
+ * functions above, which are its fixed-signature forms (swapagent_region_enter(g, p, n) is the record
+ * {SWAPAGENT_CALL_REGION_ENTER, g, p, n, n_positional = n}, and so on). A kind reads the fields its comment
+ * names and ignores the rest. The library copies the record and what it points to once, when the call is
+ * made: through the kernel, so that memory the process cannot read refuses the call (SWAPAGENT_EINVAL)
+ * instead of faulting it, or, with SWAPAGENT_OPT_OWN_MEMORY, with plain loads (the caller vouches for its
+ * memory: a native caller passing its own buffers; a bad pointer then faults the process here). Outputs
+ * (handles, token) are written once the agent answered; they must be writable before it is asked. Returns
+ * the kind's result: a code, or what its comment says. Group names, pointer arrays and descriptions are
+ * bounded by SWAPAGENT_MAX_*. */
+struct swapagent_call {
+  uint32_t size;              /* sizeof(struct swapagent_call) as the caller knows it: the record only grows */
+  uint32_t kind;              /* SWAPAGENT_CALL_* */
+  const char *group;          /* the group (GUARD_RELEASE: NULL for whichever live group saved it; NOTE: the key) */
+  const uintptr_t *ptrs;      /* REGION_ENTER inputs, REGION_EXIT outputs, PROTECT and HOLDERS storages, streams */
+  size_t n;                   /* entries of ptrs */
+  size_t n_positional;        /* REGION_ENTER: the first n_positional inputs are positional arguments, the rest keyword */
+  const int64_t *counts;      /* HOLDERS: per ptrs[i], the references to it outside the group's saved tensors;
+                               * GUARD_RELEASE: counts[0], that count for the storage released (NULL: unknown) */
+  const uintptr_t *save_ptrs; /* SAVE, REGION_EXIT: the storages saved, in order */
+  const size_t *save_nbytes;
+  const uint32_t *save_flags; /* SWAPAGENT_SAVE_* of each save; NULL: all 0 */
+  size_t n_save;
+  int64_t *handles;           /* out, n_save entries: each save's handle, or the code that refused it */
+  const uintptr_t *desc_ptrs; /* DESCRIBE, REGION_EXIT: the storages the text describes */
+  size_t n_desc;
+  const char *text;           /* descriptions, one line per described pointer (REGION_ENTER: per input), each
+                               * ended by a NUL, text_len bytes in all; NULL: none given. NOTE: the value */
+  size_t text_len;
+  uintptr_t ptr;              /* GUARD_RELEASE: the storage's base; GUARD_RESTORE: its new base */
+  size_t nbytes;              /* GUARD_RELEASE, GUARD_RESTORE: its size */
+  int64_t handle;             /* GUARD_RESTORE: the token of the release */
+  int64_t *token;             /* GUARD_RELEASE, out (NULL: not wanted): the handle the release is recorded under */
+};
 
-/* The guard: swap code the agent does not drive (hyper-parallel's own SwapManager, run unmodified) asks
- * the agent before each storage release it attempts, and obeys. A guarded group is reported like any other
- * (region_enter with its inputs, its saves, region_exit with its outputs), but the framework moves its
- * storages itself: the agent classifies them and never copies, releases or restores one of them.
- * Call swapagent_guard before the group's first region_exit (again: no effect). */
-int swapagent_guard(const char *group);
-/* Results of swapagent_guard_release. */
+/* How swapagent_call takes a call (its opts, or'ed). */
+#define SWAPAGENT_OPT_QUEUE 1u      /* answered now, run later in its place where the agent allows (below) */
+#define SWAPAGENT_OPT_OWN_MEMORY 2u /* the record and what it points to are the caller's own: plain loads */
+
+/* The kinds, never renumbered. A tensor description is one line "PATH\tDTYPE\tSHAPE": PATH the tensor's place
+ * in the call's arguments ("args[0]", "rotary_cos_sin[0]", "batch['mask']"; empty for a tensor that is no
+ * argument, such as an activation saved for backward), DTYPE the framework's element type ("float32"),
+ * SHAPE the dimensions comma-separated ("32,1,1,16"; empty for a scalar); an empty line: nothing known. At
+ * most 256 bytes of PATH, 16 dimensions; a malformed line refuses the call. Fault reports name a tensor by
+ * it, traces keep it; the agent decides nothing from it. */
+#define SWAPAGENT_CALL_REGION_ENTER 1   /* group, ptrs, n, n_positional, text: swapagent_region_enter */
+/* REGION_EXIT is swapagent_region_exit after the SAVE of save_* and the DESCRIBE of desc_ptrs (each left out
+ * when empty): a region's end in one call. A bad group, array or description refuses it whole (nothing done);
+ * it returns the exit's code, each save's result in handles. */
+#define SWAPAGENT_CALL_REGION_EXIT 2    /* group, ptrs, n, save_*, handles, desc_ptrs, n_desc, text */
+/* SAVE is swapagent_save of each entry, in order: SWAPAGENT_OK when all were saved, else the first refused
+ * one's code. */
+#define SWAPAGENT_CALL_SAVE 3           /* group, save_ptrs, save_nbytes, save_flags, n_save, handles */
+/* DESCRIBE describes storages of the group's open region (its outputs, what it saved; 0 pointers skipped)
+ * before its exit; a saved storage described without a PATH keeps the name it had as an input. */
+#define SWAPAGENT_CALL_DESCRIBE 4       /* group, desc_ptrs, n_desc, text */
+#define SWAPAGENT_CALL_PROTECT 5        /* group, ptrs, n: swapagent_protect */
+#define SWAPAGENT_CALL_BACKWARD_ENTER 6 /* group: swapagent_backward_enter */
+#define SWAPAGENT_CALL_BACKWARD_EXIT 7  /* group: swapagent_backward_exit */
+/* HOLDERS gives the framework's count of the references to each storage ptrs[i] outside the saved tensors of
+ * group (negative: it cannot tell), read after the group's region exited and before its backward, once the
+ * job's own variables moved on (the companions count when the next layer is entered). Under safe a storage
+ * the agent keeps only for its role (a layer input) that nothing else holds (counts[i] == 0) becomes
+ * internal: the agent swaps it like the group's own activations. The rest of the rule is GUARD_RELEASE's. */
+#define SWAPAGENT_CALL_HOLDERS 8        /* group, ptrs, n, counts */
+/* GROUP_STREAMS names the runtime streams (aclrtStream handles; 0 is the default stream) the group's kernels
+ * run on, in addition to those the agent sees launched inside its region: the agent orders its copies after
+ * the work queued on a group's streams at region exit and makes every stream it knows wait for a copy back
+ * before the work queued after the restore. A framework that launches through paths the agent does not
+ * intercept states its streams here. Replaces the group's previous list; n 0 clears it. */
+#define SWAPAGENT_CALL_GROUP_STREAMS 9  /* group, ptrs (the streams), n */
+/* The guard: swap code the agent does not drive (hyper-parallel's own SwapManager, run unmodified) asks the
+ * agent before each storage release it attempts, and obeys. A guarded group is reported like any other
+ * (region enter with its inputs, its saves, region exit with its outputs), but the framework moves its
+ * storages itself: the agent classifies them and never copies, releases or restores one of them. GUARD
+ * declares it, before the group's first region exit (again: no effect). */
+#define SWAPAGENT_CALL_GUARD 10         /* group */
+/* GUARD_RELEASE: the framework is about to release (resize to 0) the storage whose base is ptr, of nbytes
+ * bytes, saved by group (NULL: whichever live group saved it). Returns SWAPAGENT_RELEASE_ALLOW or
+ * SWAPAGENT_RELEASE_KEEP by the policy, or a code: safe keeps every storage the ownership rules say someone
+ * outside the group owns (an input, output, protected storage, parameter, or one another live group saved),
+ * outputs-only keeps nothing, off keeps everything. counts[0], when counts is given, is the framework's count
+ * of the references to the storage outside the saved tensors of the group whose swap releases it (the job's
+ * variables, a view, another layer's saved tensor, an autograd node; negative, or counts NULL: it cannot
+ * tell): under safe a storage whose keep reason is only its role in the region (an input or an output) may
+ * go when that count is 0, whatever it was
+ * when the layer was entered; a protected storage, a parameter, a storage another live group saved and one
+ * the agent moves itself stay, whatever the count. A storage no live group saved is allowed: not the agent's
+ * to decide. *token (if not NULL) gets the handle an allowed release is recorded under (0 when none). */
+#define SWAPAGENT_CALL_GUARD_RELEASE 11 /* group or NULL, ptr, nbytes, counts (or NULL), token */
+/* GUARD_RESTORE: the framework gave a storage it released (GUARD_RELEASE allowed it; handle is the token that
+ * gave) memory again: ptr is its base now. Addresses are reused, so the token, not the old base, names it. */
+#define SWAPAGENT_CALL_GUARD_RESTORE 12 /* handle, ptr, nbytes */
+/* NOTE records key=value in the process's trace metadata (a later value of a key wins): how a companion or
+ * the bootstrap says what it did ("python_guard=attached"). key: 1 to 64 bytes of letters, digits and '_';
+ * value: at most 1024 bytes, no control character. */
+#define SWAPAGENT_CALL_NOTE 13          /* group (the key), text, text_len (the value) */
+#define SWAPAGENT_CALL_QUEUEING 14      /* nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0 */
+
+/* Results of SWAPAGENT_CALL_GUARD_RELEASE. */
 #define SWAPAGENT_RELEASE_KEEP 0   /* keep the storage on device: skip the release */
 #define SWAPAGENT_RELEASE_ALLOW 1  /* release it: the agent records it as an offload of its bytes */
-/* The framework is about to release (resize to 0) the storage whose base is ptr, of nbytes bytes, saved by
- * group (NULL: whichever live group saved it). Returns SWAPAGENT_RELEASE_ALLOW or SWAPAGENT_RELEASE_KEEP by
- * the policy (safe keeps every storage the ownership rules say someone outside the group owns: an input,
- * output, protected storage, parameter, or one another live group saved; outputs-only keeps nothing, off
- * keeps everything), or a negative code. A storage no live group saved is allowed: not the agent's to
- * decide. *token (if not NULL) gets the handle an allowed release is recorded under (0 when none). */
-int swapagent_guard_release(const char *group, uintptr_t ptr, size_t nbytes, int64_t *token);
-/* Like swapagent_guard_release, with the framework's evidence of who else holds the storage: others is the
- * number of references to it outside the saved tensors of the group whose swap releases it (the job's
- * variables, a view, another layer's saved tensor, an autograd node; 0: nothing but those saved tensors
- * holds it), negative when the framework cannot tell. Under safe, a storage whose keep reason is only
- * its role in the region (an input or an output of the group) may go when others is 0: its holders are
- * gone, whatever it was when the layer was entered. A protected storage, a parameter, a storage another
- * live group saved and one the agent moves itself stay, whatever the count; a negative count decides by
- * the role, as swapagent_guard_release. */
-int swapagent_guard_release_held(const char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token);
-/* The framework's count of the references to each storage at ptrs[i] outside the saved tensors of group,
- * others[i] (negative: it cannot tell), read after the group's region exited and before its backward,
- * once the job's own variables moved on (the companions count when the next layer is entered). Under safe
- * a storage the agent keeps only for its role (a layer input) that nothing else holds (others[i] == 0)
- * becomes internal: the agent swaps it like the group's own activations. The rest of the rule is
- * swapagent_guard_release_held's. Companions' interface (ABI 1). */
-int swapagent_holders(const char *group, const uintptr_t *ptrs, const int64_t *others, size_t n);
-/* The framework gave a storage it released (swapagent_guard_release allowed it, token is what that call
- * gave) memory again: new_ptr is its base now. Addresses are reused, so the token, not the old base, names
- * the storage. */
-int swapagent_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes);
-/* Records key=value in the process's trace metadata (a later value of a key wins): how a companion or
- * the bootstrap says what it did ("python_guard=attached"). key: 1 to 64 bytes of letters, digits and
- * '_'; value: at most 1024 bytes, no control character. */
-int swapagent_note(const char *key, const char *value);
 
-/* Deferred calls (additive). Where nothing a caller waits for depends on the agent's answers but their
- * codes, the library answers a region's calls itself: it checks at once that their arguments can be read,
- * copies them, gives the saves their handles and returns without entering the agent; the agent runs each
- * call later, in its place among the process's runtime calls and control calls, as the plain call would
- * have run then (the same trace events at the call's time and thread, classification, counts and fault
+/* Queued calls. Where nothing a caller waits for depends on the agent's answers but their codes, the library
+ * answers REGION_ENTER, REGION_EXIT, BACKWARD_ENTER and BACKWARD_EXIT with SWAPAGENT_OPT_QUEUE itself: it
+ * copies the arguments, gives the saves their handles and returns SWAPAGENT_OK without entering the agent,
+ * which runs the call later in its place among the process's runtime and control calls, as it would have
+ * run then (the same trace events at the call's time and thread, classification, counts and fault
  * reports). That holds under policy off, where nothing moves, and under safe while nothing has moved yet
- * and a region end saves only storages below SWAPAGENT_MIN_BYTES (which stay on device). Under safe a call
- * that may move a storage runs in the agent at once instead, as the plain call, and from the first such
- * call on every deferred call does. A refusal found when a queued call runs (an unknown group, a call out
- * of order, a malformed description) is logged once and counted in the stats' "rejected"; at the call only
- * unreadable memory, NULL with n > 0 and n above 262144 are refused (SWAPAGENT_EINVAL), so a caller opts in
- * by using these forms. Descriptions come as one buffer: one line per described tensor (the lines of
- * swapagent_describe, "" for nothing known), each ended by a NUL, text_len bytes in all; descs_text NULL:
- * none given. */
-/* 1 when the deferred calls are answered (policy off or safe), 0 when not: they then return
- * SWAPAGENT_ESTATE and do nothing, and the caller uses the plain calls. */
-int swapagent_deferred(void);
-/* region_enter_desc, deferred: descs_text holds one line per input (or is NULL). */
-int swapagent_region_enter_deferred(const char *group, const uintptr_t *input_ptrs, size_t n, size_t n_positional,
-                                    const char *descs_text, size_t text_len);
-/* region_end, deferred: returns the handle of the first of the n_save saves (the others follow it, in order:
- * first + i), 0 when n_save is 0, or the negative code that refused the call whole. A save the agent
- * refuses leaves its handle unknown (swapagent_unpack of it returns 0). descs_text holds one line per
- * desc_ptrs entry. */
-int64_t swapagent_region_end_deferred(const char *group, const uintptr_t *output_ptrs, size_t n_out,
-                                      const uintptr_t *save_ptrs, const size_t *save_nbytes,
-                                      const uint32_t *save_flags, size_t n_save, const uintptr_t *desc_ptrs,
-                                      size_t n_desc, const char *descs_text, size_t text_len);
-/* backward_enter and backward_exit, deferred. */
-int swapagent_backward_enter_deferred(const char *group);
-int swapagent_backward_exit_deferred(const char *group);
-/* The same four for a native caller whose group and arrays are its own memory, known readable: they are
- * copied with plain loads, not through the kernel (that read is most of a deferred call's cost). A bad
- * pointer faults the process here: a caller that cannot vouch for its pointers (ctypes) uses the forms
- * above. NULL with n > 0 and n above 262144 are refused as there. */
-int swapagent_region_enter_deferred_direct(const char *group, const uintptr_t *input_ptrs, size_t n,
-                                           size_t n_positional, const char *descs_text, size_t text_len);
-int64_t swapagent_region_end_deferred_direct(const char *group, const uintptr_t *output_ptrs, size_t n_out,
-                                             const uintptr_t *save_ptrs, const size_t *save_nbytes,
-                                             const uint32_t *save_flags, size_t n_save, const uintptr_t *desc_ptrs,
-                                             size_t n_desc, const char *descs_text, size_t text_len);
-int swapagent_backward_enter_deferred_direct(const char *group);
-int swapagent_backward_exit_deferred_direct(const char *group);
+ * and a region exit saves only storages the agent keeps on device for their size. Otherwise, and for the
+ * other kinds, the call runs now as without the option. A refusal found when a queued call runs (an
+ * unknown group, a call out of order, a malformed description) is logged once and counted in the stats'
+ * "rejected"; a save it refuses leaves its handle unknown (swapagent_unpack of it returns 0). */
+int64_t swapagent_call(const struct swapagent_call *call, uint32_t opts);
 
 /* swapagent_unpack's answer where it needs no call into the agent and never waits (additive): the base of a
  * handle whose storage stays on device (every handle under off, the kept ones under safe), recorded as its

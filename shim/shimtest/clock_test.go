@@ -15,7 +15,7 @@ import (
 	"swapagent/trace"
 )
 
-// TestOneClockUnderLoad runs sa-deferred (plain control calls stamped by the agent, deferred ones and
+// TestOneClockUnderLoad runs sa-queued (plain control calls stamped by the agent, queued ones and
 // runtime calls stamped by the C side) beside a CPU hog, many rounds: a loaded machine is where the Go
 // runtime's init thread used to read the clock's start before the library's constructor had set it, and
 // the agent's stamps then counted from boot, not from the load. Each event must lie between the load and
@@ -48,10 +48,10 @@ func TestOneClockUnderLoad(t *testing.T) {
 			env = append(env, "SWAPAGENT_TEST_LATE_INIT=1")
 		}
 		begin := time.Now()
-		r := testenv.Run(t, 2*time.Minute, env, testenv.Path(t, "build/test/sa-deferred"), "threads")
+		r := testenv.Run(t, 2*time.Minute, env, testenv.Path(t, "build/test/sa-queued"), "threads")
 		took := time.Since(begin)
 		if r.Err != nil {
-			t.Fatalf("round %d: sa-deferred: %v\n%s", round, r.Err, testenv.Tail(r.Stderr, 20))
+			t.Fatalf("round %d: sa-queued: %v\n%s", round, r.Err, testenv.Tail(r.Stderr, 20))
 		}
 		n, bad := 0, 0
 		eachEvent(t, traceFile(t, dir), func(ev *trace.Event) {

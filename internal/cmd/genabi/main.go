@@ -1,8 +1,9 @@
 // Command genabi generates the control ABI's vocabulary from shim/c/swapagent.h, its one source: the
-// return codes, save flags, states, keep reasons, guard release answers, policies, the arguments' limits
-// and the ABI version, as Go constants of package trace (trace/abi_gen.go) and as the Python companion's
-// constants (python/swapagent/_abi.py); and the ring's pseudo function IDs from shim/c/sa.h (SA_FN_*),
-// which traces record, into package trace.
+// return codes, save flags, states, keep reasons, guard release answers, policies, the call kinds and
+// options of swapagent_call, the arguments' limits and the ABI version, as Go constants of package trace
+// (trace/abi_gen.go) and as the Python companion's constants (python/swapagent/_abi.py), with the fields of
+// struct swapagent_call as ctypes types for Python; and the ring's pseudo function IDs from shim/c/sa.h
+// (SA_FN_*), which traces record, into package trace.
 //
 // Usage, from anywhere in the module (go generate ./trace runs it too):
 //
@@ -51,10 +52,55 @@ type vocab struct {
 	Flags    []constant
 	States   []constant
 	Keep     []constant
-	Releases []constant // answers of swapagent_guard_release
+	Releases []constant // answers of SWAPAGENT_CALL_GUARD_RELEASE
 	Policies []constant
 	Limits   []constant // SWAPAGENT_MAX_*: the calls' argument limits
+	Calls    []constant // SWAPAGENT_CALL_*: the kinds of swapagent_call, 1, 2, ...
+	Opts     []constant // SWAPAGENT_OPT_*: swapagent_call's options, distinct bits
+	Fields   []field    // struct swapagent_call's fields, in order
 	Fns      []constant // shim/c/sa.h's SA_FN_*: the ring's pseudo function IDs, which traces record
+}
+
+// field is one field of struct swapagent_call and its ctypes type.
+type field struct{ Name, CType string }
+
+// ctypesOf maps the C types a call record's fields may have to ctypes: a string is c_char_p (bytes, or an
+// address), any other pointer an address.
+var ctypesOf = map[string]string{"uint32_t": "c_uint32", "size_t": "c_size_t", "int64_t": "c_int64",
+	"uintptr_t": "c_size_t", "pointer": "c_void_p", "string": "c_char_p"}
+
+var fieldRE = regexp.MustCompile(`^(const\s+)?([a-z0-9_]+)\s*(\*?)\s*([a-z_0-9]+);`)
+
+// parseFields reads the fields of struct swapagent_call from the header text.
+func parseFields(v *vocab, src string) error {
+	start := strings.Index(src, "struct swapagent_call {")
+	if start < 0 {
+		return fmt.Errorf("%s: no struct swapagent_call", headerPath)
+	}
+	end := strings.Index(src[start:], "};")
+	for _, line := range strings.Split(src[start:start+end], "\n")[1:] {
+		m := fieldRE.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		t := m[2]
+		switch {
+		case m[3] == "*" && t == "char":
+			t = "string"
+		case m[3] == "*":
+			t = "pointer"
+		}
+		ct, ok := ctypesOf[t]
+		if !ok {
+			return fmt.Errorf("%s: struct swapagent_call's %s has type %s, which genabi does not map", headerPath,
+				m[4], t)
+		}
+		v.Fields = append(v.Fields, field{m[4], ct})
+	}
+	if len(v.Fields) < 2 || v.Fields[0].Name != "size" {
+		return fmt.Errorf("%s: struct swapagent_call must start with its size", headerPath)
+	}
+	return nil
 }
 
 var (
@@ -113,6 +159,10 @@ func parse(src string) (*vocab, error) {
 			v.Policies = append(v.Policies, c)
 		case family("MAX_", false):
 			v.Limits = append(v.Limits, c)
+		case family("CALL_", false):
+			v.Calls = append(v.Calls, c)
+		case family("OPT_", false):
+			v.Opts = append(v.Opts, c)
 		default:
 			return nil, fmt.Errorf("%s:%d: SWAPAGENT_%s belongs to no family the generator knows: "+
 				"teach internal/cmd/genabi its family", headerPath, i+1, c.Name)
@@ -134,12 +184,22 @@ func (v *vocab) validate() error {
 			return fmt.Errorf("SWAPAGENT_%s is %d: the error codes must be -1, -2, ... in order", c.Name, c.Int)
 		}
 	}
-	seen := int64(0)
-	for _, c := range v.Flags {
-		if c.Int <= 0 || c.Int&(c.Int-1) != 0 || seen&c.Int != 0 {
-			return fmt.Errorf("SWAPAGENT_%s is %d: flags must be distinct bits", c.Name, c.Int)
+	for _, fam := range [][]constant{v.Flags, v.Opts} {
+		seen := int64(0)
+		for _, c := range fam {
+			if c.Int <= 0 || c.Int&(c.Int-1) != 0 || seen&c.Int != 0 {
+				return fmt.Errorf("SWAPAGENT_%s is %d: flags must be distinct bits", c.Name, c.Int)
+			}
+			seen |= c.Int
 		}
-		seen |= c.Int
+	}
+	if len(v.Calls) == 0 {
+		return errors.New("no SWAPAGENT_CALL_* kinds")
+	}
+	for i, c := range v.Calls {
+		if c.Int != int64(i+1) {
+			return fmt.Errorf("SWAPAGENT_%s is %d: call kinds must be 1, 2, ... in order", c.Name, c.Int)
+		}
 	}
 	for _, fam := range [][]constant{v.States, v.Keep, v.Releases} {
 		if len(fam) == 0 {
@@ -237,6 +297,16 @@ func goSource(v *vocab) ([]byte, error) {
 		p(")\n\n")
 	}
 	consts("Flags of swapagent_save (SWAPAGENT_SAVE_*).", "Save", v.Flags)
+	consts("The kinds of swapagent_call (SWAPAGENT_CALL_*), never renumbered.", "Call", v.Calls)
+	p("// NumCalls is the number of call kinds: they are 1 to NumCalls.\n")
+	p("const NumCalls = %d\n\n", len(v.Calls))
+	p("// CallNames names the call kinds by value (index kind-1): the header's names in lower case.\n")
+	p("var CallNames = [NumCalls]string{\n")
+	for _, c := range v.Calls {
+		p("\t%q,\n", name(c))
+	}
+	p("}\n\n")
+	consts("Options of swapagent_call (SWAPAGENT_OPT_*).", "Opt", v.Opts)
 
 	for _, fam := range []struct {
 		consts                       []constant
@@ -246,7 +316,7 @@ func goSource(v *vocab) ([]byte, error) {
 		{v.Keep, "Keep", "NumKeepReasons", "KeepReasonNames", "keep reasons",
 			"swapagent_keep_reason (SWAPAGENT_KEEP_*)"},
 		{v.Releases, "Release", "NumReleaseAnswers", "ReleaseAnswerNames", "answers",
-			"swapagent_guard_release (SWAPAGENT_RELEASE_*)"},
+			"SWAPAGENT_CALL_GUARD_RELEASE (SWAPAGENT_RELEASE_*)"},
 	} {
 		p("// The %s of %s.\n", fam.what, fam.fn)
 		p("const (\n")
@@ -330,13 +400,35 @@ func pySource(v *vocab) []byte {
 	for _, c := range v.Flags {
 		p("SAVE_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
 	}
+	p("\n# The kinds of swapagent_call (never renumbered); CALL_NAMES names them by value (index kind-1).\n")
+	for _, c := range v.Calls {
+		p("CALL_%s = %d\n", c.Suffix, c.Int)
+	}
+	p("CALL_NAMES = (")
+	for i, c := range v.Calls {
+		if i > 0 {
+			p(", ")
+		}
+		p("%q", name(c))
+	}
+	p(")\n")
+	p("\n# Options of swapagent_call.\n")
+	for _, c := range v.Opts {
+		p("OPT_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
+	}
+	p("\n# struct swapagent_call's fields, in order, with their ctypes types (a pointer is an address).\n")
+	p("CALL_FIELDS = (\n")
+	for _, f := range v.Fields {
+		p("    (%q, %q),\n", f.Name, f.CType)
+	}
+	p(")\n")
 	for _, fam := range []struct {
 		consts             []constant
 		prefix, names, doc string
 	}{
 		{v.States, "STATE_", "STATES", "States of swapagent_state"},
 		{v.Keep, "KEEP_", "KEEP_REASONS", "Keep reasons of swapagent_keep_reason"},
-		{v.Releases, "RELEASE_", "RELEASE_ANSWERS", "Answers of swapagent_guard_release"},
+		{v.Releases, "RELEASE_", "RELEASE_ANSWERS", "Answers of SWAPAGENT_CALL_GUARD_RELEASE"},
 	} {
 		p("\n# %s; %s names them by value.\n", fam.doc, fam.names)
 		for _, c := range fam.consts {
@@ -388,35 +480,50 @@ func moduleRoot() (string, error) {
 	}
 }
 
+// generatedFile is one file genabi writes: its path from the module root and its contents.
+type generatedFile struct {
+	path string
+	data []byte
+}
+
+// generate renders the generated files from the headers under root.
+func generate(root string) ([]generatedFile, error) {
+	src, err := os.ReadFile(filepath.Join(root, headerPath))
+	if err != nil {
+		return nil, err
+	}
+	v, err := parse(string(src))
+	if err != nil {
+		return nil, err
+	}
+	if err := parseFields(v, string(src)); err != nil {
+		return nil, err
+	}
+	shim, err := os.ReadFile(filepath.Join(root, shimPath))
+	if err != nil {
+		return nil, err
+	}
+	if err := parseFns(v, string(shim)); err != nil {
+		return nil, err
+	}
+	goSrc, err := goSource(v)
+	if err != nil {
+		return nil, err
+	}
+	return []generatedFile{{goPath, goSrc}, {pyPath, pySource(v)}}, nil
+}
+
 func run(check bool) error {
 	root, err := moduleRoot()
 	if err != nil {
 		return err
 	}
-	src, err := os.ReadFile(filepath.Join(root, headerPath))
-	if err != nil {
-		return err
-	}
-	v, err := parse(string(src))
-	if err != nil {
-		return err
-	}
-	shim, err := os.ReadFile(filepath.Join(root, shimPath))
-	if err != nil {
-		return err
-	}
-	if err := parseFns(v, string(shim)); err != nil {
-		return err
-	}
-	goSrc, err := goSource(v)
+	files, err := generate(root)
 	if err != nil {
 		return err
 	}
 	stale := 0
-	for _, f := range []struct {
-		path string
-		data []byte
-	}{{goPath, goSrc}, {pyPath, pySource(v)}} {
+	for _, f := range files {
 		full := filepath.Join(root, f.path)
 		if check {
 			if old, err := os.ReadFile(full); err != nil || !bytes.Equal(old, f.data) {

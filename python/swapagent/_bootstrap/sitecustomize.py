@@ -25,7 +25,7 @@ def _bootstrap():
                          % state)
     try:
         import ctypes  # pylint: disable=import-outside-toplevel
-        if hasattr(ctypes.CDLL(None), "swapagent_note"):  # only a preloaded agent: never load one for this
+        if hasattr(ctypes.CDLL(None), "swapagent_call"):  # only a preloaded agent: never load one for this
             from swapagent import core  # pylint: disable=import-outside-toplevel
             core.load().note("python_guard", state)
     except Exception:  # noqa: BLE001 - no agent to record it in

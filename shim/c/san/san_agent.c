@@ -6,8 +6,9 @@
  * empties the ring every 100 us, checks each event, acknowledges a pending fatal signal, and rewrites the
  * launch check's watched ranges every few drains (addresses no launch uses, so the seqlock's readers and
  * its writer race without a fault); the control calls answer as policy off does (handles numbered from 1,
- * unpack returns the saved pointer, nothing moves) after reading every argument array the way the Go side
- * does; the deferred calls are answered as under policy off, and the drain gives their copies back. At exit it drains what is left and prints, on stderr:
+ * unpack returns the saved pointer, nothing moves) after reading every part of the C side's copy of the call
+ * as the Go side does; the calls are queued as under policy off, and the drain gives their copies back. At
+ * exit it drains what is left and prints, on stderr:
  *   san-agent: events N lost L bad B launch-faults F sync-faults S
  *   san-agent: fn NAME COUNT        (one line per function seen)
  * bad counts events with an unknown function id, no timestamp, or a timestamp older than the same thread's
@@ -40,8 +41,8 @@ static struct {
 
 static void check(const sa_event *e) {
   events++;
-  if (e->fn == SA_FN_DEFER) { /* a deferred control call: the Go side would run it; its copy goes back */
-    sa_deferred_free((uintptr_t)e->args[0]);
+  if (e->fn == SA_FN_QUEUED) { /* a queued control call: the Go side would run it; its copy goes back */
+    sa_call_free((uintptr_t)e->args[0]);
     return;
   }
   if (e->fn == SA_FN_UNPACK) return; /* an unpack the resident table answered */
@@ -98,15 +99,6 @@ static uintptr_t *saved; /* handle h's pointer at saved[h-1] */
 static size_t nsaved, capsaved;
 static _Atomic uintptr_t ops_release, ops_restore;
 
-/* touch reads what the Go side reads: the group name and each array entry. */
-static int touch(const char *group, const uintptr_t *ptrs, size_t n) {
-  if (group == NULL || group[0] == 0) return SWAPAGENT_EINVAL;
-  if (ptrs == NULL && n > 0) return SWAPAGENT_EINVAL;
-  volatile uintptr_t sum = strlen(group);
-  for (size_t i = 0; i < n; i++) sum += ptrs[i];
-  return SWAPAGENT_OK;
-}
-
 int sa_go_set_storage_ops(uintptr_t release, uintptr_t restore, uintptr_t ctx) {
   (void)ctx;
   if ((release == 0) != (restore == 0)) return SWAPAGENT_EINVAL;
@@ -115,24 +107,8 @@ int sa_go_set_storage_ops(uintptr_t release, uintptr_t restore, uintptr_t ctx) {
   return SWAPAGENT_OK;
 }
 
-int sa_go_region_enter(char *group, uintptr_t *ptrs, size_t n, size_t npos) {
-  return npos > n ? SWAPAGENT_EINVAL : touch(group, ptrs, n);
-}
-
-int sa_go_region_enter_desc(char *group, uintptr_t *ptrs, char **descs, size_t n, size_t npos) {
-  for (size_t i = 0; descs != NULL && i < n; i++) {
-    if (descs[i] != NULL) (void)strlen(descs[i]);
-  }
-  return sa_go_region_enter(group, ptrs, n, npos);
-}
-
-int sa_go_describe(char *group, uintptr_t *ptrs, char **descs, size_t n) {
-  return sa_go_region_enter_desc(group, ptrs, descs, n, n);
-}
-
-int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags) {
-  (void)flags;
-  if (touch(group, NULL, 0) != SWAPAGENT_OK || ptr == 0 || nbytes == 0) return SWAPAGENT_EINVAL;
+static int64_t save(uintptr_t ptr, size_t nbytes) {
+  if (ptr == 0 || nbytes == 0) return SWAPAGENT_EINVAL;
   pthread_mutex_lock(&mu);
   if (nsaved == capsaved) {
     size_t cap = capsaved ? capsaved * 2 : 1024;
@@ -150,59 +126,37 @@ int64_t sa_go_save(char *group, uintptr_t ptr, size_t nbytes, uint32_t flags) {
   return h;
 }
 
-int sa_go_save_n(char *group, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags, size_t n, int64_t *handles) {
-  if (touch(group, ptrs, n) != SWAPAGENT_OK || (n > 0 && (nbytes == NULL || handles == NULL)))
-    return SWAPAGENT_EINVAL;
-  int rc = SWAPAGENT_OK;
-  for (size_t i = 0; i < n; i++) {
-    handles[i] = sa_go_save(group, ptrs[i], nbytes[i], flags != NULL ? flags[i] : 0);
-    if (handles[i] < 0 && rc == SWAPAGENT_OK) rc = (int)handles[i];
+/* Runs a call from the C side's copy as policy off would: every part read, the saves given handles. */
+int64_t sa_go_run(uintptr_t addr) {
+  sa_call *d = (sa_call *)addr;
+  uint64_t words = d->n + d->n_counts + 3 * d->n_save + d->n_desc;
+  volatile uint64_t sum = 0;
+  for (uint64_t i = 0; i < words; i++) sum += d->data[i];
+  const char *rest = (const char *)(d->data + words);
+  size_t flags = (d->n_save * 4 + 7) & ~(size_t)7, text = (d->text_len + 7) & ~(size_t)7;
+  for (size_t i = 0; i < flags + text; i++) sum += (unsigned char)rest[i];
+  if (d->has_group && strlen(rest + flags + text) != d->group_len) return SWAPAGENT_EINVAL;
+  if (d->has_group && d->group_len == 0) return SWAPAGENT_EINVAL;
+  if (d->kind == SWAPAGENT_CALL_REGION_ENTER && d->n_pos > d->n) return SWAPAGENT_EINVAL;
+  const uint64_t *ptrs = d->data + d->n + d->n_counts, *sizes = ptrs + d->n_save;
+  int64_t *handles = (int64_t *)(sizes + d->n_save + d->n_desc);
+  int64_t rc = SWAPAGENT_OK;
+  for (uint64_t i = 0; i < d->n_save; i++) {
+    handles[i] = save((uintptr_t)ptrs[i], (size_t)sizes[i]);
+    if (handles[i] < 0 && rc == SWAPAGENT_OK) rc = handles[i];
   }
-  return rc;
+  if (d->kind == SWAPAGENT_CALL_GUARD_RELEASE) d->token = 0, rc = SWAPAGENT_RELEASE_ALLOW;
+  return d->kind == SWAPAGENT_CALL_REGION_EXIT ? SWAPAGENT_OK : rc;
 }
 
-int sa_go_region_exit(char *group, uintptr_t *ptrs, size_t n) { return touch(group, ptrs, n); }
-int sa_go_region_end(char *group, uintptr_t *out, size_t n_out, uintptr_t *ptrs, size_t *nbytes, uint32_t *flags,
-                     size_t n_save, int64_t *handles, uintptr_t *desc_ptrs, char **descs, size_t n_desc) {
-  if (touch(group, desc_ptrs, n_desc) != SWAPAGENT_OK || (n_desc > 0 && descs == NULL)) return SWAPAGENT_EINVAL;
-  int rc = sa_go_save_n(group, ptrs, nbytes, flags, n_save, handles);
-  int exit_rc = sa_go_region_exit(group, out, n_out);
-  return rc != SWAPAGENT_OK ? rc : exit_rc;
-}
-int sa_go_protect(char *group, uintptr_t *ptrs, size_t n) { return touch(group, ptrs, n); }
-int sa_go_group_streams(char *group, uintptr_t *streams, size_t n) { return touch(group, streams, n); }
-int sa_go_holders(char *group, uintptr_t *ptrs, int64_t *counts, size_t n) {
-  int rc = touch(group, ptrs, n);
-  if (rc == SWAPAGENT_OK) rc = touch(group, (const uintptr_t *)counts, n);
-  return rc;
-}
-int sa_go_backward_enter(char *group) { return touch(group, NULL, 0); }
-int sa_go_backward_exit(char *group) { return touch(group, NULL, 0); }
-/* The deferred calls, answered in C as under policy off (nothing runs them later but the free above). */
-int sa_go_deferred(uint64_t *min_bytes) {
-  *min_bytes = 0;
+/* Queued as under policy off (nothing runs them later but the free above). */
+int sa_go_queueing(uint64_t *keep_below) {
+  *keep_below = 0;
   return 1;
 }
-int sa_go_defer_refused(char *call, char *detail) {
-  (void)call;
-  (void)detail;
+int sa_go_refused(int kind, char *call, char *detail) {
+  (void)kind, (void)call, (void)detail;
   return SWAPAGENT_EINVAL;
-}
-int64_t sa_go_run_deferred(uintptr_t d) {
-  sa_deferred_free(d);
-  return SWAPAGENT_OK;
-}
-int sa_go_note(char *key, char *value) { return key != NULL && value != NULL ? SWAPAGENT_OK : SWAPAGENT_EINVAL; }
-int sa_go_guard(char *group) { return touch(group, NULL, 0); }
-int sa_go_guard_release(char *group, uintptr_t ptr, size_t nbytes, int64_t others, int64_t *token) {
-  (void)ptr, (void)nbytes, (void)others;
-  if (group != NULL) touch(group, NULL, 0);
-  if (token != NULL) *token = 0;
-  return SWAPAGENT_RELEASE_ALLOW;
-}
-int sa_go_guard_restore(int64_t token, uintptr_t new_ptr, size_t nbytes) {
-  (void)token, (void)new_ptr, (void)nbytes;
-  return SWAPAGENT_OK;
 }
 
 uintptr_t sa_go_unpack(int64_t handle) {
@@ -217,17 +171,15 @@ int sa_go_keep_reason(int64_t handle) {
   return sa_go_unpack(handle) ? SWAPAGENT_KEEP_INTERNAL : SWAPAGENT_EHANDLE;
 }
 
-int sa_go_stats_json(char *buf, size_t cap) {
-  if (buf == NULL && cap > 0) return SWAPAGENT_EINVAL;
+char *sa_go_stats_json(size_t *len) {
   pthread_mutex_lock(&mu);
   size_t saves = nsaved;
   pthread_mutex_unlock(&mu);
-  char js[128];
-  int n = snprintf(js, sizeof js, "{\"policy\":\"off\",\"saves\":%zu,\"faults\":[]}", saves);
-  if (n < 0) return SWAPAGENT_ERUNTIME;
-  if ((size_t)n + 1 > cap) return n;
-  memcpy(buf, js, (size_t)n + 1);
-  return n;
+  char *js = malloc(128);
+  if (js == NULL) return NULL;
+  int n = snprintf(js, 128, "{\"policy\":\"off\",\"saves\":%zu,\"faults\":[]}", saves);
+  *len = n > 0 ? (size_t)n : 0;
+  return js;
 }
 
 void sa_go_launch_fault(int fn, int index, uint64_t addr, uint64_t size) {

@@ -381,40 +381,44 @@ static void ptr_array(uintptr_t *buf, size_t cap, const uintptr_t **arr, size_t 
   }
 }
 
-/* desc_array fills n tensor descriptions: mostly good ones or NULL (nothing known), now and then a bad
- * one (no fields, a negative dimension, too long, an unmapped string); *arr itself may be unmapped. Returns
- * whether every entry is well-formed (a bad entry refuses the call). */
-static int desc_array(const char **buf, size_t n, const char *const **arr) {
+/* desc_text fills buf with n tensor descriptions, one NUL-ended line each: mostly good ones or empty
+ * (nothing known), now and then a bad one (no fields, a negative dimension, too long) or a line too few;
+ * *text itself may be unmapped. *len gets its length. Returns whether every line is well-formed (a bad one
+ * refuses the call). */
+static int desc_text(char *buf, size_t cap, size_t n, const char **text, size_t *len) {
   static const char *good[] = {"args[0]\tfloat32\t4,8", "rotary_cos_sin[0]\tfloat32\t32,1,1,16",
                                "\tbfloat16\t", "batch['mask']\tbool\t2,1,32,32"};
+  const char *lines[8];
   int ok = 1;
-  *arr = buf;
-  for (size_t k = 0; k < n && k < 8; k++) {
-    buf[k] = chance(100) ? NULL : good[below(4)];
+  size_t k = 0;
+  for (; k < n && k < 8; k++) {
+    lines[k] = chance(100) ? NULL : good[below(4)];
     if (chance(40)) {
       ok = 0;
-      switch (below(4)) {
+      switch (below(3)) {
       case 0:
-        buf[k] = "no tabs";
+        lines[k] = "no tabs";
         break;
       case 1:
-        buf[k] = "x\tfloat32\t3,-1";
-        break;
-      case 2:
-        buf[k] = long_name;
+        lines[k] = "x\tfloat32\t3,-1";
         break;
       default:
-        buf[k] = (const char *)GARBAGE;
+        lines[k] = long_name;
         break;
       }
     }
   }
+  if (k > 0 && chance(40)) k--, ok = 0; /* one line too few */
+  *text = buf;
+  *len = sa_text(buf, cap, lines, k);
   if (chance(20)) {
-    *arr = (const char *const *)GARBAGE;
+    *text = (const char *)GARBAGE;
     ok = 0;
   }
   return ok;
 }
+
+static char text_buf[1 << 16];
 
 static void do_enter(void) {
   const char *name;
@@ -425,15 +429,15 @@ static void do_enter(void) {
   ptr_array(buf, 8, &arr, &n);
   int rc;
   if (chance(300) && n <= 8) {
-    const char *dbuf[8];
-    const char *const *descs;
-    desc_array(dbuf, n, &descs);
+    const char *text;
+    size_t len;
+    desc_text(text_buf, sizeof text_buf, n, &text, &len);
     size_t npos = below((unsigned)n + 1);
-    rc = abi.enter_desc(name, arr, chance(100) ? NULL : descs, n, npos);
+    rc = sa_enter(name, arr, n, npos, chance(100) ? NULL : text, len, chance(2) ? SWAPAGENT_OPT_QUEUE : 0);
   } else if (chance(500)) {
     size_t npos = n <= 8 ? below((unsigned)n + 1) : 0;
     if (chance(30)) npos = n + 1; /* more positional inputs than inputs */
-    rc = abi.enter_kw(name, arr, n, npos);
+    rc = sa_enter(name, arr, n, npos, NULL, 0, 0);
   } else {
     rc = abi.enter(name, arr, n);
   }
@@ -453,17 +457,17 @@ static void do_exit(void) {
   ptr_array(buf, 8, &arr, &n);
   int rc;
   if (chance(300)) {
-    /* The region's end in one call, nothing left to save: the outputs also described, now and then with a
-     * descriptions array it cannot read, which refuses the whole call (the region stays open). */
-    const char *dbuf[8];
-    const char *const *descs = NULL;
-    if (n <= 8) desc_array(dbuf, n, &descs);
+    /* The region's exit with its outputs described, nothing left to save, now and then with a description
+     * text it cannot read, which refuses the whole call (the region stays open). */
+    const char *text = NULL;
+    size_t len = 0;
+    if (n <= 8) desc_text(text_buf, sizeof text_buf, n, &text, &len);
     int garbage = chance(100);
-    if (garbage) descs = (const char *const *)GARBAGE;
-    size_t nd = descs != NULL ? n : 0;
-    rc = abi.end(name, arr, n, NULL, NULL, NULL, 0, NULL, arr, descs, nd);
+    if (garbage) text = (const char *)GARBAGE, len = 8;
+    size_t nd = text != NULL ? n : 0;
+    rc = sa_exit_with(name, arr, n, NULL, NULL, NULL, 0, NULL, arr, nd, text, len, 0);
     if (garbage && n > 0)
-      note(&k_garbage, rc == SWAPAGENT_EINVAL, "region_end with unmapped descs returned %d, want EINVAL", rc);
+      note(&k_garbage, rc == SWAPAGENT_EINVAL, "region exit with unmapped text returned %d, want EINVAL", rc);
   } else {
     rc = abi.exit(name, arr, n);
   }
@@ -478,10 +482,13 @@ static void do_describe(void) {
   const uintptr_t *arr;
   size_t n;
   ptr_array(buf, 8, &arr, &n);
-  const char *dbuf[8];
-  const char *const *descs = NULL;
-  if (n <= 8) desc_array(dbuf, n, &descs);
-  count(abi.describe(name, arr, chance(50) ? NULL : descs, n));
+  const char *text = NULL;
+  size_t len = 0;
+  if (n <= 8) desc_text(text_buf, sizeof text_buf, n, &text, &len);
+  if (chance(50)) text = NULL;
+  count((int)abi.call(SA_CALL(SWAPAGENT_CALL_DESCRIBE, .group = name, .desc_ptrs = arr, .n_desc = n, .text = text,
+                              .text_len = len),
+                      0));
 }
 
 static void do_protect(void) {
@@ -504,7 +511,8 @@ static void do_holders(void) {
   size_t n;
   ptr_array(buf, 8, &arr, &n);
   for (size_t i = 0; i < 8; i++) counts[i] = (int64_t)below(3) - 1;
-  count(abi.holders(name, arr, chance(50) ? NULL : counts, n));
+  count((int)abi.call(
+      SA_CALL(SWAPAGENT_CALL_HOLDERS, .group = name, .ptrs = arr, .n = n, .counts = chance(50) ? NULL : counts), 0));
 }
 
 static void do_streams(void) {
@@ -518,7 +526,7 @@ static void do_streams(void) {
     arr = NULL;
     n = 2;
   }
-  count(abi.streams(name, arr, n));
+  count((int)abi.call(SA_CALL(SWAPAGENT_CALL_GROUP_STREAMS, .group = name, .ptrs = arr, .n = n), 0));
 }
 
 /* check_unpacked checks the bytes of a bound handle's storage after an unpack returned p. Once a view of
@@ -695,11 +703,14 @@ static void do_save(void) {
     }
     /* Or the region's end with this save, its only output the storage itself. */
     ends = chance(200);
-    int rc = ends ? abi.end(name, &p, 1, pp, np, fp, 1, op, NULL, NULL, 0) : abi.save_n(name, pp, np, fp, 1, op);
+    int rc = ends ? sa_exit_with(name, &p, 1, pp, np, fp, 1, op, NULL, 0, NULL, 0, 0)
+                  : (int)abi.call(SA_CALL(SWAPAGENT_CALL_SAVE, .group = name, .save_ptrs = pp, .save_nbytes = np,
+                                          .save_flags = fp, .n_save = 1, .handles = op),
+                                  0);
     h = out != 0 ? out : rc; /* out untouched: refused as a whole */
     if (bad != NULL)
       note(&k_garbage, rc == SWAPAGENT_EINVAL && out == 0, "%s with %s returned %d (entry %lld), want EINVAL",
-           ends ? "region_end" : "save_n", bad, rc, (long long)out);
+           ends ? "region exit" : "save", bad, rc, (long long)out);
     if (ends && out != 0) count(rc); /* the exit's result (the save's is out) */
     ends = ends && rc == SWAPAGENT_OK; /* the region exited */
     if (bad != NULL) expect = ANY;

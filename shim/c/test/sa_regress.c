@@ -241,9 +241,9 @@ int main(int argc, char **argv) {
       int x = i == 0 ? x0 : out[i - 1];
       /* Positional x; keyword rope, given twice (a nested kwarg such as (cos, cos)). */
       uintptr_t in[3] = {ptr_of(x), ptr_of(rope), ptr_of(rope)};
-      rc = abi.enter_kw(g, in, 3, 1);
+      rc = sa_enter(g, in, 3, 1, NULL, 0, 0);
       char name[96];
-      snprintf(name, sizeof name, "step%d %s abi.region_enter_kw", step, g);
+      snprintf(name, sizeof name, "step%d %s region_enter keyword", step, g);
       check(rc == 0, name, "rc %d", rc);
       slot *sl = slots[i];
       int n = 0;

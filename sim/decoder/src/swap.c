@@ -22,7 +22,7 @@ static struct {
   __typeof__(&swapagent_abi_version) abi_version;
   __typeof__(&swapagent_set_storage_ops) set_storage_ops;
   __typeof__(&swapagent_region_enter) region_enter;
-  __typeof__(&swapagent_region_enter_kw) region_enter_kw;
+  __typeof__(&swapagent_call) call; /* for the keyword inputs' region enter; NULL: a v1-only agent */
   __typeof__(&swapagent_save) save;
   __typeof__(&swapagent_region_exit) region_exit;
   __typeof__(&swapagent_backward_enter) backward_enter;
@@ -109,7 +109,7 @@ int swap_init(void *ctx) {
   if (abi.region_enter == NULL) return 0;
   LOOKUP(abi_version, "swapagent_abi_version");
   LOOKUP(set_storage_ops, "swapagent_set_storage_ops");
-  LOOKUP(region_enter_kw, "swapagent_region_enter_kw");
+  LOOKUP(call, "swapagent_call");
   LOOKUP(save, "swapagent_save");
   LOOKUP(region_exit, "swapagent_region_exit");
   LOOKUP(backward_enter, "swapagent_backward_enter");
@@ -134,10 +134,10 @@ int swap_present(void) { return present; }
 
 void swap_region_enter(const char *group, const uintptr_t *inputs, size_t n, size_t n_positional) {
   ops_drain();
-  int rc = abi.region_enter_kw != NULL ? abi.region_enter_kw(group, inputs, n, n_positional)
-                                       : abi.region_enter(group, inputs, n);
-  if (rc != SWAPAGENT_OK)
-    warn_once(abi.region_enter_kw != NULL ? "swapagent_region_enter_kw" : "swapagent_region_enter", group, rc);
+  struct swapagent_call c = {.size = sizeof c, .kind = SWAPAGENT_CALL_REGION_ENTER, .group = group, .ptrs = inputs,
+                             .n = n, .n_positional = n_positional};
+  int rc = abi.call != NULL ? (int)abi.call(&c, SWAPAGENT_OPT_OWN_MEMORY) : abi.region_enter(group, inputs, n);
+  if (rc != SWAPAGENT_OK) warn_once(abi.call != NULL ? "swapagent_call" : "swapagent_region_enter", group, rc);
 }
 
 int64_t swap_save(const char *group, storage *st, uint32_t flags) {

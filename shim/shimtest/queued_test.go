@@ -1,8 +1,10 @@
-// deferred_test.go owns the tests of the deferred control calls (swapagent.h, "Deferred calls") against the
-// real agent: sa-deferred (shim/c/test/sa_deferred.c) runs each layer by the plain calls and by the deferred
-// ones under policy off and compares what the agent made of them; under safe they are deferred only while
-// nothing can move; under outputs-only they are refused. The trace must hold the deferred calls as the plain ones: the same events per group, in the
-// order the program made the calls, each stamped with its caller's thread and time.
+// queued_test.go owns the tests of the control calls' one path (shim/c/calls.c) and its queued calls
+// (swapagent.h, "Queued calls") against the real agent: sa-queued (shim/c/test/sa_queued.c) runs each layer
+// by plain calls and queued ones under policy off and compares what the agent made of them; under safe they
+// are queued only while nothing can move; under outputs-only they run at once. The trace must hold the
+// queued calls as the plain ones: the same events per group, in the order the program made the calls, each
+// stamped with its caller's thread and time. Where the kernel refuses process_vm_readv the calls' arguments
+// go through a pipe, with the same results.
 package shimtest
 
 import (
@@ -17,29 +19,44 @@ import (
 	"swapagent/trace"
 )
 
-func runDeferred(t *testing.T, policy string) (testenv.Result, string) {
+// runQueued runs sa-queued in mode under the agent (extra: more environment) and returns its result and trace.
+func runQueued(t *testing.T, mode string, extra ...string) (testenv.Result, string) {
 	t.Helper()
 	dir := t.TempDir()
-	pol := policy
-	if policy == "threads" {
+	pol := mode
+	if mode == "threads" {
 		pol = "off"
 	}
-	env := testenv.AgentEnv(t, dir, "SWAPAGENT_POLICY="+pol, "SWAPAGENT_MIN_BYTES=65536")
-	r := testenv.Run(t, time.Minute, env, testenv.Path(t, "build/test/sa-deferred"), policy)
+	env := testenv.AgentEnv(t, dir, append([]string{"SWAPAGENT_POLICY=" + pol, "SWAPAGENT_MIN_BYTES=65536"},
+		extra...)...)
+	r := testenv.Run(t, time.Minute, env, testenv.Path(t, "build/test/sa-queued"), mode)
 	passed, failed := regressCounts(t, r.Stdout)
 	if r.Err != nil || failed != 0 || passed == 0 {
-		t.Fatalf("sa-deferred %s: %v, %d passed, %d failed:\n%s\nstderr:\n%s", policy, r.Err, passed, failed,
+		t.Fatalf("sa-queued %s: %v, %d passed, %d failed:\n%s\nstderr:\n%s", mode, r.Err, passed, failed,
 			strings.Join(failing(r.Stdout, ""), "\n"), testenv.Tail(r.Stderr, 40))
 	}
 	return r, traceFile(t, dir)
 }
 
-func TestDeferredCallsMatchPlain(t *testing.T) {
-	r, path := runDeferred(t, "off")
-	for _, must := range []string{"ok   deferred:", "ok   off step2 layer 2 save 5 reason and state:",
-		"ok   off step2 deferred.1 save 4 reason: 0", "ok   off stats deferred.2 kept:", "ok   misuse counted:",
-		"ok   refused unmapped input_ptrs:", "ok   refusals counted:", "ok   deferred.1 unpack_resident 4:",
-		"ok   refused direct NULL group:", "ok   refused direct n_save too large:"} {
+func TestQueuedCallsMatchPlain(t *testing.T) {
+	r, path := runQueued(t, "off")
+	checkQueuedOff(t, r, path)
+}
+
+// Where the kernel refuses process_vm_readv (a seccomp filter, qemu-user) the calls' arguments and outputs go
+// through a pipe: the same calls give the same results, and the same bad pointers are refused.
+func TestQueuedCallsThroughPipe(t *testing.T) {
+	r, path := runQueued(t, "off", "SWAPAGENT_TEST_PIPE_COPIES=1")
+	checkQueuedOff(t, r, path)
+}
+
+func checkQueuedOff(t *testing.T, r testenv.Result, path string) {
+	t.Helper()
+	for _, must := range []string{"ok   queueing:", "ok   off step2 layer 2 save 5 reason and state:",
+		"ok   off step2 queued.1 save 4 reason: 0", "ok   off stats queued.2 kept:", "ok   misuse counted:",
+		"ok   refused unmapped input_ptrs:", "ok   refused unmapped handles:", "ok   refused unmapped record:",
+		"ok   refusals counted:", "ok   queued.1 unpack_resident 4:", "ok   refused own NULL group:",
+		"ok   refused own n_save too large:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
@@ -58,7 +75,7 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 			return
 		}
 		g := names[ev.Group]
-		if !abiKinds[ev.Kind] || !(strings.HasPrefix(g, "plain.") || strings.HasPrefix(g, "deferred.")) {
+		if !abiKinds[ev.Kind] || !(strings.HasPrefix(g, "plain.") || strings.HasPrefix(g, "queued.")) {
 			return
 		}
 		perGroup[g] = append(perGroup[g], ev.Kind)
@@ -77,12 +94,12 @@ func TestDeferredCallsMatchPlain(t *testing.T) {
 		t.Errorf("the calls come from threads %v, want the program's one thread", tids)
 	}
 	for _, i := range []string{"0", "1", "2"} {
-		p, d := perGroup["plain."+i], perGroup["deferred."+i]
+		p, d := perGroup["plain."+i], perGroup["queued."+i]
 		if len(p) == 0 || !equalKinds(p, d) {
-			t.Errorf("group %s: deferred events %v, plain %v", i, d, p)
+			t.Errorf("group %s: queued events %v, plain %v", i, d, p)
 		}
 	}
-	want := strings.Repeat("plain.0 deferred.0 plain.1 deferred.1 plain.2 deferred.2 ", 2)
+	want := strings.Repeat("plain.0 queued.0 plain.1 queued.1 plain.2 queued.2 ", 2)
 	if got := strings.Join(order, " ") + " "; !strings.HasPrefix(got, want) {
 		t.Errorf("region enters in the trace: %s, want %s first", got, want)
 	}
@@ -125,31 +142,33 @@ func equalKinds(a, b []trace.Kind) bool {
 
 // Under safe the calls are queued while nothing can move, and run at once for good from the first call
 // that may move a storage.
-func TestDeferredCallsUnderSafe(t *testing.T) {
-	r, _ := runDeferred(t, "safe")
+func TestQueuedCallsUnderSafe(t *testing.T) {
+	r, _ := runQueued(t, "safe")
 	for _, must := range []string{"ok   small step2 layer 2 save 5 reason and state:",
-		"ok   small step2 deferred.1 save 4 reason: 6", "ok   small-deferred.1 unpack_resident 5:",
-		"ok   queued misuse:", "ok   queued misuse counted:",
-		"ok   big region end runs now:", "ok   closed for good:", "ok   after step2 layer 2 save 5 reason and state:",
-		"ok   after stats after-deferred.2 kept:"} {
+		"ok   small step2 queued.1 save 4 reason: 6", "ok   small-queued.1 unpack_resident 5:",
+		"ok   queued misuse:", "ok   queued misuse counted:", "ok   big region exit runs now:",
+		"ok   queueing closed:", "ok   closed for good:", "ok   after step2 layer 2 save 5 reason and state:",
+		"ok   after stats after-queued.2 kept:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
 	}
 }
 
-func TestDeferredCallsRefusedUnderOutputsOnly(t *testing.T) {
-	r, _ := runDeferred(t, "outputs-only")
-	for _, must := range []string{"ok   not deferred under outputs-only:", "ok   end refused:", "ok   nothing done:"} {
+// Under a policy that queues nothing the option changes nothing: each call runs at once.
+func TestQueuedCallsRunNowUnderOutputsOnly(t *testing.T) {
+	r, _ := runQueued(t, "outputs-only")
+	for _, must := range []string{"ok   not queued under outputs-only:", "ok   exit runs:", "ok   misuse at once:",
+		"ok   saved:"} {
 		if !strings.Contains(r.Stdout, must) {
 			t.Errorf("missing check line %q:\n%s", must, r.Stdout)
 		}
 	}
 }
 
-// Threads making deferred calls at once: every call reaches the trace, none is refused.
-func TestDeferredCallsFromThreads(t *testing.T) {
-	r, path := runDeferred(t, "threads")
+// Threads making queued calls at once: every call reaches the trace, none is refused.
+func TestQueuedCallsFromThreads(t *testing.T) {
+	r, path := runQueued(t, "threads")
 	if strings.Contains(r.Stderr, "swapagent: warning:") {
 		t.Errorf("the agent refused calls:\n%s", testenv.Tail(r.Stderr, 20))
 	}
@@ -163,7 +182,7 @@ func TestDeferredCallsFromThreads(t *testing.T) {
 		t.Errorf("region enters from threads %v, want the program's 4 calling threads", tids)
 	}
 	s := readSummary(t, path)
-	// 4 threads x 2000 regions, 3 saves each (sa_deferred.c's THREADS, ROUNDS).
+	// 4 threads x 2000 regions, 3 saves each (sa_queued.c's THREADS, ROUNDS).
 	if s.kinds[trace.KindRegionEnter] != 8000 || s.kinds[trace.KindSave] != 24000 ||
 		s.kinds[trace.KindUnpack] != 24000 || s.kinds[trace.KindBackwardExit] != 8000 || s.lost != 0 {
 		t.Errorf("trace: %d region enters, %d saves, %d unpacks, %d backward exits, %d lost; want 8000, 24000, "+
