@@ -635,10 +635,15 @@ done:
  * runs the layer's own input_grad or output_grad. A native layer's end-of-backward callback is a Call too
  * (KIND_END, never on a chain): calling it fires it (Layer.enter's end, Layer.backward_end). */
 
-enum { KIND_INPUT = 0, KIND_OUTPUT = 1, KIND_END = 2 }; /* core.INPUT, core.OUTPUT; the end callback */
+/* What core says (configure): the kinds of a call on a chain (core.INPUT, core.OUTPUT), how deep the walk of
+ * nested arguments goes (core._MAX_DEPTH) and the types it never looks into (core._ATOMS). The end callback's
+ * kind is this file's own: never on a chain. */
+static long kind_input = -2, kind_output = -3, walk_max_depth = -1;
+static PyObject *walk_atoms; /* frozenset of types */
+#define KIND_END (-1)
 
 typedef struct {
-  PyObject_HEAD PyObject *pass_; /* core.Pass */
+  PyObject_HEAD PyObject *pass_; /* the forward it belongs to (a Pass) */
   PyObject *hot;                 /* the native layer's Hot (its bookkeeping runs in C), or NULL: the layer's methods */
   int kind;
   int fired;
@@ -661,7 +666,7 @@ static int call_dead(Call *c) {
   if (dead == 0) dead = attr_true(c->pass_, s_exited);
   /* An output call only matters until its forward entered backward; an input call only while its forward
    * is the group's latest. */
-  if (dead == 0 && c->kind == KIND_OUTPUT) dead = attr_true(c->pass_, s_entered);
+  if (dead == 0 && c->kind == kind_output) dead = attr_true(c->pass_, s_entered);
   else if (dead == 0) {
     PyObject *latest = PyObject_GetAttr(layer, s_latest);
     dead = latest == NULL ? -1 : latest != c->pass_;
@@ -691,14 +696,14 @@ static int call_fire(Call *c) {
   c->fired = 1;
   if (c->hot != NULL && ((Hot *)c->hot)->native) { /* (not native: cleared by the collector) */
     Hot *h = (Hot *)c->hot;
-    return c->kind == KIND_INPUT ? hot_input_grad(h, c->pass_)
-           : c->kind == KIND_OUTPUT ? hot_enter(h, c->pass_)
+    return c->kind == kind_input ? hot_input_grad(h, c->pass_)
+           : c->kind == kind_output ? hot_enter(h, c->pass_)
                                     : hot_backward_end(h, c->pass_);
   }
   if (c->kind == KIND_END) return 0; /* its layer is gone */
   PyObject *layer = PyObject_GetAttr(c->pass_, s_layer);
   PyObject *r = layer == NULL ? NULL
-                              : PyObject_CallMethodObjArgs(layer, c->kind == KIND_INPUT ? s_input_grad : s_output_grad,
+                              : PyObject_CallMethodObjArgs(layer, c->kind == kind_input ? s_input_grad : s_output_grad,
                                                            c->pass_, NULL);
   Py_XDECREF(layer);
   Py_XDECREF(r);
@@ -793,7 +798,7 @@ static int chain_add(Chain *ch, PyObject *pass, int kind, PyObject *hot) {
   if (chain_prune(ch) < 0) return -1;
   Call *c = call_new(pass, kind, hot);
   if (c == NULL) return -1;
-  int rc = PyList_Append(kind == KIND_INPUT ? ch->inputs : ch->outputs, (PyObject *)c);
+  int rc = PyList_Append(kind == kind_input ? ch->inputs : ch->outputs, (PyObject *)c);
   Py_DECREF(c);
   return rc;
 }
@@ -1021,13 +1026,8 @@ static const char *found_path(struct found *f, size_t i) {
   return f->paths.p + BUF_AT(&f->ents, struct ent)[i].off;
 }
 
-#define WALK_MAX_DEPTH 64 /* core._MAX_DEPTH */
-
-/* core._ATOMS */
-static int is_atom(PyObject *x) {
-  return x == Py_None || PyUnicode_CheckExact(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyBool_Check(x) ||
-         PyBytes_CheckExact(x) || PyComplex_CheckExact(x);
-}
+/* Whether x's type is one the walk never looks into (walk_atoms, core's): 1, 0, or -1 on an exception. */
+static int is_atom(PyObject *x) { return PySet_Contains(walk_atoms, (PyObject *)Py_TYPE(x)); }
 
 static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **seen, struct found *f);
 
@@ -1036,7 +1036,8 @@ static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **s
 static int walk_item(Hot *h, PyObject *v, struct buf *path, int depth, PyObject **seen, struct found *f) {
   int is = is_tensor(h, v);
   if (is != 0) return is < 0 ? -1 : found_add(f, path->p, path->n, v);
-  return is_atom(v) ? 0 : walk(h, v, path, depth + 1, seen, f);
+  int atom = is_atom(v);
+  return atom != 0 ? (atom < 0 ? -1 : 0) : walk(h, v, path, depth + 1, seen, f);
 }
 
 /* Subclasses of tuple, list and dict (namedtuples, ModelOutput) and dataclasses: walk_named itself walks
@@ -1070,7 +1071,8 @@ static int walk_other(Hot *h, PyObject *obj, struct buf *path, int depth, PyObje
 
 /* core.walk_named below its top: tuples and lists by index, dicts by key repr, each container once. */
 static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **seen, struct found *f) {
-  if (is_atom(obj) || depth > WALK_MAX_DEPTH) return 0;
+  int atom = is_atom(obj);
+  if (atom != 0 || depth > walk_max_depth) return atom < 0 ? -1 : 0;
   int kind = PyTuple_CheckExact(obj) ? 1 : PyList_CheckExact(obj) ? 2 : PyDict_CheckExact(obj) ? 3 : 0;
   if (kind == 0) return walk_other(h, obj, path, depth, seen, f);
   if (*seen == NULL && (*seen = PySet_New(NULL)) == NULL) return -1;
@@ -1459,7 +1461,7 @@ static Py_ssize_t hook_grads(Hot *h, PyObject *p, struct found *f, size_t n, int
     if (ch == NULL) return -1;
     int rc = 0;
     if (Py_TYPE(ch) == ChainType) rc = chain_add((Chain *)ch, p, kind, (PyObject *)h);
-    else if (ch != Py_None) { /* core._Chain */
+    else if (ch != Py_None) { /* a Python chain: its add method */
       PyObject *k = PyLong_FromLong(kind);
       r = k != NULL ? call_method2(ch, s_add, p, k) : NULL;
       rc = r == NULL ? -1 : 0;
@@ -1504,7 +1506,7 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
   if (walk_top(h, args, "args", NULL, &f) < 0) goto done;
   size_t n_named = BUF_LEN(&f.ents, struct ent);
   /* Backward exit waits for the gradient of each positional input that takes one. */
-  Py_ssize_t n = hook_grads(h, p, &f, n_named, KIND_INPUT);
+  Py_ssize_t n = hook_grads(h, p, &f, n_named, kind_input);
   if (n < 0) goto done;
   if (n > 0) {
     PyObject *left = PyObject_GetAttr(p, s_inputs_left), *add = PyLong_FromSsize_t(n);
@@ -1706,7 +1708,7 @@ static int region_post(Hot *h, struct calls *c, PyObject *output) {
   if ((p = PyObject_GetAttr(h->o.layer, s_latest)) == NULL) goto done;
   /* Backward enter: the first gradient of an output (however nested) to arrive. */
   T_BEGIN(T_POST_GRADS);
-  rc = p == Py_None ? 0 : hook_grads(h, p, &f, BUF_LEN(&f.ents, struct ent), KIND_OUTPUT) < 0 ? -1 : 0;
+  rc = p == Py_None ? 0 : hook_grads(h, p, &f, BUF_LEN(&f.ents, struct ent), kind_output) < 0 ? -1 : 0;
   T_END(T_POST_GRADS);
 done:
   Py_XDECREF(p);
@@ -1839,7 +1841,28 @@ TIMED_O(T_UNPACK, hot_unpack)
 TIMED_O(T_PRE, hot_pre)
 TIMED_O(T_POST, hot_post)
 
+/* configure(INPUT, OUTPUT, MAX_DEPTH, ATOMS): what core says of the chains' call kinds and the walk, once,
+ * before anything else of this module is used (core.load_hot). */
+static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
+  long in, out, depth;
+  PyObject *atoms;
+  if (!PyArg_ParseTuple(args, "lllO!", &in, &out, &depth, &PyFrozenSet_Type, &atoms)) return NULL;
+  if (in == out || in < 0 || out < 0 || depth < 0) {
+    PyErr_SetString(PyExc_ValueError, "configure: kinds must differ and not be negative, the depth not negative");
+    return NULL;
+  }
+  kind_input = in;
+  kind_output = out;
+  walk_max_depth = depth;
+  PyObject *old = walk_atoms;
+  Py_INCREF(atoms);
+  walk_atoms = atoms;
+  Py_XDECREF(old);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"configure", configure, METH_VARARGS, "configure(INPUT, OUTPUT, MAX_DEPTH, ATOMS): core's constants, once."},
 #ifdef SWAPAGENT_HOT_TIMED
     {"timers", timers, METH_NOARGS, "{probe: (seconds, calls)} since the last call (the bench's timed build)."},
 #endif

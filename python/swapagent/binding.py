@@ -149,7 +149,9 @@ class Agent:
         return on
 
     def _run(self, call, opts):
-        return self._call(ctypes.byref(call), opts)
+        # Every pointer a record of this binding holds is memory the binding made (bytes, array.array and
+        # ctypes buffers it keeps alive across the call): the library copies it with plain loads.
+        return self._call(ctypes.byref(call), opts | OPT_OWN_MEMORY)
 
     @staticmethod
     def _array(values, code=_U64):

@@ -395,6 +395,7 @@ def load_hot(path):
     spec = importlib.util.spec_from_file_location("swapagent._hot", path, loader=loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
+    mod.configure(INPUT, OUTPUT, _MAX_DEPTH, _ATOMS)  # what the C walk and chains read: core's, not copies
     return mod
 
 

@@ -54,3 +54,33 @@ func TestEveryRuntimeImportIsHookedOrPassed(t *testing.T) {
 		}
 	}
 }
+
+// The rules live in Go (docs/design.md, "Where each rule lives"): the C sides (the shim, the companions'
+// compiled hot path) record, copy and answer what they were told. They name no keep reason, policy or
+// offload state, read no setting that decides one, and copy no constant by hand from Go or Python: what they
+// share comes from swapagent.h (genabi) or is handed to them at run time (offload.Engine.KeepBelow through
+// sa_go_queueing, core's constants through _hot.configure).
+func TestCSidesHoldNoRule(t *testing.T) {
+	root := testenv.Root(t)
+	files, err := filepath.Glob(filepath.Join(root, "shim/c/*.[ch]"))
+	if err != nil || len(files) < 10 {
+		t.Fatalf("shim/c: %v, %d files", err, len(files))
+	}
+	files = append(files, filepath.Join(root, "python/swapagent/_hot.c"))
+	rule := regexp.MustCompile(`SWAPAGENT_(KEEP|POLICY|STATE)_[A-Z]|"SWAPAGENT_(MIN_BYTES|POLICY|PREFETCH)"|` +
+		`/\*\s*(agent|trace|core|offload|tracker)\.[A-Za-z_]+\s*\*/`)
+	for _, f := range files {
+		if filepath.Base(f) == "swapagent.h" { // the ABI's one source
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := rule.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q: a rule or a hand-copied constant on the C side", filepath.Base(f), i+1, m)
+			}
+		}
+	}
+}
