@@ -28,6 +28,9 @@ type Options struct {
 	PrefetchSet bool
 	MinBytes    uint64
 	MinBytesSet bool
+	// Swap, when set, says which of the recording's groups are swapped: the control calls of the others are
+	// left out, as a job that wraps fewer layers would not make them (a plan's candidate configuration).
+	Swap func(group string) bool
 }
 
 // Read is a later kernel launch that reads a storage the simulation holds released.
@@ -149,11 +152,13 @@ func (s *simOps) Restore(handle int64, nbytes uint64) (uint64, error) {
 
 // sim is one simulation's state.
 type sim struct {
-	res     *Result
-	eng     *offload.Engine
-	ops     *simOps
-	rec     *timeline.Timeline // the recorded side, folded up to the event being replayed
-	handles map[int64]int64    // recorded handle -> simulated handle
+	res       *Result
+	eng       *offload.Engine
+	ops       *simOps
+	rec       *timeline.Timeline // the recorded side, folded up to the event being replayed
+	handles   map[int64]int64    // recorded handle -> simulated handle
+	swap      func(string) bool  // Options.Swap
+	unswapped map[int64]bool     // recorded handles of the groups left out (Options.Swap)
 	// guardTok maps a recorded guard release's token to the simulated one, for its restore.
 	guardTok map[int64]int64
 	guarded  map[string]bool // groups the recording declared moved by their framework
@@ -199,6 +204,7 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 		ops:     &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
 		rec:     timeline.New(h, timeline.Options{NoSeries: true}),
 		handles: map[int64]int64{}, guardTok: map[int64]int64{}, guarded: map[string]bool{},
+		swap: opts.Swap, unswapped: map[int64]bool{},
 		tensors: map[uint32][]tensorRec{},
 		viols:   map[[2]uint64]*Violation{},
 	}
@@ -257,7 +263,7 @@ func (s *sim) step(i int, ev *trace.Event) {
 	case trace.KindLost:
 		s.res.Notes = append(s.res.Notes, fmt.Sprintf("the recording lost %d runtime events (ring full)", ev.Args[0]))
 	case trace.KindClassify:
-		if ev.Args[4] != 0 { // the evidence SWAPAGENT_CALL_HOLDERS gave: the simulated policy decides on it again
+		if ev.Args[4] != 0 && s.swapped(ev) { // the evidence SWAPAGENT_CALL_HOLDERS gave: the simulated policy decides on it again
 			s.evIndex, s.evTS, s.during = i, ev.TS, ev
 			s.engineErr(s.eng.Holders(s.group(ev), []uint64{ev.Args[0]}, []int64{trace.Holders(ev.Args[4])}))
 			s.drainEngine()
@@ -265,11 +271,32 @@ func (s *sim) step(i int, ev *trace.Event) {
 	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
 		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit, trace.KindDescribe,
 		trace.KindGuarded, trace.KindGuard, trace.KindGuardRestore:
+		if !s.swapped(ev) {
+			return
+		}
 		s.res.ABICalls++
 		s.evIndex, s.evTS, s.during = i, ev.TS, ev
 		s.abi(ev)
 		s.drainEngine()
 	}
+}
+
+// swapped says whether ev is a call of a group the simulation swaps (Options.Swap), and remembers the handles
+// of a left-out group's saves, so that their unpacks are left out too.
+func (s *sim) swapped(ev *trace.Event) bool {
+	if s.swap == nil {
+		return true
+	}
+	if ev.Kind == trace.KindUnpack {
+		return !s.unswapped[ev.Handle]
+	}
+	if ev.Kind == trace.KindGuardRestore || s.swap(s.group(ev)) {
+		return true
+	}
+	if ev.Kind == trace.KindSave && ev.Handle != 0 {
+		s.unswapped[ev.Handle] = true
+	}
+	return false
 }
 
 func (s *sim) switchThread(tid uint32) {

@@ -30,6 +30,7 @@ var allCommands = []struct {
 	{"run", []string{"--", "true"}},
 	{"report", []string{"x.swtrace"}},
 	{"replay", []string{"x.swtrace"}},
+	{"plan", []string{"x.swtrace", "--budget", "1G"}},
 	{"doctor", []string{"."}},
 	{"probe", []string{"--", "true"}},
 	{"version", nil},
@@ -48,7 +49,7 @@ func TestEveryCommandBadFlag(t *testing.T) {
 	}
 	// Flags that take a value, given none.
 	for _, c := range []struct{ name, flag string }{{"run", "--policy"}, {"report", "--format"}, {"replay", "--policy"},
-		{"doctor", "--format"}, {"probe", "--pid"}} {
+		{"plan", "--budget"}, {"doctor", "--format"}, {"probe", "--pid"}} {
 		usageErr(t, swapagent(t, nil, c.name, c.flag), c.name, "flag needs an argument", c.flag)
 	}
 	// A control character in a flag is escaped, not sent to the terminal.

@@ -12,6 +12,7 @@ import (
 
 	"swapagent/doctor"
 	"swapagent/internal/cli"
+	"swapagent/plan"
 	"swapagent/replay"
 )
 
@@ -38,6 +39,8 @@ func init() {
 		{reportCmd, "summarise traces, or render them as JSON, a Perfetto timeline or an SVG chart", cmdReport},
 		{replay.Command, "simulate a swap policy on a trace, or re-issue its runtime calls (--exec)",
 			func(a []string) int { return replay.Main(a, os.Stdout, os.Stderr) }},
+		{plan.Command, "find the swap configuration that fits a device-memory budget, from a profiling run",
+			func(a []string) int { return plan.Main(a, os.Stdout, os.Stderr) }},
 		{doctor.Command, "diagnose null-address faults from an msrun log directory",
 			func(a []string) int { return doctor.Main(a, os.Stdout, os.Stderr) }},
 		{probeCmd, "time runtime calls and C++ functions with eBPF uprobes; print latency histograms", cmdProbe},

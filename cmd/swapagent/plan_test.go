@@ -1,0 +1,122 @@
+// plan_test.go checks `swapagent plan` against real runs: decoder-sim recorded once with every layer
+// declared and nothing released, planned for three budgets between the peak without swap and the lowest
+// swap reaches, each plan run as planned under safe.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"swapagent/internal/testenv"
+)
+
+// planJSON is what the test reads of `plan --format json`.
+type planJSON struct {
+	Feasible   bool              `json:"feasible"`
+	Budget     uint64            `json:"budget_bytes"`
+	Peak       uint64            `json:"predicted_peak_bytes"`
+	Layers     []int             `json:"swap_layers"`
+	Prefetch   int               `json:"prefetch"`
+	Moved      uint64            `json:"bytes_moved_per_step"`
+	NoSwapPeak uint64            `json:"no_swap_peak_bytes"`
+	Lowest     uint64            `json:"lowest_reachable_peak_bytes"`
+	PoolStep   uint64            `json:"pool_step_bytes"`
+	YAML       string            `json:"mindformers_yaml"`
+	SimArgs    []string          `json:"decoder_sim_args"`
+	Env        map[string]string `json:"environment"`
+}
+
+func runPlan(t *testing.T, rec string, budget uint64) (planJSON, result) {
+	t.Helper()
+	r := swapagent(t, nil, "plan", rec, "--budget", fmt.Sprint(budget), "--format", "json")
+	var p planJSON
+	if err := json.Unmarshal([]byte(r.Stdout), &p); err != nil {
+		t.Fatalf("plan --budget %d: exit %d, %v\n%s\n%s", budget, r.Code, err, r.Stdout, r.Stderr)
+	}
+	return p, r
+}
+
+// measuredPeak runs decoder-sim as planned (its flags, the plan's prefetch) under safe and returns the peak
+// device bytes the report measures.
+func measuredPeak(t *testing.T, p planJSON) uint64 {
+	t.Helper()
+	out := t.TempDir()
+	env := []string{"SWAPAGENT_PREFETCH=" + p.Env["SWAPAGENT_PREFETCH"]}
+	args := append([]string{"run", "--policy", "safe", "--out", out, "--", testenv.Path(t, testenv.DecoderSim),
+		"--steps", "3"}, p.SimArgs...)
+	if r := swapagent(t, env, args...); r.Code != 0 {
+		t.Fatalf("decoder-sim as planned (%v): exit %d\n%s", p.SimArgs, r.Code, r.Stderr)
+	}
+	r := swapagent(t, nil, "report", "--format", "json", out)
+	var doc struct {
+		Processes []struct {
+			Peak uint64 `json:"peak_device_bytes"`
+		} `json:"processes"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &doc); err != nil || len(doc.Processes) != 1 {
+		t.Fatalf("report of the planned run: %v\n%s", err, r.Stderr)
+	}
+	return doc.Processes[0].Peak
+}
+
+func TestPlanFitsBudgetsAsRun(t *testing.T) {
+	rec := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", rec, "--", testenv.Path(t, testenv.DecoderSim),
+		"--swap-layers", "all", "--steps", "3"); r.Code != 0 {
+		t.Fatalf("profiling run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	all, r := runPlan(t, rec, 1<<40)
+	if r.Code != 0 || !all.Feasible || len(all.Layers) != 0 || all.Lowest >= all.NoSwapPeak {
+		t.Fatalf("a budget above everything: exit %d, %+v: want the empty plan, and swap to reach below %d",
+			r.Code, all, all.NoSwapPeak)
+	}
+	for _, frac := range []float64{0.25, 0.5, 0.8} {
+		budget := all.Lowest + uint64(frac*float64(all.NoSwapPeak-all.Lowest))
+		p, r := runPlan(t, rec, budget)
+		if r.Code != 0 || !p.Feasible || p.Peak > budget || len(p.Layers) == 0 || p.Moved == 0 {
+			t.Errorf("budget %d: exit %d, %+v", budget, r.Code, p)
+			continue
+		}
+		if !strings.Contains(p.YAML, "layer_swap:") || !strings.Contains(p.YAML, fmt.Sprintf("%d]", p.Layers[len(p.Layers)-1])) {
+			t.Errorf("budget %d: the YAML does not name the planned layers %v:\n%s", budget, p.Layers, p.YAML)
+		}
+		got := measuredPeak(t, p)
+		fmt.Printf("plan: budget %d: layers %v prefetch %d, predicted peak %d, measured %d (%+.1f%%)\n", budget,
+			p.Layers, p.Prefetch, p.Peak, got, 100*(float64(p.Peak)-float64(got))/float64(got))
+		if got > budget+p.PoolStep {
+			t.Errorf("budget %d (pool step %d): the planned run peaked at %d", budget, p.PoolStep, got)
+		}
+		if diff := float64(p.Peak) - float64(got); diff > 0.05*float64(got) || -diff > 0.05*float64(got) {
+			t.Errorf("budget %d: predicted peak %d, measured %d: more than 5%% apart", budget, p.Peak, got)
+		}
+	}
+	// Below what swap can reach: said so, with the lowest reachable peak, and exit 1.
+	low, r := runPlan(t, rec, all.Lowest/2)
+	if r.Code != 1 || low.Feasible || low.Lowest != all.Lowest || low.Peak != all.Lowest {
+		t.Errorf("budget %d: exit %d, %+v: want exit 1, not feasible, the lowest peak %d", all.Lowest/2, r.Code, low,
+			all.Lowest)
+	}
+	tr := swapagent(t, nil, "plan", rec, "--budget", fmt.Sprint(all.Lowest/2))
+	if tr.Code != 1 || !strings.Contains(tr.Stdout, "no configuration fits") {
+		t.Errorf("text: exit %d\n%s", tr.Code, tr.Stdout)
+	}
+}
+
+func TestPlanUsage(t *testing.T) {
+	rec := t.TempDir()
+	usageErr(t, swapagent(t, nil, "plan", rec), "plan", "--budget is required")
+	usageErr(t, swapagent(t, nil, "plan", rec, "--budget", "1G", "--format", "xml"), "plan", "--format")
+	r := swapagent(t, nil, "plan", rec+"/none.swtrace", "--budget", "1G")
+	if r.Code != 2 || r.Stdout != "" {
+		t.Errorf("a missing trace: exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	if err := os.WriteFile(rec+"/x.swtrace", []byte("not a trace"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := swapagent(t, nil, "plan", rec+"/x.swtrace", "--budget", "1G"); r.Code != 2 {
+		t.Errorf("a bad trace: exit %d stderr %q", r.Code, r.Stderr)
+	}
+}

@@ -1,0 +1,237 @@
+// main.go owns the `swapagent plan` command line and the plan's renderings: a short table, the job's own
+// configuration (MindFormers' YAML, hyper-parallel's calls, the companions' layer_swap, decoder-sim's
+// flags), and JSON.
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"swapagent/internal/bytesize"
+	"swapagent/internal/cli"
+	"swapagent/report"
+)
+
+// Exit codes of `swapagent plan`.
+const (
+	ExitPlanned  = 0 // a configuration fits the budget
+	ExitNoFit    = 1 // none does: the lowest reachable peak is printed
+	ExitBadInput = 2 // bad usage, missing or unreadable trace
+	ExitPartial  = 3 // planned, but the trace was damaged (events lost or repaired)
+)
+
+// Usage is the synopsis for the CLI's help.
+const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--format text|yaml|json]"
+
+// Command is how `swapagent plan` is called (internal/cli's conventions).
+var Command = cli.Command{
+	Name:     "plan",
+	Synopsis: Usage,
+	About: `Finds the swap configuration that keeps device memory within BYTES at the least cost, from a profiling
+recording: a run with every candidate layer declared and nothing released (--policy off; docs/plan.md says
+how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
+with replay's engine for its peak and the bytes it moves; the transfer it cannot hide is modelled from the
+layers' recorded times and the link's bandwidth (measured from recorded copies, else --link, else 25 GB/s).
+The plan is written in the job's own terms: MindFormers' YAML swap section, hyper-parallel's calls, the
+companions' layer_swap and decoder-sim's flags. A directory holds one process's trace.
+
+Exit: 0 planned; 1 no configuration fits the budget (the lowest reachable peak is printed); 2 bad usage or
+input; 3 planned, but the trace was damaged.`,
+}
+
+// Main runs `swapagent plan` with args (the words after "plan") and returns the exit code.
+func Main(args []string, stdout, stderr io.Writer) int {
+	c := Command
+	fs := c.Flags()
+	budget := &bytesize.Flag{}
+	fs.Var(budget, "budget", "device-memory budget `BYTES`: 64M, 1.5G, 1GiB or a number of bytes (required)")
+	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s` (default: measured from the recording, else 25)")
+	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
+	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
+	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
+		return code
+	}
+	switch {
+	case fs.NArg() != 1:
+		return c.UsageError(stderr, "want exactly one TRACE (a .swtrace file or a directory), got %d", fs.NArg())
+	case !fs.Changed("budget") || budget.N == 0:
+		return c.UsageError(stderr, "--budget is required and must be above 0")
+	case *link < 0:
+		return c.UsageError(stderr, "bad --link %g (must be > 0)", *link)
+	case *prefetchMax < 0 || *prefetchMax > 8:
+		return c.UsageError(stderr, "bad --prefetch-max %d (0 to 8)", *prefetchMax)
+	case *format != "text" && *format != "yaml" && *format != "json":
+		return c.UsageError(stderr, "bad --format %q (want text, yaml or json)", *format)
+	}
+	files, _, err := report.Inputs(fs.Arg(0))
+	if err != nil {
+		c.Errorf(stderr, "%v", err)
+		return ExitBadInput
+	}
+	if len(files) != 1 {
+		c.Errorf(stderr, "%s holds %d traces: plan one process's recording", fs.Arg(0), len(files))
+		return ExitBadInput
+	}
+	f, err := report.ReadTrace(files[0])
+	if err != nil {
+		c.Errorf(stderr, "%v", err)
+		return ExitBadInput
+	}
+	for _, w := range f.Warnings() {
+		c.Errorf(stderr, "%s", w)
+	}
+	p, err := Search(f, Options{Budget: budget.N, PrefetchMax: *prefetchMax, LinkBps: *link * 1e9})
+	if err != nil {
+		c.Errorf(stderr, "%s: %v", files[0], err)
+		return ExitBadInput
+	}
+	switch *format {
+	case "json":
+		err = writeJSON(stdout, files[0], p)
+	case "yaml":
+		_, err = io.WriteString(stdout, p.MindFormersYAML())
+	default:
+		writeText(cli.Terminal(stdout), files[0], p)
+	}
+	if err != nil {
+		c.Errorf(stderr, "write: %v", err)
+		return ExitBadInput
+	}
+	switch {
+	case !p.Feasible:
+		return ExitNoFit
+	case f.Damaged():
+		return ExitPartial
+	}
+	return ExitPlanned
+}
+
+// span writes layer indices as ranges ("0-5,7").
+func span(layers []int) string {
+	var parts []string
+	for i := 0; i < len(layers); {
+		j := i
+		for j+1 < len(layers) && layers[j+1] == layers[j]+1 {
+			j++
+		}
+		if j == i {
+			parts = append(parts, strconv.Itoa(layers[i]))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", layers[i], layers[j]))
+		}
+		i = j + 1
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ",")
+}
+
+func ints(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+// MindFormersYAML is the plan as MindFormers' `swap:` section (mindformers/pynative/config SwapConfig).
+func (p *Plan) MindFormersYAML() string {
+	b := p.Best
+	if len(b.Layers) == 0 {
+		return "swap:\n  enable: False\n"
+	}
+	return fmt.Sprintf("swap:\n  enable: True\n  default_prefetch: %d\n  layer_swap:\n    - layers: [%s]\n",
+		max(b.Prefetch, 1), ints(b.Layers))
+}
+
+// HyperParallel is the plan as hyper-parallel's calls.
+func (p *Plan) HyperParallel() string {
+	b := p.Best
+	if len(b.Layers) == 0 {
+		return "# nothing to swap"
+	}
+	return fmt.Sprintf("for i in [%s]:\n    model.layers[i] = swap_wrapper(model.layers[i], policy_fn)\n"+
+		"for i in [%s]:\n    SwapManager().set_forward_prefetch_layer(model.layers[i], model.layers[i + %d])",
+		ints(b.Layers), ints(b.Layers), max(b.Prefetch, 1))
+}
+
+// Companions is the plan as the companions' layer_swap call.
+func (p *Plan) Companions() string {
+	return fmt.Sprintf("layer_swap(model.layers, swap=[%s], prefetch=%d)", ints(p.Best.Layers), p.Best.Prefetch)
+}
+
+// DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH).
+func (p *Plan) DecoderSimArgs() []string { return []string{"--swap-layers", span(p.Best.Layers)} }
+
+func writeJSON(w io.Writer, file string, p *Plan) error {
+	top := p.Ranked[:min(len(p.Ranked), 5)]
+	out := struct {
+		File        string            `json:"file"`
+		Feasible    bool              `json:"feasible"`
+		Budget      uint64            `json:"budget_bytes"`
+		Candidate                     // the plan
+		NoSwapPeak  uint64            `json:"no_swap_peak_bytes"`
+		LowestPeak  uint64            `json:"lowest_reachable_peak_bytes"`
+		PoolStep    uint64            `json:"pool_step_bytes"`
+		LinkBps     float64           `json:"link_bytes_per_second"`
+		LinkFrom    string            `json:"link_from"`
+		Layers      []Layer           `json:"layers"`
+		YAML        string            `json:"mindformers_yaml"`
+		HP          string            `json:"hyper_parallel"`
+		Companions  string            `json:"companions"`
+		DecoderSim  []string          `json:"decoder_sim_args"`
+		Environment map[string]string `json:"environment"`
+		Candidates  []Candidate       `json:"candidates"`
+		Simulations int               `json:"simulations"`
+	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Profile.LinkBps,
+		p.Profile.LinkFrom, p.Profile.Layers, p.MindFormersYAML(), p.HyperParallel(), p.Companions(),
+		p.DecoderSimArgs(), map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}, top,
+		p.Simulations}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeText(w io.Writer, file string, p *Plan) {
+	b := p.Best
+	fmt.Fprintf(w, "plan for %s: budget %s; no swap peaks at %s, swap reaches %s at the lowest\n", file,
+		report.Bytes(p.Budget), report.Bytes(p.NoSwapPeak), report.Bytes(p.LowestPeak))
+	fmt.Fprintf(w, "  %d layers, %d steps recorded; link %.1f GB/s (%s); %d configurations simulated\n",
+		len(p.Profile.Layers), p.Profile.Steps, p.Profile.LinkBps/1e9, p.Profile.LinkFrom, p.Simulations)
+	if !p.Feasible {
+		fmt.Fprintf(w, "  no configuration fits: the lowest peak swap reaches, %s (layers %s, prefetch %d), is %s "+
+			"above the budget\n", report.Bytes(b.PeakBytes), span(b.Layers), b.Prefetch,
+			report.Bytes(b.PeakBytes-min(b.PeakBytes, p.Budget)))
+		return
+	}
+	fmt.Fprintf(w, "  plan: swap layers %s, prefetch %d: peak %s, %s moved a step, %v of transfer not hidden\n",
+		span(b.Layers), b.Prefetch, report.Bytes(b.PeakBytes), report.Bytes(b.MovedBytes),
+		time.Duration(b.ExposedNS).Round(time.Microsecond))
+	fmt.Fprintf(w, "\n  %-10s %8s %12s %12s %12s\n", "layers", "prefetch", "peak", "moved/step", "exposed")
+	for _, c := range p.Ranked[:min(len(p.Ranked), 5)] {
+		mark := ""
+		if !c.Fits {
+			mark = "  (over budget)"
+		}
+		fmt.Fprintf(w, "  %-10s %8d %12s %12s %12v%s\n", span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes),
+			report.Bytes(c.MovedBytes), time.Duration(c.ExposedNS).Round(time.Microsecond), mark)
+	}
+	fmt.Fprintf(w, "\n  MindFormers (YAML):\n%s", indent(p.MindFormersYAML(), "    "))
+	fmt.Fprintf(w, "  hyper-parallel:\n%s\n", indent(p.HyperParallel(), "    "))
+	fmt.Fprintf(w, "  companions:    %s\n", p.Companions())
+	fmt.Fprintf(w, "  decoder-sim:   SWAPAGENT_PREFETCH=%d swapagent run -- decoder-sim %s\n", b.Prefetch,
+		strings.Join(p.DecoderSimArgs(), " "))
+}
+
+func indent(s, by string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	for i := range lines {
+		lines[i] = by + lines[i]
+	}
+	return strings.Join(lines, "\n") + "\n"
+}

@@ -1,0 +1,266 @@
+// Package plan turns a recorded run into the swap configuration that fits a device-memory budget at the
+// least cost (`swapagent plan`). The recording is a profile: every candidate layer declared, nothing
+// released (policy off). Each candidate configuration (a contiguous range of layers swapped, a prefetch
+// depth) is simulated with replay's engine (the same offload.Engine and timeline fold as `replay`, no
+// second memory model) for its peak device bytes and the bytes it moves; its time is modelled from the
+// recording itself: each layer's recorded forward and backward time and the link's bandwidth (measured from
+// recorded copies, or given). docs/plan.md says what it models and what it cannot see.
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"swapagent/offload"
+	"swapagent/replay"
+	"swapagent/timeline"
+	"swapagent/trace"
+)
+
+// DefaultLink is the link's bandwidth in bytes per second when the recording measured none and --link is not
+// given: a PCIe 4.0 x16 host link's practical rate, which Ascend 910 cards use.
+const DefaultLink = 25e9
+
+// Layer is one candidate layer: a group the recording declared, in forward order.
+type Layer struct {
+	Index      int    // its number in the model (the group name's trailing number, else its position)
+	Group      string // its group
+	ForwardNS  int64  // its forward region's recorded time, median over the steps
+	BackwardNS int64  // its backward's recorded time, median over the steps
+}
+
+// Profile is what the recording says a plan needs beyond the simulation.
+type Profile struct {
+	Layers []Layer
+	Steps  int // the first layer's region enters
+	// LinkBps is the copies' bandwidth in bytes per second; LinkFrom says where it came from ("--link",
+	// "measured from N copies", or "assumed").
+	LinkBps  float64
+	LinkFrom string
+}
+
+// Candidate is one configuration and what the model predicts for it.
+type Candidate struct {
+	Layers    []int  `json:"swap_layers"` // layer indices swapped (contiguous in forward order); empty: none
+	Prefetch  int    `json:"prefetch"`
+	PeakBytes uint64 `json:"predicted_peak_bytes"`
+	// MovedBytes is the bytes copied out and back per step; ExposedNS the transfer time per step the model
+	// finds not hidden behind the layers' compute.
+	MovedBytes uint64 `json:"bytes_moved_per_step"`
+	ExposedNS  int64  `json:"predicted_exposed_ns"`
+	Fits       bool   `json:"fits"`
+}
+
+// Plan is the search's outcome.
+type Plan struct {
+	Budget      uint64
+	Feasible    bool
+	Best        Candidate   // the cheapest that fits; when none does, the one of lowest peak
+	Ranked      []Candidate // every candidate, best first
+	NoSwapPeak  uint64      // the peak with nothing swapped
+	LowestPeak  uint64      // the lowest peak any candidate reaches
+	PoolStep    uint64      // the allocator's growth step the recording shows (tolerance of a measured peak)
+	Profile     Profile
+	Simulations int
+}
+
+// Options are the search's settings.
+type Options struct {
+	Budget      uint64
+	PrefetchMax int
+	LinkBps     float64 // 0: measured from the recording, else DefaultLink
+}
+
+// Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax.
+func Search(f *trace.File, opt Options) (*Plan, error) {
+	prof, err := profile(f)
+	if err != nil {
+		return nil, err
+	}
+	if opt.LinkBps > 0 {
+		prof.LinkBps, prof.LinkFrom = opt.LinkBps, "--link"
+	}
+	p := &Plan{Budget: opt.Budget, Profile: *prof}
+	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
+		Swap: func(string) bool { return false }})
+	p.NoSwapPeak, p.PoolStep = none.PeakSimulated, none.PoolStep
+	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated})
+	p.Simulations = 1
+	n := len(prof.Layers)
+	for a := 0; a < n; a++ {
+		for b := a; b < n; b++ {
+			swapped := map[string]int{}
+			for i := a; i <= b; i++ {
+				swapped[prof.Layers[i].Group] = i
+			}
+			for pf := 0; pf <= opt.PrefetchMax; pf++ {
+				r := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
+				p.Simulations++
+				c := Candidate{Prefetch: pf, PeakBytes: r.PeakSimulated}
+				moved := make([]uint64, n) // bytes per step of each layer
+				for i := a; i <= b; i++ {
+					c.Layers = append(c.Layers, prof.Layers[i].Index)
+					if r.Stats != nil {
+						moved[i] = r.Stats.Groups[prof.Layers[i].Group].OffloadedBytes / uint64(max(prof.Steps, 1))
+					}
+					c.MovedBytes += 2 * moved[i]
+				}
+				c.ExposedNS = prof.exposed(moved, pf)
+				p.Ranked = append(p.Ranked, c)
+			}
+		}
+	}
+	p.LowestPeak = p.Ranked[0].PeakBytes
+	for i := range p.Ranked {
+		c := &p.Ranked[i]
+		c.Fits = c.PeakBytes <= opt.Budget
+		p.LowestPeak = min(p.LowestPeak, c.PeakBytes)
+	}
+	sort.SliceStable(p.Ranked, func(i, j int) bool { return better(p.Ranked[i], p.Ranked[j]) })
+	p.Best, p.Feasible = p.Ranked[0], p.Ranked[0].Fits
+	return p, nil
+}
+
+// better orders candidates: those that fit first, by exposed transfer, then bytes moved, then fewer layers
+// and a shallower prefetch; those that do not fit by their peak.
+func better(a, b Candidate) bool {
+	if a.Fits != b.Fits {
+		return a.Fits
+	}
+	if !a.Fits {
+		if a.PeakBytes != b.PeakBytes {
+			return a.PeakBytes < b.PeakBytes
+		}
+		return a.ExposedNS < b.ExposedNS
+	}
+	if a.ExposedNS != b.ExposedNS {
+		return a.ExposedNS < b.ExposedNS
+	}
+	if a.MovedBytes != b.MovedBytes {
+		return a.MovedBytes < b.MovedBytes
+	}
+	if len(a.Layers) != len(b.Layers) {
+		return len(a.Layers) < len(b.Layers)
+	}
+	return a.Prefetch < b.Prefetch
+}
+
+// exposed models one step's transfer time not hidden behind compute: the layers' recorded forward and
+// backward times in order, one copy stream at the link's rate. A swapped layer's copy out starts when its
+// forward ends (the job does not wait for it); its copy back is issued when the backward reaches it, or
+// prefetch layers earlier, and its backward waits for it. moved[i] is layer i's bytes each way.
+func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
+	if p.LinkBps <= 0 {
+		return 0
+	}
+	copyNS := func(b uint64) int64 { return int64(float64(b) / p.LinkBps * 1e9) }
+	var t, stream int64
+	for i, l := range p.Layers {
+		t += l.ForwardNS
+		if moved[i] > 0 {
+			stream = max(stream, t) + copyNS(moved[i])
+		}
+	}
+	n := len(p.Layers)
+	done := make([]int64, n)
+	issued := make([]bool, n)
+	var exposed int64
+	for k := n - 1; k >= 0; k-- { // backward: the last layer first
+		for j := k; j >= max(k-prefetch, 0); j-- { // this layer's copy back, and those prefetched with it
+			if moved[j] > 0 && !issued[j] {
+				issued[j] = true
+				stream = max(stream, t) + copyNS(moved[j])
+				done[j] = stream
+			}
+		}
+		if moved[k] > 0 && done[k] > t {
+			exposed += done[k] - t
+			t = done[k]
+		}
+		t += p.Layers[k].BackwardNS
+	}
+	return exposed
+}
+
+// profile reads the layers, their times and the link's rate from the recording.
+func profile(f *trace.File) (*Profile, error) {
+	tl := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
+	type times struct{ fwd, bwd []int64 }
+	per := map[uint32]*times{}
+	var order []uint32
+	open, bopen := map[uint32]int64{}, map[uint32]int64{}
+	var copyBytes uint64
+	var copyNS int64
+	copies := 0
+	moving := map[int64]int64{}
+	for i := range f.Events {
+		ev := &f.Events[i]
+		switch ev.Kind {
+		case trace.KindRegionEnter:
+			if per[ev.Group] == nil {
+				per[ev.Group] = &times{}
+				order = append(order, ev.Group)
+			}
+			open[ev.Group] = ev.TS
+		case trace.KindRegionExit:
+			if at, ok := open[ev.Group]; ok && per[ev.Group] != nil {
+				per[ev.Group].fwd = append(per[ev.Group].fwd, ev.TS-at)
+				delete(open, ev.Group)
+			}
+		case trace.KindBackwardEnter:
+			bopen[ev.Group] = ev.TS
+		case trace.KindBackwardExit:
+			if at, ok := bopen[ev.Group]; ok && per[ev.Group] != nil {
+				per[ev.Group].bwd = append(per[ev.Group].bwd, ev.TS-at)
+				delete(bopen, ev.Group)
+			}
+		case trace.KindState: // a recorded copy: its start (d2h, h2d) to its end (host, device)
+			from, to := ev.Args[0], ev.Args[1]
+			if to == trace.StateD2H || to == trace.StateH2D {
+				moving[ev.Handle] = ev.TS
+			} else if at, ok := moving[ev.Handle]; ok && (from == trace.StateD2H || from == trace.StateH2D) {
+				copyBytes += ev.Args[3]
+				copyNS += ev.TS - at
+				copies++
+				delete(moving, ev.Handle)
+			}
+		}
+	}
+	if len(order) == 0 {
+		return nil, fmt.Errorf("the trace declares no layer (no region_enter): record with every candidate " +
+			"layer declared (docs/plan.md)")
+	}
+	p := &Profile{LinkBps: DefaultLink, LinkFrom: "assumed (no copy recorded; --link sets it)"}
+	if copies > 0 && copyNS > 0 {
+		p.LinkBps = float64(copyBytes) / (float64(copyNS) / 1e9)
+		p.LinkFrom = fmt.Sprintf("measured from %d recorded copies", copies)
+	}
+	for pos, g := range order {
+		name := tl.GroupName(g)
+		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].fwd), BackwardNS: median(per[g].bwd)}
+		if dot := strings.LastIndexAny(name, "._"); dot >= 0 {
+			if n, err := strconv.Atoi(name[dot+1:]); err == nil && n >= 0 {
+				l.Index = n
+			}
+		}
+		p.Layers = append(p.Layers, l)
+	}
+	p.Steps = len(per[order[0]].fwd)
+	return p, nil
+}
+
+// median of the values after the first (a first step warms caches and allocators), or of all with one.
+func median(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	if len(v) > 1 {
+		v = v[1:]
+	}
+	s := append([]int64(nil), v...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}

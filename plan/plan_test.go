@@ -1,0 +1,64 @@
+package plan
+
+import (
+	"testing"
+	"time"
+)
+
+// The time model on three layers of 10 ms forward and 20 ms backward, each moving 10 MB each way over a
+// 1 GB/s link (10 ms a copy), worked by hand: without prefetch every copy back is waited for (20 ms for the
+// last layer, whose copy out is still queued, then 10 ms each); with prefetch 1 only the first one is.
+func TestExposedModel(t *testing.T) {
+	ms := int64(time.Millisecond)
+	p := &Profile{LinkBps: 1e9}
+	for i := range 3 {
+		p.Layers = append(p.Layers, Layer{Index: i, ForwardNS: 10 * ms, BackwardNS: 20 * ms})
+	}
+	moved := []uint64{10e6, 10e6, 10e6}
+	for prefetch, want := range []int64{40 * ms, 20 * ms, 20 * ms} {
+		if got := p.exposed(moved, prefetch); got != want {
+			t.Errorf("prefetch %d: exposed %v, want %v", prefetch, time.Duration(got), time.Duration(want))
+		}
+	}
+	if got := p.exposed([]uint64{0, 0, 0}, 1); got != 0 {
+		t.Errorf("nothing moved: exposed %v", time.Duration(got))
+	}
+	// A fast link (10 us a copy): only the first backward layer waits, for its copy out and back.
+	p.LinkBps = 1e12
+	if got := p.exposed(moved, 1); got != 20*int64(time.Microsecond) {
+		t.Errorf("a fast link: exposed %v, want 20us", time.Duration(got))
+	}
+}
+
+// Candidates that fit come first, by exposed transfer, then bytes moved, fewer layers, shallower prefetch;
+// those that do not, by their peak.
+func TestBetter(t *testing.T) {
+	fit := func(layers, prefetch int, moved uint64, exposed int64) Candidate {
+		return Candidate{Layers: make([]int, layers), Prefetch: prefetch, MovedBytes: moved, ExposedNS: exposed, Fits: true}
+	}
+	for i, c := range []struct {
+		a, b Candidate
+	}{
+		{fit(3, 1, 100, 5), Candidate{PeakBytes: 1}},
+		{fit(3, 1, 100, 5), fit(1, 0, 10, 6)},
+		{fit(3, 1, 100, 5), fit(2, 0, 200, 5)},
+		{fit(2, 1, 100, 5), fit(3, 0, 100, 5)},
+		{fit(2, 0, 100, 5), fit(2, 1, 100, 5)},
+		{Candidate{PeakBytes: 1, ExposedNS: 9}, Candidate{PeakBytes: 2}},
+	} {
+		if !better(c.a, c.b) || better(c.b, c.a) {
+			t.Errorf("case %d: %+v should come before %+v", i, c.a, c.b)
+		}
+	}
+}
+
+func TestSpanAndMedian(t *testing.T) {
+	for want, layers := range map[string][]int{"none": nil, "0-5": {0, 1, 2, 3, 4, 5}, "0,2-3,7": {0, 2, 3, 7}} {
+		if got := span(layers); got != want {
+			t.Errorf("span(%v) = %q, want %q", layers, got, want)
+		}
+	}
+	if m := median([]int64{100, 5, 3, 4}); m != 4 { // the first (warm-up) step left out
+		t.Errorf("median = %d, want 4", m)
+	}
+}
