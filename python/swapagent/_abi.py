@@ -28,23 +28,6 @@ ERROR_NAMES = {
 # Flags of swapagent_save.
 SAVE_PARAM = 1  # SWAPAGENT_SAVE_PARAM: a parameter or buffer of the wrapped module
 
-# The kinds of swapagent_call (never renumbered); CALL_NAMES names them by value (index kind-1).
-CALL_REGION_ENTER = 1
-CALL_REGION_EXIT = 2
-CALL_SAVE = 3
-CALL_DESCRIBE = 4
-CALL_PROTECT = 5
-CALL_BACKWARD_ENTER = 6
-CALL_BACKWARD_EXIT = 7
-CALL_HOLDERS = 8
-CALL_GROUP_STREAMS = 9
-CALL_GUARD = 10
-CALL_GUARD_RELEASE = 11
-CALL_GUARD_RESTORE = 12
-CALL_NOTE = 13
-CALL_QUEUEING = 14
-CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing")
-
 # Options of swapagent_call.
 OPT_QUEUE = 1  # SWAPAGENT_OPT_QUEUE: answered now, run later in its place where the agent allows (below)
 OPT_OWN_MEMORY = 2  # SWAPAGENT_OPT_OWN_MEMORY: the record and what it points to are the caller's own: plain loads
@@ -95,6 +78,23 @@ KEEP_REASONS = ("internal", "input", "output", "protected", "param", "shared", "
 RELEASE_KEEP = 0
 RELEASE_ALLOW = 1
 RELEASE_ANSWERS = ("keep", "allow")
+
+# The kinds of swapagent_call (never renumbered); CALL_NAMES names kind k at k-1.
+CALL_REGION_ENTER = 1
+CALL_REGION_EXIT = 2
+CALL_SAVE = 3
+CALL_DESCRIBE = 4
+CALL_PROTECT = 5
+CALL_BACKWARD_ENTER = 6
+CALL_BACKWARD_EXIT = 7
+CALL_HOLDERS = 8
+CALL_GROUP_STREAMS = 9
+CALL_GUARD = 10
+CALL_GUARD_RELEASE = 11
+CALL_GUARD_RESTORE = 12
+CALL_NOTE = 13
+CALL_QUEUEING = 14
+CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing")
 
 # Policies: the values of SWAPAGENT_POLICY.
 POLICY_SAFE = "safe"

@@ -400,18 +400,6 @@ func pySource(v *vocab) []byte {
 	for _, c := range v.Flags {
 		p("SAVE_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
 	}
-	p("\n# The kinds of swapagent_call (never renumbered); CALL_NAMES names them by value (index kind-1).\n")
-	for _, c := range v.Calls {
-		p("CALL_%s = %d\n", c.Suffix, c.Int)
-	}
-	p("CALL_NAMES = (")
-	for i, c := range v.Calls {
-		if i > 0 {
-			p(", ")
-		}
-		p("%q", name(c))
-	}
-	p(")\n")
 	p("\n# Options of swapagent_call.\n")
 	for _, c := range v.Opts {
 		p("OPT_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
@@ -426,11 +414,13 @@ func pySource(v *vocab) []byte {
 		consts             []constant
 		prefix, names, doc string
 	}{
-		{v.States, "STATE_", "STATES", "States of swapagent_state"},
-		{v.Keep, "KEEP_", "KEEP_REASONS", "Keep reasons of swapagent_keep_reason"},
-		{v.Releases, "RELEASE_", "RELEASE_ANSWERS", "Answers of SWAPAGENT_CALL_GUARD_RELEASE"},
+		{v.States, "STATE_", "STATES", "States of swapagent_state; STATES names them by value."},
+		{v.Keep, "KEEP_", "KEEP_REASONS", "Keep reasons of swapagent_keep_reason; KEEP_REASONS names them by value."},
+		{v.Releases, "RELEASE_", "RELEASE_ANSWERS",
+			"Answers of SWAPAGENT_CALL_GUARD_RELEASE; RELEASE_ANSWERS names them by value."},
+		{v.Calls, "CALL_", "CALL_NAMES", "The kinds of swapagent_call (never renumbered); CALL_NAMES names kind k at k-1."},
 	} {
-		p("\n# %s; %s names them by value.\n", fam.doc, fam.names)
+		p("\n# %s\n", fam.doc)
 		for _, c := range fam.consts {
 			p("%s%s = %d\n", fam.prefix, c.Suffix, c.Int)
 		}
