@@ -25,10 +25,10 @@ const DefaultLink = 25e9
 
 // Layer is one candidate layer: a group the recording declared, in forward order.
 type Layer struct {
-	Index      int    // its number in the model (the group name's trailing number, else its position)
-	Group      string // its group
-	ForwardNS  int64  // its forward region's recorded time, median over the steps
-	BackwardNS int64  // its backward's recorded time, median over the steps
+	Index      int    `json:"index"`       // its number in the model (the group name's trailing number, else its position)
+	Group      string `json:"group"`       // its group
+	ForwardNS  int64  `json:"forward_ns"`  // its forward region's recorded time, median over the steps
+	BackwardNS int64  `json:"backward_ns"` // its backward's recorded time, median over the steps
 }
 
 // Profile is what the recording says a plan needs beyond the simulation.
@@ -148,37 +148,52 @@ func better(a, b Candidate) bool {
 	return a.Prefetch < b.Prefetch
 }
 
-// exposed models one step's transfer time not hidden behind compute: the layers' recorded forward and
-// backward times in order, one copy stream at the link's rate. A swapped layer's copy out starts when its
-// forward ends (the job does not wait for it); its copy back is issued when the backward reaches it, or
-// prefetch layers earlier, and its backward waits for it. moved[i] is layer i's bytes each way.
+// exposed models one step's transfer time not hidden behind compute, as the engine pipelines its copies
+// (offload.Engine): the layers' recorded forward and backward times in order, one copy stream at the link's
+// rate. A swapped layer's copies out start at its region exit; the job waits for them at the next swapped
+// layer's exit (the engine completes the previous group's copies before launching the next), or at the
+// backward's first restore. A swapped layer's copy back is issued at its backward enter, or when the
+// backward enters one of the prefetch swapped layers after it in forward order, and its backward waits for
+// it. moved[i] is layer i's bytes each way (0: not swapped).
 func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 	if p.LinkBps <= 0 {
 		return 0
 	}
 	copyNS := func(b uint64) int64 { return int64(float64(b) / p.LinkBps * 1e9) }
-	var t, stream int64
-	for i, l := range p.Layers {
-		t += l.ForwardNS
-		if moved[i] > 0 {
-			stream = max(stream, t) + copyNS(moved[i])
+	var t, stream, pending, exposed int64
+	wait := func(until int64) { // the job waits for a copy that ends at until
+		if until > t {
+			exposed += until - t
+			t = until
 		}
 	}
-	n := len(p.Layers)
-	done := make([]int64, n)
-	issued := make([]bool, n)
-	var exposed int64
-	for k := n - 1; k >= 0; k-- { // backward: the last layer first
-		for j := k; j >= max(k-prefetch, 0); j-- { // this layer's copy back, and those prefetched with it
-			if moved[j] > 0 && !issued[j] {
-				issued[j] = true
-				stream = max(stream, t) + copyNS(moved[j])
-				done[j] = stream
-			}
+	var swapped []int // in forward order
+	for i, l := range p.Layers {
+		t += l.ForwardNS
+		if moved[i] == 0 {
+			continue
 		}
-		if moved[k] > 0 && done[k] > t {
-			exposed += done[k] - t
-			t = done[k]
+		wait(pending)
+		stream = max(stream, t) + copyNS(moved[i])
+		pending = stream
+		swapped = append(swapped, i)
+	}
+	done := make([]int64, len(p.Layers))
+	issued := make([]bool, len(p.Layers))
+	next := len(swapped) - 1 // the next swapped layer the backward reaches
+	for k := len(p.Layers) - 1; k >= 0; k-- {
+		if moved[k] > 0 {
+			wait(pending)
+			pending = 0
+			for j := next; j >= max(next-prefetch, 0); j-- { // this layer's copy back, and those prefetched
+				if l := swapped[j]; !issued[l] {
+					issued[l] = true
+					stream = max(stream, t) + copyNS(moved[l])
+					done[l] = stream
+				}
+			}
+			next--
+			wait(done[k])
 		}
 		t += p.Layers[k].BackwardNS
 	}
