@@ -8,10 +8,12 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"swapagent/offload"
 	"swapagent/replay"
@@ -207,10 +209,6 @@ func profile(f *trace.File) (*Profile, error) {
 	per := map[uint32]*times{}
 	var order []uint32
 	open, bopen := map[uint32]int64{}, map[uint32]int64{}
-	var copyBytes uint64
-	var copyNS int64
-	copies := 0
-	moving := map[int64]int64{}
 	for i := range f.Events {
 		ev := &f.Events[i]
 		switch ev.Kind {
@@ -232,26 +230,22 @@ func profile(f *trace.File) (*Profile, error) {
 				per[ev.Group].bwd = append(per[ev.Group].bwd, ev.TS-at)
 				delete(bopen, ev.Group)
 			}
-		case trace.KindState: // a recorded copy: its start (d2h, h2d) to its end (host, device)
-			from, to := ev.Args[0], ev.Args[1]
-			if to == trace.StateD2H || to == trace.StateH2D {
-				moving[ev.Handle] = ev.TS
-			} else if at, ok := moving[ev.Handle]; ok && (from == trace.StateD2H || from == trace.StateH2D) {
-				copyBytes += ev.Args[3]
-				copyNS += ev.TS - at
-				copies++
-				delete(moving, ev.Handle)
-			}
 		}
 	}
 	if len(order) == 0 {
 		return nil, fmt.Errorf("the trace declares no layer (no region_enter): record with every candidate " +
 			"layer declared (docs/plan.md)")
 	}
+	// The link's rate: the bytes the agent copied over the device time its copies took (its stats: the
+	// runtime mover times them with events). A copy's states in the trace say when the engine saw it end,
+	// which is later (it waits for a group's copies at the next group's exit), so they are not used.
 	p := &Profile{LinkBps: DefaultLink, LinkFrom: "assumed (no copy recorded; --link sets it)"}
-	if copies > 0 && copyNS > 0 {
-		p.LinkBps = float64(copyBytes) / (float64(copyNS) / 1e9)
-		p.LinkFrom = fmt.Sprintf("measured from %d recorded copies", copies)
+	var st trace.Stats
+	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 &&
+		st.OffloadedBytes+st.RestoredBytes > 0 {
+		p.LinkBps = float64(st.OffloadedBytes+st.RestoredBytes) / (float64(st.DeviceCopyNS) / 1e9)
+		p.LinkFrom = fmt.Sprintf("measured: %d copied bytes in %v of device copies", st.OffloadedBytes+st.RestoredBytes,
+			time.Duration(st.DeviceCopyNS).Round(time.Microsecond))
 	}
 	for pos, g := range order {
 		name := tl.GroupName(g)
