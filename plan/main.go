@@ -25,7 +25,7 @@ const (
 )
 
 // Usage is the synopsis for the CLI's help.
-const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--format text|yaml|json]"
+const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--format text|yaml|json] [--verify -- CMD]"
 
 // Command is how `swapagent plan` is called (internal/cli's conventions).
 var Command = cli.Command{
@@ -37,10 +37,13 @@ how for each framework). Each contiguous range of layers, with each prefetch dep
 with replay's engine for its peak and the bytes it moves; the transfer it cannot hide is modelled from the
 layers' recorded times and the link's bandwidth (measured from recorded copies, else --link, else 25 GB/s).
 The plan is written in the job's own terms: MindFormers' YAML swap section, hyper-parallel's calls, the
-companions' layer_swap and decoder-sim's flags. A directory holds one process's trace.
+companions' layer_swap and decoder-sim's flags. A directory holds one process's trace. --verify then runs
+CMD under the agent as planned (policy safe, the plan's prefetch, --swap-layers SET appended: decoder-sim's
+flag) and prints the measured peak, waits and step time beside the prediction.
 
-Exit: 0 planned; 1 no configuration fits the budget (the lowest reachable peak is printed); 2 bad usage or
-input; 3 planned, but the trace was damaged.`,
+Exit: 0 planned (--verify: and the run peaked within the budget, its pool step as tolerance); 1 no
+configuration fits the budget (the lowest reachable peak is printed), or the verified run did not fit;
+2 bad usage or input, or the verified run failed; 3 planned, but the trace was damaged.`,
 }
 
 // Main runs `swapagent plan` with args (the words after "plan") and returns the exit code.
@@ -52,11 +55,21 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s` (default: measured from the recording, else 25)")
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
+	verify := cli.Switch(fs, "verify", "run CMD (after --) as planned and print what it measured beside the plan")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
 		return code
 	}
+	var argv []string
+	if dash := fs.ArgsLenAtDash(); dash >= 0 {
+		argv = fs.Args()[dash:]
+		if dash != 1 || len(argv) == 0 || !*verify {
+			return c.UsageError(stderr, "-- CMD goes with --verify, after exactly one TRACE")
+		}
+	}
 	switch {
-	case fs.NArg() != 1:
+	case *verify && len(argv) == 0:
+		return c.UsageError(stderr, "--verify needs -- CMD")
+	case len(argv) == 0 && fs.NArg() != 1:
 		return c.UsageError(stderr, "want exactly one TRACE (a .swtrace file or a directory), got %d", fs.NArg())
 	case !fs.Changed("budget") || budget.N == 0:
 		return c.UsageError(stderr, "--budget is required and must be above 0")
@@ -66,6 +79,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return c.UsageError(stderr, "bad --prefetch-max %d (0 to 8)", *prefetchMax)
 	case *format != "text" && *format != "yaml" && *format != "json":
 		return c.UsageError(stderr, "bad --format %q (want text, yaml or json)", *format)
+	}
+	if *verify && *format != "text" {
+		return c.UsageError(stderr, "--verify prints text: leave --format out")
 	}
 	files, _, err := report.Inputs(fs.Arg(0))
 	if err != nil {
@@ -100,6 +116,17 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		c.Errorf(stderr, "write: %v", err)
 		return ExitBadInput
+	}
+	if *verify && p.Feasible {
+		check, err := Verify(p, argv, stderr)
+		if err != nil {
+			c.Errorf(stderr, "%v", err)
+			return ExitBadInput
+		}
+		writeCheck(cli.Terminal(stdout), p, check)
+		if !check.Within {
+			return ExitNoFit
+		}
 	}
 	switch {
 	case !p.Feasible:

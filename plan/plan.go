@@ -36,7 +36,8 @@ type Layer struct {
 // Profile is what the recording says a plan needs beyond the simulation.
 type Profile struct {
 	Layers []Layer
-	Steps  int // the first layer's region enters
+	Steps  int   // the first layer's region enters
+	StepNS int64 // a step's recorded time: the median between the first layer's region enters
 	// LinkBps is the copies' bandwidth in bytes per second; LinkFrom says where it came from ("--link",
 	// "measured from N copies", or "assumed").
 	LinkBps  float64
@@ -258,6 +259,17 @@ func profile(f *trace.File) (*Profile, error) {
 		p.Layers = append(p.Layers, l)
 	}
 	p.Steps = len(per[order[0]].fwd)
+	var starts []int64
+	for i := range f.Events {
+		if ev := &f.Events[i]; ev.Kind == trace.KindRegionEnter && ev.Group == order[0] {
+			starts = append(starts, ev.TS)
+		}
+	}
+	var gaps []int64
+	for i := 1; i < len(starts); i++ {
+		gaps = append(gaps, starts[i]-starts[i-1])
+	}
+	p.StepNS = median(append([]int64{0}, gaps...)) // median leaves the first value out
 	return p, nil
 }
 

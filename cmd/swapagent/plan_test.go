@@ -93,6 +93,14 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 			t.Errorf("budget %d: predicted peak %d, measured %d: more than 5%% apart", budget, p.Peak, got)
 		}
 	}
+	// --verify runs decoder-sim as planned and prints what it measured beside the plan.
+	mid := all.Lowest + (all.NoSwapPeak-all.Lowest)/2
+	v := swapagent(t, nil, "plan", rec, "--budget", fmt.Sprint(mid), "--verify", "--",
+		testenv.Path(t, testenv.DecoderSim), "--steps", "3")
+	if v.Code != 0 || !strings.Contains(v.Stdout, "verify: peak predicted") || !strings.Contains(v.Stdout, "within the budget") ||
+		!strings.Contains(v.Stdout, "step time: predicted") {
+		t.Errorf("--verify: exit %d\n%s\n%s", v.Code, v.Stdout, testenv.Tail(v.Stderr, 10))
+	}
 	// Below what swap can reach: said so, with the lowest reachable peak, and exit 1.
 	low, r := runPlan(t, rec, all.Lowest/2)
 	if r.Code != 1 || low.Feasible || low.Lowest != all.Lowest || low.Peak != all.Lowest {
@@ -109,6 +117,8 @@ func TestPlanUsage(t *testing.T) {
 	rec := t.TempDir()
 	usageErr(t, swapagent(t, nil, "plan", rec), "plan", "--budget is required")
 	usageErr(t, swapagent(t, nil, "plan", rec, "--budget", "1G", "--format", "xml"), "plan", "--format")
+	usageErr(t, swapagent(t, nil, "plan", rec, "--budget", "1G", "--verify"), "plan", "--verify needs -- CMD")
+	usageErr(t, swapagent(t, nil, "plan", rec, "--budget", "1G", "--", "true"), "plan", "goes with --verify")
 	r := swapagent(t, nil, "plan", rec+"/none.swtrace", "--budget", "1G")
 	if r.Code != 2 || r.Stdout != "" {
 		t.Errorf("a missing trace: exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)

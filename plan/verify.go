@@ -1,0 +1,92 @@
+// verify.go owns `swapagent plan --verify -- CMD`: the plan checked, not trusted. CMD runs under the agent
+// as planned (policy safe, the plan's prefetch, decoder-sim's --swap-layers appended: a job that takes the
+// layers another way applies the plan itself and runs the two commands of docs/plan.md), and what its
+// trace measured is printed beside the prediction.
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"swapagent/report"
+	"swapagent/trace"
+)
+
+// Check is a planned run's measurements beside the plan's predictions.
+type Check struct {
+	PeakBytes uint64 // the run's peak device bytes
+	WaitNS    int64  // per step: the job waiting for copies (out, back) and the device stalled on them
+	StepNS    int64  // the run's step time (median)
+	Within    bool   // the peak is within the budget, the allocator's step as tolerance
+}
+
+// Verify runs argv as planned under `swapagent run` (this executable) and measures it.
+func Verify(p *Plan, argv []string, stderr io.Writer) (*Check, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	out, err := os.MkdirTemp("", "swapagent-plan-verify-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(out)
+	args := append([]string{"run", "--policy", "safe", "--out", out, "--"}, argv...)
+	cmd := exec.Command(self, append(args, p.DecoderSimArgs()...)...)
+	cmd.Env = append(os.Environ(), "SWAPAGENT_PREFETCH="+strconv.Itoa(p.Best.Prefetch))
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("the planned run failed: %v", err)
+	}
+	sums, _, _, err := report.Load(out, nil)
+	if err != nil {
+		return nil, err
+	}
+	var s *report.Summary
+	for _, x := range sums { // the process that swapped (a launcher's trace has no layers)
+		if s == nil || len(x.Steps) > len(s.Steps) {
+			s = x
+		}
+	}
+	if s == nil || len(s.Steps) == 0 {
+		return nil, fmt.Errorf("the planned run's trace has no step (no layer was entered)")
+	}
+	c := &Check{PeakBytes: s.Stats.PeakDeviceBytes}
+	var st trace.Stats
+	if s.HasStats && json.Unmarshal(s.StatsJSON, &st) == nil {
+		c.WaitNS = int64(st.OffloadWaitNS+st.RestoreWaitNS+st.DeviceStallNS) / int64(len(s.Steps))
+	}
+	gaps := []int64{0}
+	for i := 1; i < len(s.Steps); i++ {
+		gaps = append(gaps, s.Steps[i]-s.Steps[i-1])
+	}
+	c.StepNS = median(gaps)
+	c.Within = c.PeakBytes <= p.Budget+p.PoolStep
+	return c, nil
+}
+
+func writeCheck(w io.Writer, p *Plan, c *Check) {
+	pct := func(pred, got float64) string {
+		if got == 0 {
+			return "n/a"
+		}
+		return fmt.Sprintf("%+.1f%%", 100*(pred-got)/got)
+	}
+	ms := func(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
+	verdict := "within the budget"
+	if !c.Within {
+		verdict = "OVER the budget (and its pool step of " + report.Bytes(p.PoolStep) + ")"
+	}
+	fmt.Fprintf(w, "verify: peak predicted %s, measured %s (prediction %s): %s\n", report.Bytes(p.Best.PeakBytes),
+		report.Bytes(c.PeakBytes), pct(float64(p.Best.PeakBytes), float64(c.PeakBytes)), verdict)
+	fmt.Fprintf(w, "  transfer not hidden per step: predicted %s, measured %s (waits for copies and device stalls)\n",
+		ms(p.Best.ExposedNS), ms(c.WaitNS))
+	fmt.Fprintf(w, "  step time: predicted %s (the recording's %s plus the exposed transfer), measured %s (%s)\n",
+		ms(p.Profile.StepNS+p.Best.ExposedNS), ms(p.Profile.StepNS), ms(c.StepNS),
+		pct(float64(p.Profile.StepNS+p.Best.ExposedNS), float64(c.StepNS)))
+}
