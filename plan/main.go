@@ -14,6 +14,7 @@ import (
 	"swapagent/internal/bytesize"
 	"swapagent/internal/cli"
 	"swapagent/report"
+	"swapagent/trace"
 )
 
 // Exit codes of `swapagent plan`.
@@ -194,6 +195,15 @@ func (p *Plan) Companions() string {
 
 // DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH).
 func (p *Plan) DecoderSimArgs() []string { return []string{"--swap-layers", span(p.Best.Layers)} }
+
+// MeasuredLink is the bandwidth the recording's copies measured (bytes per second; 0 when it made none).
+func MeasuredLink(f *trace.File) float64 {
+	prof, err := profile(f)
+	if err != nil || prof.LinkFrom == assumedLink {
+		return 0
+	}
+	return prof.LinkBps
+}
 
 func writeJSON(w io.Writer, file string, p *Plan) error {
 	top := p.Ranked[:min(len(p.Ranked), 5)]

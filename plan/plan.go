@@ -25,6 +25,9 @@ import (
 // given: a PCIe 4.0 x16 host link's practical rate, which Ascend 910 cards use.
 const DefaultLink = 25e9
 
+// assumedLink says the link's rate is DefaultLink's.
+const assumedLink = "assumed (no copy recorded; --link sets it)"
+
 // Layer is one candidate layer: a group the recording declared, in forward order.
 type Layer struct {
 	Index      int    `json:"index"`       // its number in the model (the group name's trailing number, else its position)
@@ -240,7 +243,7 @@ func profile(f *trace.File) (*Profile, error) {
 	// The link's rate: the bytes the agent copied over the device time its copies took (its stats: the
 	// runtime mover times them with events). A copy's states in the trace say when the engine saw it end,
 	// which is later (it waits for a group's copies at the next group's exit), so they are not used.
-	p := &Profile{LinkBps: DefaultLink, LinkFrom: "assumed (no copy recorded; --link sets it)"}
+	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink}
 	var st trace.Stats
 	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 &&
 		st.OffloadedBytes+st.RestoredBytes > 0 {

@@ -31,14 +31,25 @@ func Verify(p *Plan, argv []string, stderr io.Writer) (*Check, error) {
 	if err != nil {
 		return nil, err
 	}
+	c, err := Measure(self, p.Best, argv, stderr)
+	if err != nil {
+		return nil, err
+	}
+	c.Within = c.PeakBytes <= p.Budget+p.PoolStep
+	return c, nil
+}
+
+// Measure runs argv with candidate c's configuration under `CLI run` (policy safe, c's prefetch,
+// decoder-sim's --swap-layers appended) and measures its peak, waits and step time.
+func Measure(cli string, c Candidate, argv []string, stderr io.Writer) (*Check, error) {
 	out, err := os.MkdirTemp("", "swapagent-plan-verify-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(out)
 	args := append([]string{"run", "--policy", "safe", "--out", out, "--"}, argv...)
-	cmd := exec.Command(self, append(args, p.DecoderSimArgs()...)...)
-	cmd.Env = append(os.Environ(), "SWAPAGENT_PREFETCH="+strconv.Itoa(p.Best.Prefetch))
+	cmd := exec.Command(cli, append(args, "--swap-layers", span(c.Layers))...)
+	cmd.Env = append(os.Environ(), "SWAPAGENT_PREFETCH="+strconv.Itoa(c.Prefetch))
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("the planned run failed: %v", err)
@@ -56,18 +67,17 @@ func Verify(p *Plan, argv []string, stderr io.Writer) (*Check, error) {
 	if s == nil || len(s.Steps) == 0 {
 		return nil, fmt.Errorf("the planned run's trace has no step (no layer was entered)")
 	}
-	c := &Check{PeakBytes: s.Stats.PeakDeviceBytes}
+	m := &Check{PeakBytes: s.Stats.PeakDeviceBytes}
 	var st trace.Stats
 	if s.HasStats && json.Unmarshal(s.StatsJSON, &st) == nil {
-		c.WaitNS = int64(st.OffloadWaitNS+st.RestoreWaitNS+st.DeviceStallNS) / int64(len(s.Steps))
+		m.WaitNS = int64(st.OffloadWaitNS+st.RestoreWaitNS+st.DeviceStallNS) / int64(len(s.Steps))
 	}
 	gaps := []int64{0}
 	for i := 1; i < len(s.Steps); i++ {
 		gaps = append(gaps, s.Steps[i]-s.Steps[i-1])
 	}
-	c.StepNS = median(gaps)
-	c.Within = c.PeakBytes <= p.Budget+p.PoolStep
-	return c, nil
+	m.StepNS = median(gaps)
+	return m, nil
 }
 
 func writeCheck(w io.Writer, p *Plan, c *Check) {

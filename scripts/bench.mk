@@ -32,3 +32,8 @@ BENCHES += bench-probe
 .PHONY: bench-probe
 bench-probe: $(BUILD)/bin/swapagent $(BUILD)/bin/decoder-sim $(BUILD)/test/acl-bench
 	@bash scripts/bench-probe.sh $(BUILD)
+
+BENCHES += bench-plan
+.PHONY: bench-plan
+bench-plan: $(BUILD)/bin/swapagent $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
+	@$(GO) run ./cmd/planbench

@@ -1,0 +1,110 @@
+// Command planbench checks `swapagent plan`'s choice and time model against real runs (make bench-plan):
+// decoder-sim on a throttled emulated link (ACLSIM_COPY_GBPS) is recorded once under off, the link is
+// measured on a run that swaps every layer, then every contiguous range of layers with prefetch 0-2 is run
+// for real. For each budget it prints the plan's choice and what it measured beside the best configuration of
+// the sweep that fit, and the predicted exposed transfer beside the measured waits. Figures, never
+// assertions: `go run ./cmd/planbench` from the repository root after `make build`.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"swapagent/plan"
+	"swapagent/report"
+	"swapagent/trace"
+)
+
+func main() {
+	cli := flag.String("cli", "build/bin/swapagent", "the swapagent command")
+	sim := flag.String("sim", "build/bin/decoder-sim", "decoder-sim")
+	layers := flag.Int("layers", 6, "decoder-sim's layers")
+	steps := flag.Int("steps", 3, "steps of each run")
+	gbps := flag.String("gbps", "0.25", "the emulated link's rate (ACLSIM_COPY_GBPS)")
+	flag.Parse()
+	if err := run(*cli, *sim, *layers, *steps, *gbps); err != nil {
+		fmt.Fprintln(os.Stderr, "planbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(cli, sim string, layers, steps int, gbps string) error {
+	os.Setenv("ACLSIM_COPY_GBPS", gbps)
+	dir, err := os.MkdirTemp("", "planbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	argv := []string{sim, "--layers", fmt.Sprint(layers), "--steps", fmt.Sprint(steps)}
+	record := func(name, policy string) (*trace.File, error) {
+		out := filepath.Join(dir, name)
+		cmd := exec.Command(cli, append([]string{"run", "--policy", policy, "--out", out, "--"},
+			append(argv, "--swap-layers", "all")...)...)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("%s run: %v\n%s", name, err, b)
+		}
+		files, err := trace.FindTraces(out)
+		if err != nil || len(files) != 1 {
+			return nil, fmt.Errorf("%s run: traces %v (%v)", name, files, err)
+		}
+		return trace.Load(files[0])
+	}
+	prof, err := record("profile", "off")
+	if err != nil {
+		return err
+	}
+	moving, err := record("link", "safe")
+	if err != nil {
+		return err
+	}
+	link := plan.MeasuredLink(moving)
+	all, err := plan.Search(prof, plan.Options{Budget: 1 << 50, PrefetchMax: 2, LinkBps: link})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("== plan against a sweep of real runs: decoder-sim --layers %d --steps %d, emulated link %s GB/s "+
+		"(measured %.2f GB/s); no swap peaks at %s, swap reaches %s\n", layers, steps, gbps, link/1e9,
+		report.Bytes(all.NoSwapPeak), report.Bytes(all.LowestPeak))
+	measured := map[string]*plan.Check{}
+	key := func(c plan.Candidate) string { return fmt.Sprint(c.Layers, c.Prefetch) }
+	for _, c := range all.Ranked {
+		if len(c.Layers) == 0 {
+			continue
+		}
+		m, err := plan.Measure(cli, c, argv, io.Discard)
+		if err != nil {
+			return err
+		}
+		measured[key(c)] = m
+	}
+	ms := func(ns int64) string { return time.Duration(ns).Round(100 * time.Microsecond).String() }
+	for _, frac := range []float64{0.4, 0.7} {
+		budget := all.LowestPeak + uint64(frac*float64(all.NoSwapPeak-all.LowestPeak))
+		p, err := plan.Search(prof, plan.Options{Budget: budget, PrefetchMax: 2, LinkBps: link})
+		if err != nil {
+			return err
+		}
+		got := measured[key(p.Best)]
+		var best plan.Candidate
+		var bestM *plan.Check
+		for _, c := range all.Ranked {
+			if m := measured[key(c)]; m != nil && m.PeakBytes <= budget+p.PoolStep && (bestM == nil || m.StepNS < bestM.StepNS) {
+				best, bestM = c, m
+			}
+		}
+		if got == nil || bestM == nil {
+			fmt.Printf("  budget %s: no measured configuration fits\n", report.Bytes(budget))
+			continue
+		}
+		fmt.Printf("  budget %s: plan layers %v prefetch %d: step %s measured, %+.1f%% against the sweep's best "+
+			"(layers %v prefetch %d, %s); exposed transfer predicted %s, measured %s a step\n", report.Bytes(budget),
+			p.Best.Layers, p.Best.Prefetch, ms(got.StepNS), 100*(float64(got.StepNS)-float64(bestM.StepNS))/float64(bestM.StepNS),
+			best.Layers, best.Prefetch, ms(bestM.StepNS), ms(p.Best.ExposedNS), ms(got.WaitNS))
+	}
+	return nil
+}
