@@ -101,10 +101,16 @@ func run(cli, sim string, layers, steps int, gbps string) error {
 			fmt.Printf("  budget %s: no measured configuration fits\n", report.Bytes(budget))
 			continue
 		}
-		fmt.Printf("  budget %s: plan layers %v prefetch %d: step %s measured, %+.1f%% against the sweep's best "+
-			"(layers %v prefetch %d, %s); exposed transfer predicted %s, measured %s a step\n", report.Bytes(budget),
-			p.Best.Layers, p.Best.Prefetch, ms(got.StepNS), 100*(float64(got.StepNS)-float64(bestM.StepNS))/float64(bestM.StepNS),
-			best.Layers, best.Prefetch, ms(bestM.StepNS), ms(p.Best.ExposedNS), ms(got.WaitNS))
+		fit := ""
+		if got.PeakBytes > budget+p.PoolStep {
+			fit = fmt.Sprintf(" (but its run peaked at %s, over the budget and its pool step)", report.Bytes(got.PeakBytes))
+		}
+		fmt.Printf("  budget %s: plan layers %v prefetch %d: peak %s predicted, %s measured%s; step %s measured, "+
+			"%+.1f%% against the sweep's best that fit (layers %v prefetch %d, %s); exposed transfer predicted %s, "+
+			"measured %s a step\n", report.Bytes(budget), p.Best.Layers, p.Best.Prefetch, report.Bytes(p.Best.PeakBytes),
+			report.Bytes(got.PeakBytes), fit, ms(got.StepNS),
+			100*(float64(got.StepNS)-float64(bestM.StepNS))/float64(bestM.StepNS), best.Layers, best.Prefetch,
+			ms(bestM.StepNS), ms(p.Best.ExposedNS), ms(got.WaitNS))
 	}
 	return nil
 }
