@@ -1,8 +1,8 @@
-"""swapagent.core owns what both framework companions share (the binding to the agent is swapagent.binding):
-storage-pointer collection over nested arguments, the storage-ops registry the agent calls to release and
-restore storages, the per-layer reporter that turns framework hooks into ABI calls, and the rule that
-finds each layer's backward enter and exit from gradient hooks on the tensors crossing it (no module or
-Cell backward hook: those add autograd nodes, see Layer).
+"""swapagent.core owns what both framework companions share: the per-layer reporter that turns framework
+hooks into control calls, and the rule that finds each layer's backward enter and exit from gradient hooks
+on the tensors crossing it (no module or Cell backward hook: those add autograd nodes, see Layer). The
+binding to the agent is swapagent.binding, the walk of nested arguments swapagent.walk, the storages' registry
+swapagent.storage; core re-exports their names.
 
 The companion decides nothing: it reports region boundaries (input and output storage pointers, plain
 integers only), every storage saved for backward, and backward boundaries; the agent decides what stays on
@@ -10,7 +10,6 @@ the device and calls back into the registry to release (resize to 0) or restore 
 """
 
 import itertools
-import dataclasses
 import json
 import logging
 import os
@@ -28,6 +27,10 @@ from ._abi import (  # noqa: F401
 from .binding import (  # noqa: F401
     LIB_NAME, RELEASE_FN, RESTORE_FN, Agent, AgentError, library_candidates, load, stats,
 )
+from .walk import (  # noqa: F401
+    _ATOMS, _MAX_DEPTH, _described, _saved_descs, describe_line, describe_tail, saved_desc, walk_named,
+)
+from .storage import Framework, Packed, Registry, _entries, agent_op, count_holders, registry  # noqa: F401
 
 log = logging.getLogger("swapagent")
 
@@ -46,171 +49,6 @@ def group_name(index):
     return "layer.%d" % index
 
 
-# ---- storage pointers over nested arguments -------------------------------------------------------
-
-_ATOMS = frozenset((str, bytes, int, float, bool, complex, type(None)))
-_MAX_DEPTH = 64
-
-
-def walk_named(obj, is_tensor, path, out, _depth=0, _seen=None):
-    """Appends (path, tensor) to out for every object found in obj for which is_tensor(x) is true (each
-    occurrence, in order), however nested in tuples, lists, namedtuples, dicts and dataclasses; a tensor is
-    not looked into, a container that holds itself is walked once. path grows from the given one as "[i]"
-    for sequences, "['key']" for dicts and ".field" for dataclasses ("rotary_cos_sin[0]", "batch['mask']"),
-    the argument paths fault reports name. It runs on every forward of every wrapped layer, for its inputs
-    and outputs: the common containers are told by their exact type first. Returns out."""
-    if is_tensor(obj):
-        out.append((path, obj))
-        return out
-    t = type(obj)
-    if t in _ATOMS or _depth > _MAX_DEPTH:
-        return out
-    if t is tuple or t is list or isinstance(obj, (tuple, list)):
-        items = (("%s[%d]" % (path, i), v) for i, v in enumerate(obj))
-    elif t is dict or isinstance(obj, dict):
-        items = (("%s[%r]" % (path, k), v) for k, v in obj.items())
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        items = (("%s.%s" % (path, f.name), getattr(obj, f.name, None)) for f in dataclasses.fields(obj))
-    else:
-        return out
-    if _seen is None:
-        _seen = set()
-    elif id(obj) in _seen:
-        return out
-    _seen.add(id(obj))
-    for p, v in items:
-        if is_tensor(v):
-            out.append((p, v))
-        elif type(v) not in _ATOMS:
-            walk_named(v, is_tensor, p, out, _depth + 1, _seen)
-    return out
-
-
-_described = {}  # (dtype, shape) -> "DTYPE\tSHAPE": a saved tensor's description costs a dict lookup
-
-
-def describe_tail(t):
-    """"DTYPE\tSHAPE" of a tensor, the framework's type name without its module ("float32", "bfloat16")."""
-    shape = tuple(t.shape)
-    key = (t.dtype, shape)
-    d = _described.get(key)
-    if d is None:
-        name = str(t.dtype).rsplit(".", 1)[-1].lower()
-        d = _described[key] = "%s\t%s" % (name, ",".join(str(int(n)) for n in shape))
-    return d
-
-
-def describe_line(path, t):
-    """The description the agent takes (swapagent.h): "PATH\tDTYPE\tSHAPE"."""
-    return path + "\t" + describe_tail(t)
-
-
-_saved_descs = {}  # (dtype, shape) -> b"\tDTYPE\tSHAPE", ready for the C array
-
-
-def saved_desc(t):
-    """The description of a saved tensor that is no argument (empty PATH), as bytes, cached per dtype and
-    shape: a region's saves are described at its exit with no string built per tensor."""
-    key = (t.dtype, tuple(t.shape))
-    d = _saved_descs.get(key)
-    if d is None:
-        d = _saved_descs[key] = ("\t" + describe_tail(t)).encode()
-    return d
-
-
-# ---- storage ops registry -------------------------------------------------------------------------
-
-class Registry:
-    """handle -> storage of every saved tensor the agent may ask to release or restore.
-
-    Holds storage objects (never the tensors) from the save until the group's backward_exit, or until the
-    framework freed every saved tensor of the handle (the forward's Pass counts them per storage). A plain
-    dict whose single operations are atomic under the GIL (the hooks take no lock), one entry per saved
-    storage: _entries maps a handle to its storage. The agent's release and restore use the framework
-    part's resize(storage, nbytes) and storage_ptr(storage) (ops: the part of the latest Layer; every
-    framework part shares them today)."""
-
-    def __init__(self):
-        self._entries = {}  # handle -> storage
-        self.ops = Framework()
-        self.errors = []  # one line per failed release/restore, for diagnosis and tests
-        # Kept alive for as long as the agent may call them: the process lifetime.
-        self._release_cb = RELEASE_FN(self._release)
-        self._restore_cb = RESTORE_FN(self._restore)
-        self._installed = False
-
-    def install(self, agent):
-        if self._installed:
-            return
-        agent.set_storage_ops(self._release_cb, self._restore_cb)
-        self._installed = True
-
-    def add(self, handle, storage):
-        """handle's storage, saved."""
-        self._entries[handle] = storage
-
-    def discard(self, handle):
-        """The framework dropped every saved tensor of handle (their graph was freed): there is nothing
-        left to release or restore."""
-        self._entries.pop(handle, None)
-
-    def forget(self, handles):
-        """The group's backward exit: the agent forgot these handles."""
-        pop = self._entries.pop
-        for h in handles:
-            pop(h, None)
-
-    def __len__(self):
-        return len(self._entries)
-
-    def _fail(self, msg):
-        self.errors.append(msg)
-        log.error(msg)
-        return msg
-
-    def _release(self, _ctx, handle, ptr, nbytes):
-        # Called by the agent (any thread): an exception must never cross back into C. The resize is the
-        # agent's own: the guard lets it through (agent_op), it must not ask the agent that called it.
-        agent_op.active = True
-        try:
-            storage = self._entries.get(handle)
-            if storage is None:
-                self._fail("swapagent: release of unknown handle %d" % handle)
-                return -1
-            ops = self.ops
-            cur = ops.storage_ptr(storage)
-            if cur != ptr:
-                self._fail("swapagent: release of handle %d at %#x, but its storage is at %#x" % (handle, ptr, cur))
-                return -1
-            ops.resize(storage, 0)
-            return 0
-        except BaseException as ex:  # noqa: BLE001 - reported to the agent as a failed op
-            self._fail("swapagent: release of handle %d failed: %s" % (handle, ex))
-            return -1
-        finally:
-            agent_op.active = False
-
-    def _restore(self, _ctx, handle, nbytes):
-        agent_op.active = True
-        try:
-            storage = self._entries.get(handle)
-            if storage is None:
-                self._fail("swapagent: restore of unknown handle %d" % handle)
-                return 0
-            ops = self.ops
-            ops.resize(storage, nbytes)
-            return ops.storage_ptr(storage)
-        except BaseException as ex:  # noqa: BLE001
-            self._fail("swapagent: restore of handle %d failed: %s" % (handle, ex))
-            return 0
-        finally:
-            agent_op.active = False
-
-
-# The agent's own storage op is running on this thread (Registry._release/_restore): the guard's resize_
-# wrapper passes it through.
-agent_op = threading.local()
-agent_op.active = False
 # Set by swapagent.guard when it is installed: the saves of a companion's region (saves_hook(layer, ptrs))
 # and the start of its forward (forward_hook(layer)), so that a release other code attempts of a storage a
 # companion's region saved is asked of the agent too. None: no guard.
@@ -220,141 +58,6 @@ forward_hook = None
 
 # ---- the per-layer reporter -----------------------------------------------------------------------
 
-class Packed:
-    """What the saved-tensor pack hook returns: the forward (Pass) that saved it, the index of its storage
-    among that forward's saved storages (slot: the agent's handle is pass_.handles[slot] once the region
-    reported its saves, at its exit) and the saved tensor as an alias on its storage without autograd
-    history (Framework.alias; the release resizes that storage in place, so holding it costs no device
-    memory once released)."""
-    __slots__ = ("slot", "tensor", "pass_")
-
-    def __init__(self, slot, tensor, pass_):
-        self.slot, self.tensor, self.pass_ = slot, tensor, pass_
-
-    @property
-    def handle(self):
-        """The agent's handle (0 before the region reported its saves, or when the save was refused)."""
-        hs = self.pass_.handles
-        return max(hs[self.slot], 0) if self.slot < len(hs) else 0
-
-    def __del__(self):
-        # Autograd frees saved tensors after their backward (or with a discarded graph): so does the
-        # registry once the storage's last one went, so no storage outlives the graph that saved it; a freed
-        # tensor is never unpacked (Layer.freed: no agent call from here, this may run inside one, from the
-        # garbage collector). Registry.discard and Layer.freed inline: plain list, dict and set operations
-        # under the GIL, no lock.
-        try:
-            p, i = self.pass_, self.slot
-            refs = p.refs
-            refs[i] -= 1
-            if not refs[i]:
-                hs = p.handles
-                if i < len(hs):
-                    _entries.pop(hs[i], None)
-            p.layer._waiting.discard(id(self))  # pylint: disable=protected-access
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
-
-class Framework:
-    """What a framework part supplies to Layer; every method takes or returns plain values."""
-    name = "?"
-    tensor_type = None  # the framework's tensor class: what walk_named() looks for in arguments and outputs
-
-    def storage(self, t):
-        """The storage of tensor t, or None when t is not a tensor this companion reports."""
-        raise NotImplementedError
-
-    def is_tensor(self, x):
-        if self.tensor_type is not None:
-            return isinstance(x, self.tensor_type)
-        return self.storage(x) is not None
-
-    # torch and MindSpore (>= 2.8) storages share this API: untyped_storage() objects with data_ptr(),
-    # nbytes() and resize_(n). A framework part overrides these only where its storages differ.
-    def storage_ptr(self, s):
-        return s.data_ptr()
-
-    def storage_nbytes(self, s):
-        return s.nbytes()
-
-    def resize(self, s, nbytes):
-        s.resize_(nbytes)
-
-    def saved(self, t):
-        """(storage, pointer, nbytes) of a tensor saved for backward, or None when it is not one this
-        companion reports: the pack hook's one call into the framework part (it runs for every saved
-        tensor, so a framework part may inline it)."""
-        s = self.storage(t)
-        if s is None:
-            return None
-        return s, self.storage_ptr(s), self.storage_nbytes(s)
-
-    def ptr(self, t):
-        """The storage pointer of tensor t as the region calls report it: 0 for an empty storage (an
-        emptied storage has no usable address, whatever the framework still stores, and the agent must see
-        a released storage come back in), None when t is not reported."""
-        s = self.storage(t)
-        if s is None:
-            return None
-        return self.storage_ptr(s) if self.storage_nbytes(s) > 0 else 0
-
-    def storage_ptrs(self, ts):
-        """The storage pointers of the non-empty storages of tensors ts, as a frozenset (param_ptrs's)."""
-        out = set()
-        for t in ts:
-            s = self.storage(t)
-            if s is not None and self.storage_nbytes(s) > 0:
-                out.add(self.storage_ptr(s))
-        return frozenset(out)
-
-    def param_ptrs(self, module, cache=None):
-        """The storage pointers of module's parameters and buffers. cache is a dict the caller keeps for
-        the module between calls (None: no cache): a framework part may keep there what lets it answer
-        without walking the module tree again, as long as what it returns is that of the module now."""
-        raise NotImplementedError
-
-    # Whether holders and saved_holders count: the evidence tracker.Releasable decides by. A framework that
-    # counts none keeps every input and output by its role.
-    counts_holders = False
-
-    def holders(self, storage, aliases):
-        """The references to storage (the object the registry holds) beyond those of the saved tensors of one
-        forward, which hold aliases of it (Framework.alias), or None where this framework counts none."""
-        return None
-
-    def saved_holders(self, storage, saved):
-        """The references to storage beyond the saved tensors of one layer on it (hyper-parallel's
-        SwapTensors, their .val, and the guard's Packed aliases of them), or None where this framework
-        counts none (the guard's evidence)."""
-        return None
-
-    def alias(self, t):
-        """A tensor on t's storage without t's autograd history, for Packed to hold: holding t itself
-        makes a reference cycle (t -> its grad_fn -> the saved tensor -> Packed -> t) when an operation
-        saves its own output, which nothing breaks if that node never runs (a graph dropped without
-        backward, a backward that does not need it): the graph, its storages and the agent's handles
-        would stay forever. The unpacked tensor gets its autograd history back from the framework."""
-        return t
-
-    # Backward boundaries (see Layer): gradient hooks on tensors, never module/Cell backward hooks.
-    def takes_grad(self, x):
-        """True when x is a tensor of this framework whose gradient is computed (its hook can fire)."""
-        raise NotImplementedError
-
-    def grad_hook(self, t, fn):
-        """Registers fn(grad) (returns None: the gradient is unchanged) as a gradient hook of tensor t and
-        returns a function that removes it, or None when t takes no hook. Must add no autograd node."""
-        raise NotImplementedError
-
-    def at_backward_end(self, fn):
-        """Queues fn() to run once the backward pass running now is over; False when none is running (or
-        the framework cannot tell)."""
-        return False
-
-
-registry = Registry()
-_entries = registry._entries  # pylint: disable=protected-access
 _chain = itertools.chain
 
 
@@ -969,23 +672,6 @@ def select(layers, swap):
         if bad:
             raise ValueError("swapagent: swap indices %s out of range for %d layers" % (bad, len(layers)))
     return [(i, layers[i]) for i in idx]
-
-
-# ---- the holders of a layer's inputs ----------------------------------------------------------------------
-
-# The layers whose inputs' holders the next layer's entry counts: while a layer's call returns, the job's
-# variable still holds its input; once the next layer is entered the job has moved on, and an input that
-# nothing but the layer's saved tensors holds may be swapped like the layer's own activations.
-_inputs_to_count = []
-
-
-def count_holders(layer, args, kwargs):
-    """A forward pre-hook of the companions' layers under safe and off, before the region's own: reports
-    the holders of the inputs of the layer entered before (Layer.report_holders), then notes this one's."""
-    while _inputs_to_count:
-        before, ptrs = _inputs_to_count.pop()
-        before.report_holders(ptrs)
-    _inputs_to_count.append((layer, layer.pointers((args, kwargs))))
 
 
 def start(prefetch):
