@@ -119,6 +119,14 @@ int sa_mem_write(void *dst, const void *src, size_t n) {
   return process_vm_writev(getpid(), &l, 1, &r, 1, 0) == (ssize_t)n;
 }
 
+/* Copies n bytes to the caller's dst: with plain stores for the caller's own memory (own), else through the
+ * kernel. 1 when dst took them. */
+static int put_out(int own, void *dst, const void *src, size_t n) {
+  if (!own) return sa_mem_write(dst, src, n);
+  memcpy(dst, src, n);
+  return 1;
+}
+
 /* Reads the caller's C string at s into buf (cap bytes) as far as its NUL, a page at a time: its length
  * (cap when it runs on), or -1 when it runs into memory that cannot be read. */
 static long read_string(const char *s, char *buf, size_t cap) {
@@ -388,7 +396,7 @@ static int queue(sa_call *d, int64_t *out, int own) {
     int64_t *handles = (int64_t *)copy_part(d, P_HANDLES);
     for (uint64_t i = 0; i < d->n_save; i++) handles[i] = d->first + (int64_t)i;
     size_t bytes = (size_t)d->n_save * 8;
-    if (!(own ? (memcpy(out, handles, bytes), 1) : sa_mem_write(out, handles, bytes))) {
+    if (!put_out(own, out, handles, bytes)) {
       rc = -1;
     } else { /* What stays on device stays where it is until the agent forgets the handle. */
       sa_resident_set_n(d->first, copy_part(d, P_SAVE_PTRS), d->n_save);
@@ -415,7 +423,7 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   int64_t *handles = (int64_t *)copy_part(d, P_HANDLES);
   size_t hbytes = (size_t)d->n_save * 8;
   int64_t zero = 0;
-  if ((d->n_save > 0 && !(own ? (memset(c->handles, 0, hbytes), 1) : sa_mem_write(c->handles, handles, hbytes))) ||
+  if ((d->n_save > 0 && !put_out(own, c->handles, handles, hbytes)) ||
       (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->token != NULL && !own && !sa_mem_write(c->token, &zero, 8))) {
     free(d);
     return refuse((int)c->kind, "handles or token: not writable memory");
@@ -427,9 +435,9 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
     return refuse((int)c->kind, "handles: no longer writable memory");
   }
   int64_t r = SA_GO(sa_go_run((uintptr_t)d));
-  int wrote = d->n_save == 0 || (own ? (memcpy(c->handles, handles, hbytes), 1) : sa_mem_write(c->handles, handles, hbytes));
+  int wrote = d->n_save == 0 || put_out(own, c->handles, handles, hbytes);
   if (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->token != NULL)
-    wrote &= own ? (*c->token = d->token, 1) : sa_mem_write(c->token, &d->token, 8);
+    wrote &= put_out(own, c->token, &d->token, sizeof d->token);
   free(d);
   return wrote ? r : refuse((int)c->kind, "handles or token: no longer writable memory");
 }
