@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -215,6 +216,7 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 		NoSwapPeak  uint64            `json:"no_swap_peak_bytes"`
 		LowestPeak  uint64            `json:"lowest_reachable_peak_bytes"`
 		PoolStep    uint64            `json:"pool_step_bytes"`
+		Footprint   string            `json:"footprint"`
 		LinkBps     float64           `json:"link_bytes_per_second"`
 		LinkFrom    string            `json:"link_from"`
 		Layers      []Layer           `json:"layers"`
@@ -225,7 +227,7 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 		Environment map[string]string `json:"environment"`
 		Candidates  []Candidate       `json:"candidates"`
 		Simulations int               `json:"simulations"`
-	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Profile.LinkBps,
+	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Footprint, p.Profile.LinkBps,
 		p.Profile.LinkFrom, p.Profile.Layers, p.MindFormersYAML(), p.HyperParallel(), p.Companions(),
 		p.DecoderSimArgs(), map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}, top,
 		p.Simulations}
@@ -240,6 +242,12 @@ func writeText(w io.Writer, file string, p *Plan) {
 		report.Bytes(p.Budget), report.Bytes(p.NoSwapPeak), report.Bytes(p.LowestPeak))
 	fmt.Fprintf(w, "  %d layers, %d steps recorded; link %.1f GB/s (%s); %d configurations simulated\n",
 		len(p.Profile.Layers), p.Profile.Steps, p.Profile.LinkBps/1e9, p.Profile.LinkFrom, p.Simulations)
+	if p.Footprint == "saved" {
+		fmt.Fprintf(w, "  the trace records no device allocation: the peaks are the bytes of the storages saved for backward\n")
+	}
+	if p.Profile.JobSwaps {
+		fmt.Fprintf(w, "  the job's own swap moves the layers: prefetch is its default_prefetch, and layer i + prefetch must exist\n")
+	}
 	if !p.Feasible {
 		fmt.Fprintf(w, "  no configuration fits: the lowest peak swap reaches, %s (layers %s, prefetch %d), is %s "+
 			"above the budget\n", report.Bytes(b.PeakBytes), span(b.Layers), b.Prefetch,
@@ -249,6 +257,7 @@ func writeText(w io.Writer, file string, p *Plan) {
 	fmt.Fprintf(w, "  plan: swap layers %s, prefetch %d: peak %s, %s moved a step, %v of transfer not hidden\n",
 		span(b.Layers), b.Prefetch, report.Bytes(b.PeakBytes), report.Bytes(b.MovedBytes),
 		time.Duration(b.ExposedNS).Round(time.Microsecond))
+	fmt.Fprintf(w, "  released by argument over the recorded steps: %s\n", releasedText(b.Released))
 	fmt.Fprintf(w, "\n  %-10s %8s %12s %12s %12s\n", "layers", "prefetch", "peak", "moved/step", "exposed")
 	for _, c := range p.Ranked[:min(len(p.Ranked), 5)] {
 		mark := ""
@@ -263,6 +272,27 @@ func writeText(w io.Writer, file string, p *Plan) {
 	fmt.Fprintf(w, "  companions:    %s\n", p.Companions())
 	fmt.Fprintf(w, "  decoder-sim:   SWAPAGENT_PREFETCH=%d swapagent run -- decoder-sim %s\n", b.Prefetch,
 		strings.Join(p.DecoderSimArgs(), " "))
+}
+
+// releasedText lists the released bytes by argument, largest first: "internal 120.0 KiB, args[0] 60.0 KiB".
+func releasedText(by map[string]uint64) string {
+	if len(by) == 0 {
+		return "nothing"
+	}
+	args := make([]string, 0, len(by))
+	for a := range by {
+		args = append(args, a)
+	}
+	sort.Slice(args, func(i, j int) bool {
+		if by[args[i]] != by[args[j]] {
+			return by[args[i]] > by[args[j]]
+		}
+		return args[i] < args[j]
+	})
+	for i, a := range args {
+		args[i] = a + " " + report.Bytes(by[a])
+	}
+	return strings.Join(args, ", ")
 }
 
 func indent(s, by string) string {

@@ -45,6 +45,9 @@ type Profile struct {
 	// "measured from N copies", or "assumed").
 	LinkBps  float64
 	LinkFrom string
+	// JobSwaps: the job's own swap moves the layers (the guard declared them), wired as MindFormers'
+	// apply_swap wires it: layer i with layer i + prefetch, which must be a layer of the model.
+	JobSwaps bool
 }
 
 // Candidate is one configuration and what the model predicts for it.
@@ -57,6 +60,9 @@ type Candidate struct {
 	MovedBytes uint64 `json:"bytes_moved_per_step"`
 	ExposedNS  int64  `json:"predicted_exposed_ns"`
 	Fits       bool   `json:"fits"`
+	// Released is the bytes the simulation released per argument the storage was passed as (replay's
+	// ReleasedByArg): what the configuration would take from the layers, over the recorded steps.
+	Released map[string]uint64 `json:"released_bytes_by_argument"`
 }
 
 // Plan is the search's outcome.
@@ -68,6 +74,7 @@ type Plan struct {
 	NoSwapPeak  uint64      // the peak with nothing swapped
 	LowestPeak  uint64      // the lowest peak any candidate reaches
 	PoolStep    uint64      // the allocator's growth step the recording shows (tolerance of a measured peak)
+	Footprint   string      // what the peaks count: replay's Result.Footprint ("device" or "saved")
 	Profile     Profile
 	Simulations int
 }
@@ -91,21 +98,28 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	p := &Plan{Budget: opt.Budget, Profile: *prof}
 	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
 		Swap: func(string) bool { return false }})
-	p.NoSwapPeak, p.PoolStep = none.PeakSimulated, none.PoolStep
-	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated})
+	p.NoSwapPeak, p.PoolStep, p.Footprint = none.PeakSimulated, none.PoolStep, none.Footprint
+	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated, Released: none.ReleasedByArg})
 	p.Simulations = 1
 	n := len(prof.Layers)
+	lowest := 0
+	if prof.JobSwaps { // MindFormers' default_prefetch: the layer whose forward waits for the release
+		lowest = 1
+	}
 	for a := 0; a < n; a++ {
 		for b := a; b < n; b++ {
 			swapped := map[string]int{}
 			for i := a; i <= b; i++ {
 				swapped[prof.Layers[i].Group] = i
 			}
-			for pf := 0; pf <= opt.PrefetchMax; pf++ {
+			for pf := lowest; pf <= max(opt.PrefetchMax, lowest); pf++ {
+				if prof.JobSwaps && b+pf >= n {
+					break // layer b + pf is not in the model: the job's wiring would fail
+				}
 				r := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
 					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
 				p.Simulations++
-				c := Candidate{Prefetch: pf, PeakBytes: r.PeakSimulated}
+				c := Candidate{Prefetch: pf, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
 				moved := make([]uint64, n) // bytes per step of each layer
 				for i := a; i <= b; i++ {
 					c.Layers = append(c.Layers, prof.Layers[i].Index)
@@ -243,7 +257,7 @@ func profile(f *trace.File) (*Profile, error) {
 	// The link's rate: the bytes the agent copied over the device time its copies took (its stats: the
 	// runtime mover times them with events). A copy's states in the trace say when the engine saw it end,
 	// which is later (it waits for a group's copies at the next group's exit), so they are not used.
-	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink}
+	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink, JobSwaps: len(tl.Guard.Groups) > 0}
 	var st trace.Stats
 	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 &&
 		st.OffloadedBytes+st.RestoredBytes > 0 {

@@ -85,15 +85,21 @@ type Result struct {
 	PeakRecorded   uint64   `json:"peak_device_bytes_recorded"`
 	PeakNoSwap     uint64   `json:"peak_device_bytes_no_swap"`
 	PeakSimulated  uint64   `json:"peak_device_bytes_simulated"`
-	SavedVsRecord  int64    `json:"saved_bytes_vs_recorded"`
-	SavedVsNoSwap  int64    `json:"saved_bytes_vs_no_swap"` // an estimate, as report's saved_bytes
+	// Footprint is what the peaks count: "device", the runtime's allocations in use; "saved", the storages
+	// saved for backward (timeline.Saved), where the trace records no device allocation.
+	Footprint     string `json:"footprint"`
+	SavedVsRecord int64  `json:"saved_bytes_vs_recorded"`
+	SavedVsNoSwap int64  `json:"saved_bytes_vs_no_swap"` // an estimate, as report's saved_bytes
 	// SavedAtLeast is its lower bound, as report's saved_at_least_bytes (timeline.SavedAtLeast).
 	SavedAtLeast int64  `json:"saved_at_least_bytes_vs_no_swap"`
 	PoolStep     uint64 `json:"pool_step_bytes"`
 	ReleasedPeak uint64 `json:"released_bytes_peak"` // most device bytes the simulation held released at once
 	// Memory is the simulated policy's memory figures, as report gives a recording's (report.Figures).
-	Memory         report.MemFigures `json:"memory"`
-	RecordedFreed  uint64            `json:"recorded_released_bytes_peak"` // the same for the recording
+	Memory        report.MemFigures `json:"memory"`
+	RecordedFreed uint64            `json:"recorded_released_bytes_peak"` // the same for the recording
+	// ReleasedByArg is the bytes the simulation released by what the storage was to the layers that saved
+	// it: the argument it was passed as ("rotary_cos_sin[0]", "args[0]"), else "internal".
+	ReleasedByArg  map[string]uint64 `json:"released_bytes_by_argument"`
 	Violations     []*Violation      `json:"violations"`
 	EngineErrors   int               `json:"engine_errors"`
 	FirstEngineErr string            `json:"first_engine_error,omitempty"`
@@ -164,6 +170,9 @@ type sim struct {
 	guarded  map[string]bool // groups the recording declared moved by their framework
 	// releasedAtPeak: the simulation's bytes released when its peak was reached (the saving's bound).
 	releasedAtPeak uint64
+	// The saved storages' footprint (timeline.Saved) less what the simulation and the recording released:
+	// the peaks where the trace records no device allocation.
+	saved struct{ sim, rec, releasedAtSim uint64 }
 
 	// Tensors created per thread since that thread's previous launch.
 	tensors  map[uint32][]tensorRec
@@ -200,7 +209,8 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 	}
 	s := &sim{
 		res: &Result{Argv: h.Argv, PID: h.PID, Policy: cfg.Policy.String(), Prefetch: cfg.Prefetch,
-			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"], Events: len(events)},
+			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"], Events: len(events),
+			ReleasedByArg: map[string]uint64{}},
 		ops:     &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
 		rec:     timeline.New(h, timeline.Options{NoSeries: true}),
 		handles: map[int64]int64{}, guardTok: map[int64]int64{}, guarded: map[string]bool{},
@@ -271,14 +281,24 @@ func (s *sim) step(i int, ev *trace.Event) {
 	case trace.KindRegionEnter, trace.KindSave, trace.KindRegionExit, trace.KindProtect,
 		trace.KindBackwardEnter, trace.KindUnpack, trace.KindBackwardExit, trace.KindDescribe,
 		trace.KindGuarded, trace.KindGuard, trace.KindGuardRestore:
-		if !s.swapped(ev) {
-			return
+		if s.swapped(ev) {
+			s.res.ABICalls++
+			s.evIndex, s.evTS, s.during = i, ev.TS, ev
+			s.abi(ev)
+			s.drainEngine()
 		}
-		s.res.ABICalls++
-		s.evIndex, s.evTS, s.during = i, ev.TS, ev
-		s.abi(ev)
-		s.drainEngine()
+		s.savedPeak()
 	}
+}
+
+// savedPeak evaluates the saved storages' footprint after an ABI event: the storages saved and not yet
+// given up, less what the simulation (and, for the recorded figure, the recording) holds released.
+func (s *sim) savedPeak() {
+	live := s.rec.Saved.LiveBytes
+	if n := live - min(s.ops.released, live); n > s.saved.sim {
+		s.saved.sim, s.saved.releasedAtSim = n, s.ops.released
+	}
+	s.saved.rec = max(s.saved.rec, live-min(s.rec.Foot.Released, live))
 }
 
 // swapped says whether ev is a call of a group the simulation swaps (Options.Swap), and remembers the handles
@@ -385,6 +405,7 @@ func (s *sim) abi(ev *trace.Event) {
 		s.engineErr(err)
 		if err == nil && d.Allow && d.Known {
 			s.ops.released += d.Size
+			s.noteRelease(d.Handle, d.Size)
 			if ev.Handle != 0 && ev.Args[2] == trace.ReleaseAllow {
 				s.guardTok[ev.Handle] = d.Handle
 			}
@@ -416,12 +437,27 @@ func (s *sim) guardRestoreBefore(h int64) {
 	}
 }
 
+// noteRelease counts a release of handle h's storage by the argument the storage was passed as.
+func (s *sim) noteRelease(h int64, size uint64) {
+	arg := "internal"
+	if info, err := s.eng.Info(h); err == nil {
+		for _, in := range info.Storage.Inputs {
+			if in.Arg != "" {
+				arg = in.Arg
+				break
+			}
+		}
+	}
+	s.res.ReleasedByArg[arg] += size
+}
+
 // drainEngine applies the releases and restores the last engine call made.
 func (s *sim) drainEngine() {
 	for _, ev := range s.pending {
 		switch ev.Kind {
 		case offload.EvRelease:
 			s.res.Released++
+			s.noteRelease(ev.Handle, ev.Size)
 			r := relStorage{base: ev.Base, size: ev.Size}
 			if info, err := s.eng.Info(ev.Handle); err == nil && info.Truth != tracker.Internal {
 				// The simulation's release makes the tracker see the next save at that address as a new
@@ -512,6 +548,15 @@ func (s *sim) finish() {
 	r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
 	r.PoolStep = s.rec.Foot.MinAlloc
 	r.SavedAtLeast = min(int64(timeline.SavedAtLeast(s.releasedAtPeak, r.PoolStep)), max(r.SavedVsNoSwap, 0))
+	r.Footprint = "device"
+	if r.PeakRecorded == 0 && s.rec.Saved.PeakBytes > 0 { // no device allocation: the saved storages
+		r.Footprint, r.PeakRecorded, r.PeakNoSwap, r.PeakSimulated = "saved", s.saved.rec, s.rec.Saved.PeakBytes, s.saved.sim
+		s.releasedAtPeak, r.PoolStep = s.saved.releasedAtSim, 0
+		r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
+		r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
+		r.SavedAtLeast = max(r.SavedVsNoSwap, 0)
+		r.Notes = append(r.Notes, "no device allocation recorded: the peaks are the bytes of the storages saved for backward")
+	}
 	s.eng.SetPeakDeviceBytes(r.PeakSimulated)
 	st := s.eng.Stats()
 	r.Stats = &st

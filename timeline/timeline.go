@@ -40,6 +40,7 @@ type Timeline struct {
 	GroupOrder []string          // group names in the order the trace first named each id
 
 	Foot       Footprint // device memory: runtime allocations or VMM mappings, and what swap released
+	Saved      Saved     // the storages the groups saved for backward, without swap (saved.go)
 	HostPinned Memory    // aclrtMallocHost minus aclrtFreeHost
 	Reserved   Memory    // VMM address space reserved (aclrtReserveMemAddress): not memory
 	VMM        bool      // the job mapped its device memory (aclrtMapMem)
@@ -90,6 +91,7 @@ func New(h trace.Header, opt Options) *Timeline {
 		retire: opt.Retire,
 	}
 	t.Foot.NoSeries = opt.NoSeries
+	t.Saved.noSeries = opt.NoSeries
 	t.HostPinned.noSeries = opt.NoSeries
 	t.Reserved.noSeries = opt.NoSeries
 	return t
@@ -125,6 +127,7 @@ func (t *Timeline) Add(ev *trace.Event) {
 		}
 		t.Groups[ev.Group] = ev.Text
 	case trace.KindRegionEnter:
+		t.Saved.end(ev)
 		t.regionEnter(ev)
 	case trace.KindRegionExit:
 		t.regionExit(ev)
@@ -132,11 +135,15 @@ func (t *Timeline) Add(ev *trace.Event) {
 		t.tensor.describeAll(ev.Group, ev.Ptrs, trace.SplitTensors(ev.Text, len(ev.Ptrs)))
 	case trace.KindSave:
 		t.save(ev)
+		t.Saved.save(ev)
 	case trace.KindClassify:
 		t.classify(ev)
 	case trace.KindState:
 		t.state(ev)
 	case trace.KindBackwardExit:
+		if ev.Ret == 0 {
+			t.Saved.end(ev)
+		}
 		t.backwardExit(ev)
 	case trace.KindFault:
 		t.Faults = append(t.Faults, decodeFault(ev.TS, ev.Text))

@@ -7,7 +7,11 @@ tests run it as it is, with and without `swapagent run`.
 
     python hp_job.py --framework torch|mindspore --mode noswap|swap|ownswap|acswap
                      [--layout checkpoint|memory] [--layers N] [--keep-inputs] [--embed] [--nested] [--steps N]
-                     --out DIR
+                     [--swap-yaml FILE] --out DIR
+
+--swap-yaml FILE (torch, --mode swap) wires the swap from a MindFormers YAML's `swap:` section (enable,
+default_prefetch, layer_swap) the way MindFormers' apply_swap does: swap_wrapper on each listed layer i,
+then set_forward_prefetch_layer(layer i, layer i + default_prefetch).
 
 --nested (torch, --mode swap) is hyper-parallel's own test_act_swap layout: swap_wrapper on each layer's
 attention (layer.attn) and the layers chained with set_forward_prefetch_layer, so hyper-parallel's groups
@@ -22,12 +26,17 @@ the end of the forward (a census of its SwapTensors).
 
 Under msrun each worker writes into DIR/rank<R>. It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
 and writes DIR/result.json at the end: the losses, every gradient's bytes (hex) and the stand-in's count
-of released storages and bytes."""
+of released storages and bytes. Its "saved" is, per step, the bytes of every storage saved for backward
+(parameters left out, each storage once) still on device at the end of the forward: the stand-in's
+SwapTensors and, through an outer saved-tensor hook that keeps only weak references, the saves of the
+layers it does not wrap (with --swap-yaml only; else it is "held")."""
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -122,7 +131,30 @@ class OwnSwap:
         return t
 
 
-def torch_parts(probe, bump=False, keep=None, census=None, embed=False, nested=False):
+def mindformers_swap(path, layers, manager, swap_wrapper):
+    """MindFormers' apply_swap from the YAML at path: each layer of layer_swap (indices, or "a-b" ranges)
+    wrapped, then chained with the layer default_prefetch after it (an index past the last layer fails, as
+    it does in MindFormers)."""
+    import yaml
+    with open(path) as f:
+        sc = yaml.safe_load(f)["swap"]
+    if not sc.get("enable"):
+        return
+    ids = set()
+    for entry in (sc.get("layer_swap") or [{}])[0].get("layers", []):
+        lo, _, hi = str(entry).partition("-")
+        ids.update(range(int(lo), int(hi or lo) + 1))
+    prefetch = int(sc.get("default_prefetch", 1))
+    pairs = set()
+    for i in range(len(layers)):
+        if i in ids:
+            layers[i] = swap_wrapper(layers[i])
+            pairs.add((i, i + prefetch))
+    for i, j in sorted(pairs):
+        manager().set_forward_prefetch_layer(layers[i], layers[j])
+
+
+def torch_parts(probe, bump=False, keep=None, census=None, embed=False, nested=False, all_saved=False):
     import torch
     from torch import nn
 
@@ -184,13 +216,25 @@ def torch_parts(probe, bump=False, keep=None, census=None, embed=False, nested=F
     else:
         params = [emb_p] + [p for l in layers for p in (l.wq, l.wo, l.wu)]
 
+    # all_saved: weak references to what layers without the stand-in's hooks save, for the census
+    plain = []
+
+    def note_save(t):
+        if not isinstance(t, nn.Parameter):
+            plain.append(weakref.ref(t))
+        return t
+    outer = (lambda: torch.autograd.graph.saved_tensors_hooks(note_save, lambda t: t)) if all_saved else \
+        contextlib.nullcontext
+
     def step():
         cos, sin = (torch.tensor(a) * 1.0 for a in rope())
         if keep is not None:
             keep.clear()
-        h = model(emb_p * 1.0, cos, sin)
+        plain.clear()
+        with outer():
+            h = model(emb_p * 1.0, cos, sin)
         if census is not None:
-            census()
+            census([r() for r in plain])
         loss = ((h - target_t) ** 2).mean()
         if bump:  # the job changes the RoPE table in place after the forward: backward reads the new bytes
             cos.data.mul_(1.5)
@@ -257,6 +301,7 @@ def main():
                     help="torch, --mode swap: swap_wrapper on each layer's attention, the layers chained (its test_act_swap)")
     ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--swap-yaml", help="torch, --mode swap: wire the swap from a MindFormers YAML's swap: section")
     ap.add_argument("--out", required=True)
     ap.add_argument("--bump-rope", action="store_true",
                     help="torch: scale cos in place between forward and backward (a copy back of stale bytes shows)")
@@ -270,9 +315,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     probe = Probe(a.out)
     LAYERS, SWAP = a.layers, list(range(a.layers - 1))  # layers 0..N-2 swapped, each prefetched with the next
-    held = []
+    held, saved = [], []
 
-    def census():
+    def census(plain):
         from hyper_parallel.core.activation_checkpoint.swap import SwapManager as M
         seen = {}
         for sts in M().groups.values():
@@ -281,9 +326,14 @@ def main():
                 if s.nbytes():
                     seen[s.data_ptr()] = s.nbytes()
         held.append(sum(seen.values()))
+        for t in plain:
+            if t is not None and t.untyped_storage().nbytes():
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        saved.append(sum(seen.values()))
     if a.framework == "torch":
         layers, step = torch_parts(probe, a.bump_rope, [] if a.keep_inputs else None,
-                                   census if a.mode in ("swap", "acswap") else None, a.embed, a.nested)
+                                   census if a.mode in ("swap", "acswap") else None, a.embed, a.nested,
+                                   bool(a.swap_yaml))
     else:
         layers, step = ms_parts(probe)
     if a.mode == "ownswap":
@@ -294,13 +344,16 @@ def main():
             from hyper_parallel.core.activation_memory.swap import SwapManager, swap_wrapper
         else:
             from hyper_parallel.core.activation_checkpoint import SwapManager, swap_wrapper
-        for i in SWAP:
-            if a.nested:  # hyper-parallel's groups are the layers, the wrapped attention inside them
-                layers[i].attn = swap_wrapper(layers[i].attn)
-            else:
-                layers[i] = swap_wrapper(layers[i])
-        for i in SWAP:
-            SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
+        if a.swap_yaml:
+            mindformers_swap(a.swap_yaml, layers, SwapManager, swap_wrapper)
+        else:
+            for i in SWAP:
+                if a.nested:  # hyper-parallel's groups are the layers, the wrapped attention inside them
+                    layers[i].attn = swap_wrapper(layers[i].attn)
+                else:
+                    layers[i] = swap_wrapper(layers[i])
+            for i in SWAP:
+                SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
     if a.mode == "acswap":
         import torch
         from hyper_parallel.core.activation_checkpoint import CheckpointPolicy, SwapManager, checkpoint_wrapper
@@ -334,7 +387,7 @@ def main():
         print("step %d/%d: loss %.9g" % (i + 1, a.steps, loss), flush=True)
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump({"losses": [repr(x) for x in losses], "grads": grads, "released": released[0],
-                   "released_bytes": released[1], "held": held}, f)
+                   "released_bytes": released[1], "held": held, "saved": saved}, f)
     print("done", flush=True)
     return 0
 

@@ -484,3 +484,47 @@ def test_shared_inputs_ignore_an_address_a_released_input_left():
     new = T(0x1000)
     first.inputs = ((new,), {"rotary_cos_sin": (rope,)})
     assert first.shared_inputs() == [rope]
+
+
+def test_plan_applied_as_mindformers_yaml(tmp_path):
+    """`swapagent plan` on the stand-in (torch, 8 layers, RoPE as the keyword input): recorded under --policy
+    off with every layer in the YAML's layer_swap, planned for two budgets, each plan's YAML applied through
+    MindFormers' wiring (hp_job.py --swap-yaml) under safe. Each run is bit-identical to no swap, its saved
+    bytes at the end of the forward (a census of every saved storage) fit the budget and are within 5% of
+    the predicted peak, and neither the plan nor the run releases RoPE's tables."""
+    need(CLI)
+    steps = ("--layers", "8", "--steps", "3")
+    every = tmp_path / "every.yaml"
+    every.write_text("swap:\n  enable: True\n  default_prefetch: 0\n  layer_swap:\n    - layers: [0-7]\n")
+    prof = start(tmp_path, "profile", "torch", "swap", policy="off", extra=steps + ("--swap-yaml", str(every)))
+    base = start(tmp_path, "base", "torch", "noswap", extra=steps)
+    assert prof.rc == 0 and base.rc == 0 and prof.result["released"] == 0, prof.why()
+    assert prof.result["losses"] == base.result["losses"]
+
+    def plan(budget):
+        p = subprocess.run([CLI, "plan", os.path.join(prof.out, "trace"), "--budget", str(budget), "--format", "json"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+    whole = plan(1 << 40)
+    no_swap, lowest = whole["no_swap_peak_bytes"], whole["lowest_reachable_peak_bytes"]
+    assert whole["footprint"] == "saved" and no_swap == max(prof.result["saved"]), (whole, prof.result["saved"])
+    assert lowest < no_swap * 0.6, whole
+    for budget in (lowest + (no_swap - lowest) * 2 // 3, lowest + (no_swap - lowest) // 4):
+        got = plan(budget)
+        assert got["feasible"] and got["predicted_peak_bytes"] <= budget and got["swap_layers"], got
+        for c in [got] + got["candidates"]:
+            assert not [a for a in c["released_bytes_by_argument"] if a.startswith("rotary_cos_sin")], c
+        yaml = tmp_path / ("plan-%d.yaml" % budget)
+        yaml.write_text(got["mindformers_yaml"])
+        r = start(tmp_path, "plan-%d" % budget, "torch", "swap", policy="safe", extra=steps + ("--swap-yaml", str(yaml)))
+        assert r.rc == 0 and r.result, r.why()
+        assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
+        measured = max(r.result["saved"])
+        assert measured <= budget, (budget, r.result["saved"], got)
+        assert abs(measured - got["predicted_peak_bytes"]) <= 0.05 * got["predicted_peak_bytes"], (r.result, got)
+        assert r.result["released"] > 0, r.why()
+        g = r.report()[0]["guard"]
+        assert g["groups"] == ["swap_group_%d" % i for i in range(len(got["swap_layers"]))], g
+        assert not [k for k in g["released_unheld"] if k["arg"].startswith("rotary_cos_sin")], g
+        assert any(k["arg"].startswith("rotary_cos_sin") for k in g["kept"]), g
