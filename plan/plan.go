@@ -50,6 +50,15 @@ type Profile struct {
 	JobSwaps bool
 }
 
+// Indices are the recorded layers' indices, in forward order.
+func (p *Profile) Indices() []int {
+	out := make([]int, len(p.Layers))
+	for i, l := range p.Layers {
+		out[i] = l.Index
+	}
+	return out
+}
+
 // Candidate is one configuration and what the model predicts for it.
 type Candidate struct {
 	Layers    []int  `json:"swap_layers"` // layer indices swapped (contiguous in forward order); empty: none
