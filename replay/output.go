@@ -51,7 +51,11 @@ func WriteText(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  bytes moved out: %s, in: %s\n", mib(r.BytesOut), mib(r.BytesIn))
 	fmt.Fprintf(w, "  device bytes released at once, at most: %s (the recording: %s)\n", mib(r.ReleasedPeak),
 		mib(r.RecordedFreed))
-	fmt.Fprintf(w, "  peak device bytes: simulated %s, recorded %s, without swap %s\n", mib(r.PeakSimulated),
+	what := "device bytes"
+	if r.Footprint == "saved" {
+		what = "saved bytes"
+	}
+	fmt.Fprintf(w, "  peak %s: simulated %s, recorded %s, without swap %s\n", what, mib(r.PeakSimulated),
 		mib(r.PeakRecorded), mib(r.PeakNoSwap))
 	switch {
 	case r.SavedVsRecord >= 0:
