@@ -27,7 +27,7 @@ const (
 )
 
 // Usage is the synopsis for the CLI's help.
-const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--format text|yaml|json] [--verify -- CMD]"
+const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--recompute] [--format text|yaml|json] [--verify -- CMD]"
 
 // Command is how `swapagent plan` is called (internal/cli's conventions).
 var Command = cli.Command{
@@ -38,8 +38,10 @@ recording: a run with every candidate layer declared and nothing released (--pol
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
 with replay's engine for its peak and the bytes it moves; the transfer it cannot hide is modelled from the
 layers' recorded times and the link's bandwidth (measured from recorded copies, else --link, else 25 GB/s).
-The plan is written in the job's own terms: MindFormers' YAML swap section, hyper-parallel's calls, the
-companions' layer_swap and decoder-sim's flags. A directory holds one process's trace. --verify then runs
+--recompute adds full recompute of each range as a candidate: the same
+peak as its swap without prefetch, costed by the layers' recorded forward times, nothing moved. The plan
+is written in the job's own terms: MindFormers' YAML swap (or recompute) section, hyper-parallel's calls,
+the companions' layer_swap and decoder-sim's flags. A directory holds one process's trace. --verify then runs
 CMD under the agent as planned (policy safe, the plan's prefetch, --swap-layers SET appended: decoder-sim's
 flag) and prints the measured peak, waits and step time beside the prediction.
 
@@ -58,6 +60,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
 	verify := cli.Switch(fs, "verify", "run CMD (after --) as planned and print what it measured beside the plan")
+	recompute := cli.Switch(fs, "recompute", "also try full recompute of each range of layers instead of its swap")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
 		return code
 	}
@@ -102,7 +105,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	for _, w := range f.Warnings() {
 		c.Errorf(stderr, "%s", w)
 	}
-	p, err := Search(f, Options{Budget: budget.N, PrefetchMax: *prefetchMax, LinkBps: *link * 1e9})
+	p, err := Search(f, Options{Budget: budget.N, PrefetchMax: *prefetchMax, LinkBps: *link * 1e9, Recompute: *recompute})
 	if err != nil {
 		c.Errorf(stderr, "%s: %v", files[0], err)
 		return ExitBadInput
@@ -117,6 +120,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		c.Errorf(stderr, "write: %v", err)
+		return ExitBadInput
+	}
+	if *verify && p.Feasible && p.Best.Recompute {
+		c.Errorf(stderr, "--verify runs a swap plan, and this one recomputes: apply its recompute section in the job's YAML")
 		return ExitBadInput
 	}
 	if *verify && p.Feasible {
@@ -168,9 +175,13 @@ func ints(v []int) string {
 	return strings.Join(s, ", ")
 }
 
-// MindFormersYAML is the plan as MindFormers' `swap:` section (mindformers/pynative/config SwapConfig).
+// MindFormersYAML is the plan as MindFormers' `swap:` section (mindformers/pynative/config SwapConfig), or
+// its `recompute:` section (RecomputeConfig) with swap off for a recompute plan.
 func (p *Plan) MindFormersYAML() string {
 	b := p.Best
+	if b.Recompute {
+		return fmt.Sprintf("recompute:\n  mode: full\n  full_recompute_layer: [%s]\nswap:\n  enable: False\n", ints(b.Layers))
+	}
 	if len(b.Layers) == 0 {
 		return "swap:\n  enable: False\n"
 	}
@@ -184,6 +195,9 @@ func (p *Plan) HyperParallel() string {
 	if len(b.Layers) == 0 {
 		return "# nothing to swap"
 	}
+	if b.Recompute {
+		return fmt.Sprintf("for i in [%s]:\n    model.layers[i] = checkpoint_wrapper(model.layers[i])", ints(b.Layers))
+	}
 	return fmt.Sprintf("for i in [%s]:\n    model.layers[i] = swap_wrapper(model.layers[i], policy_fn)\n"+
 		"for i in [%s]:\n    SwapManager().set_forward_prefetch_layer(model.layers[i], model.layers[i + %d])",
 		ints(b.Layers), ints(b.Layers), max(b.Prefetch, 1))
@@ -191,11 +205,21 @@ func (p *Plan) HyperParallel() string {
 
 // Companions is the plan as the companions' layer_swap call.
 func (p *Plan) Companions() string {
+	if p.Best.Recompute {
+		return fmt.Sprintf("layer_swap(model.layers, swap=[])  # and layers [%s] under the framework's checkpoint",
+			ints(p.Best.Layers))
+	}
 	return fmt.Sprintf("layer_swap(model.layers, swap=[%s], prefetch=%d)", ints(p.Best.Layers), p.Best.Prefetch)
 }
 
 // DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH).
-func (p *Plan) DecoderSimArgs() []string { return []string{"--swap-layers", span(p.Best.Layers)} }
+// decoder-sim does not recompute: nil for a recompute plan.
+func (p *Plan) DecoderSimArgs() []string {
+	if p.Best.Recompute {
+		return nil
+	}
+	return []string{"--swap-layers", span(p.Best.Layers)}
+}
 
 // MeasuredLink is the bandwidth the recording's copies measured (bytes per second; 0 when it made none).
 func MeasuredLink(f *trace.File) float64 {
@@ -240,7 +264,7 @@ func writeText(w io.Writer, file string, p *Plan) {
 	b := p.Best
 	fmt.Fprintf(w, "plan for %s: budget %s; no swap peaks at %s, swap reaches %s at the lowest\n", file,
 		report.Bytes(p.Budget), report.Bytes(p.NoSwapPeak), report.Bytes(p.LowestPeak))
-	fmt.Fprintf(w, "  %d layers, %d steps recorded; link %.1f GB/s (%s); %d configurations simulated\n",
+	fmt.Fprintf(w, "  %d layers, %d steps recorded; link %.3g GB/s (%s); %d configurations simulated\n",
 		len(p.Profile.Layers), p.Profile.Steps, p.Profile.LinkBps/1e9, p.Profile.LinkFrom, p.Simulations)
 	if p.Footprint == "saved" {
 		fmt.Fprintf(w, "  the trace records no device allocation: the peaks are the bytes of the storages saved for backward\n")
@@ -254,24 +278,36 @@ func writeText(w io.Writer, file string, p *Plan) {
 			report.Bytes(b.PeakBytes-min(b.PeakBytes, p.Budget)))
 		return
 	}
-	fmt.Fprintf(w, "  plan: swap layers %s, prefetch %d: peak %s, %s moved a step, %v of transfer not hidden\n",
-		span(b.Layers), b.Prefetch, report.Bytes(b.PeakBytes), report.Bytes(b.MovedBytes),
-		time.Duration(b.ExposedNS).Round(time.Microsecond))
+	if b.Recompute {
+		fmt.Fprintf(w, "  plan: recompute layers %s: peak %s, %v of forward run again a step\n", span(b.Layers),
+			report.Bytes(b.PeakBytes), time.Duration(b.ExposedNS).Round(time.Microsecond))
+	} else {
+		fmt.Fprintf(w, "  plan: swap layers %s, prefetch %d: peak %s, %s moved a step, %v of transfer not hidden\n",
+			span(b.Layers), b.Prefetch, report.Bytes(b.PeakBytes), report.Bytes(b.MovedBytes),
+			time.Duration(b.ExposedNS).Round(time.Microsecond))
+	}
 	fmt.Fprintf(w, "  released by argument over the recorded steps: %s\n", releasedText(b.Released))
-	fmt.Fprintf(w, "\n  %-10s %8s %12s %12s %12s\n", "layers", "prefetch", "peak", "moved/step", "exposed")
+	fmt.Fprintf(w, "\n  %-10s %-10s %8s %12s %12s %12s\n", "how", "layers", "prefetch", "peak", "moved/step", "time")
 	for _, c := range p.Ranked[:min(len(p.Ranked), 5)] {
-		mark := ""
+		mark, how, pf := "", "swap", strconv.Itoa(c.Prefetch)
 		if !c.Fits {
 			mark = "  (over budget)"
 		}
-		fmt.Fprintf(w, "  %-10s %8d %12s %12s %12v%s\n", span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes),
+		if c.Recompute {
+			how, pf = "recompute", "-"
+		}
+		fmt.Fprintf(w, "  %-10s %-10s %8s %12s %12s %12v%s\n", how, span(c.Layers), pf, report.Bytes(c.PeakBytes),
 			report.Bytes(c.MovedBytes), time.Duration(c.ExposedNS).Round(time.Microsecond), mark)
 	}
 	fmt.Fprintf(w, "\n  MindFormers (YAML):\n%s", indent(p.MindFormersYAML(), "    "))
 	fmt.Fprintf(w, "  hyper-parallel:\n%s\n", indent(p.HyperParallel(), "    "))
 	fmt.Fprintf(w, "  companions:    %s\n", p.Companions())
-	fmt.Fprintf(w, "  decoder-sim:   SWAPAGENT_PREFETCH=%d swapagent run -- decoder-sim %s\n", b.Prefetch,
-		strings.Join(p.DecoderSimArgs(), " "))
+	if b.Recompute {
+		fmt.Fprintf(w, "  decoder-sim:   has no recompute\n")
+	} else {
+		fmt.Fprintf(w, "  decoder-sim:   SWAPAGENT_PREFETCH=%d swapagent run -- decoder-sim %s\n", b.Prefetch,
+			strings.Join(p.DecoderSimArgs(), " "))
+	}
 }
 
 // releasedText lists the released bytes by argument, largest first: "internal 120.0 KiB, args[0] 60.0 KiB".

@@ -72,6 +72,9 @@ type Candidate struct {
 	// Released is the bytes the simulation released per argument the storage was passed as (replay's
 	// ReleasedByArg): what the configuration would take from the layers, over the recorded steps.
 	Released map[string]uint64 `json:"released_bytes_by_argument"`
+	// Recompute: the layers are recomputed in full instead of swapped (Options.Recompute): nothing moves,
+	// and each layer's forward runs again in its backward.
+	Recompute bool `json:"recompute"`
 }
 
 // Plan is the search's outcome.
@@ -93,6 +96,8 @@ type Options struct {
 	Budget      uint64
 	PrefetchMax int
 	LinkBps     float64 // 0: measured from the recording, else DefaultLink
+	// Recompute adds full recompute of each contiguous range as a candidate beside its swap.
+	Recompute bool
 }
 
 // Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax.
@@ -121,13 +126,27 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 			for i := a; i <= b; i++ {
 				swapped[prof.Layers[i].Group] = i
 			}
+			simulate := func(pf int) *replay.Result {
+				p.Simulations++
+				return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
+			}
+			if opt.Recompute {
+				// What a swap without prefetch releases, recompute drops at the layer's exit and has back at its
+				// backward enter: the same peak; its cost is each layer's forward, run again.
+				r := simulate(0)
+				c := Candidate{Recompute: true, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
+				for i := a; i <= b; i++ {
+					c.Layers = append(c.Layers, prof.Layers[i].Index)
+					c.ExposedNS += prof.Layers[i].ForwardNS
+				}
+				p.Ranked = append(p.Ranked, c)
+			}
 			for pf := lowest; pf <= max(opt.PrefetchMax, lowest); pf++ {
 				if prof.JobSwaps && b+pf >= n {
 					break // layer b + pf is not in the model: the job's wiring would fail
 				}
-				r := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
-					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
-				p.Simulations++
+				r := simulate(pf)
 				c := Candidate{Prefetch: pf, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
 				moved := make([]uint64, n) // bytes per step of each layer
 				for i := a; i <= b; i++ {

@@ -27,11 +27,17 @@ type planJSON struct {
 	YAML       string            `json:"mindformers_yaml"`
 	SimArgs    []string          `json:"decoder_sim_args"`
 	Env        map[string]string `json:"environment"`
+	Recompute  bool              `json:"recompute"`
+	Exposed    int64             `json:"predicted_exposed_ns"`
+	Recorded   []struct {
+		Index     int   `json:"index"`
+		ForwardNS int64 `json:"forward_ns"`
+	} `json:"layers"`
 }
 
-func runPlan(t *testing.T, rec string, budget uint64) (planJSON, result) {
+func runPlan(t *testing.T, rec string, budget uint64, more ...string) (planJSON, result) {
 	t.Helper()
-	r := swapagent(t, nil, "plan", rec, "--budget", fmt.Sprint(budget), "--format", "json")
+	r := swapagent(t, nil, append([]string{"plan", rec, "--budget", fmt.Sprint(budget), "--format", "json"}, more...)...)
 	var p planJSON
 	if err := json.Unmarshal([]byte(r.Stdout), &p); err != nil {
 		t.Fatalf("plan --budget %d: exit %d, %v\n%s\n%s", budget, r.Code, err, r.Stdout, r.Stderr)
@@ -100,6 +106,31 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 	if v.Code != 0 || !strings.Contains(v.Stdout, "verify: peak predicted") || !strings.Contains(v.Stdout, "within the budget") ||
 		!strings.Contains(v.Stdout, "step time: predicted") {
 		t.Errorf("--verify: exit %d\n%s\n%s", v.Code, v.Stdout, testenv.Tail(v.Stderr, 10))
+	}
+	// --recompute: over a slow link a layer's forward costs less than its copies, so full recompute wins, costed
+	// by the layers' recorded forward times, nothing moved, written as MindFormers' recompute section; over a
+	// fast one swap does. decoder-sim cannot recompute: --verify says so.
+	rc, r := runPlan(t, rec, mid, "--recompute", "--link", "0.01")
+	var forward int64
+	for _, l := range rc.Recorded {
+		for _, i := range rc.Layers {
+			if l.Index == i {
+				forward += l.ForwardNS
+			}
+		}
+	}
+	if r.Code != 0 || !rc.Feasible || !rc.Recompute || rc.Peak > mid || rc.Moved != 0 || len(rc.Layers) == 0 ||
+		rc.Exposed != forward || rc.SimArgs != nil || !strings.Contains(rc.YAML, "mode: full") ||
+		!strings.Contains(rc.YAML, fmt.Sprintf("full_recompute_layer: [%d", rc.Layers[0])) {
+		t.Errorf("--recompute over a slow link: exit %d, %+v (the layers' forward: %d ns)", r.Code, rc, forward)
+	}
+	if fast, r := runPlan(t, rec, mid, "--recompute"); r.Code != 0 || fast.Recompute || fast.Moved == 0 {
+		t.Errorf("--recompute over the default link: exit %d, %+v: want a swap", r.Code, fast)
+	}
+	v = swapagent(t, nil, "plan", rec, "--budget", fmt.Sprint(mid), "--recompute", "--link", "0.01", "--verify", "--",
+		testenv.Path(t, testenv.DecoderSim), "--steps", "3")
+	if v.Code != 2 || !strings.Contains(v.Stderr, "recomputes") {
+		t.Errorf("--verify of a recompute plan: exit %d\n%s", v.Code, v.Stderr)
 	}
 	// Below what swap can reach: said so, with the lowest reachable peak, and exit 1.
 	low, r := runPlan(t, rec, all.Lowest/2)
