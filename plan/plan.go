@@ -34,6 +34,10 @@ type Layer struct {
 	Group      string `json:"group"`       // its group
 	ForwardNS  int64  `json:"forward_ns"`  // its forward region's recorded time, median over the steps
 	BackwardNS int64  `json:"backward_ns"` // its backward's recorded time, median over the steps
+	// The job's own copies (aclrtMemcpyAsync) after its forward and after its backward, up to the next
+	// layer's, in bytes per step to the host and to the device: they share the link with swap's.
+	CopiesAfterForward  [2]uint64 `json:"copies_after_forward_bytes"`
+	CopiesAfterBackward [2]uint64 `json:"copies_after_backward_bytes"`
 }
 
 // Profile is what the recording says a plan needs beyond the simulation.
@@ -197,34 +201,46 @@ func better(a, b Candidate) bool {
 }
 
 // exposed models one step's transfer time not hidden behind compute, as the engine pipelines its copies
-// (offload.Engine): the layers' recorded forward and backward times in order, one copy stream at the link's
-// rate. A swapped layer's copies out start at its region exit; the job waits for them at the next swapped
-// layer's exit (the engine completes the previous group's copies before launching the next), or at the
-// backward's first restore. A swapped layer's copy back is issued at its backward enter, or when the
-// backward enters one of the prefetch swapped layers after it in forward order, and its backward waits for
-// it. moved[i] is layer i's bytes each way (0: not swapped).
+// (offload.Engine): the layers' recorded forward and backward times in order, one copy lane each way at the
+// link's rate (a PCIe link carries both directions at once). A swapped layer's copies out start at its
+// region exit; the job waits for them at the next swapped layer's exit (the engine completes the previous
+// group's copies before launching the next), or at the backward's first restore. A swapped layer's copy back
+// is issued at its backward enter, or when the backward enters one of the prefetch swapped layers after it
+// in forward order, and its backward waits for it. The job's own copies (Layer.CopiesAfterForward,
+// CopiesAfterBackward) queue behind swap's on their lane, and the job waits for them: it reads what it
+// copies out (a loss), and the device needs what it copies in; their own time is in the recorded times.
+// moved[i] is layer i's bytes each way (0: not swapped).
 func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 	if p.LinkBps <= 0 {
 		return 0
 	}
 	copyNS := func(b uint64) int64 { return int64(float64(b) / p.LinkBps * 1e9) }
-	var t, stream, pending, exposed int64
-	wait := func(until int64) { // the job waits for a copy that ends at until
+	// out, in: when each lane is free; wait: the job waits for a copy that ends at until.
+	var t, out, in, pending, exposed int64
+	wait := func(until int64) {
 		if until > t {
 			exposed += until - t
 			t = until
 		}
 	}
+	job := func(b [2]uint64) { // bytes to the host, to the device
+		for dir, lane := range []*int64{&out, &in} {
+			if b[dir] > 0 {
+				wait(*lane)
+				*lane = t + copyNS(b[dir])
+			}
+		}
+	}
 	var swapped []int // in forward order
 	for i, l := range p.Layers {
 		t += l.ForwardNS
-		if moved[i] == 0 {
-			continue
+		if moved[i] > 0 {
+			wait(pending)
+			out = max(out, t) + copyNS(moved[i])
+			pending = out
+			swapped = append(swapped, i)
 		}
-		wait(pending)
-		stream = max(stream, t) + copyNS(moved[i])
-		pending = stream
-		swapped = append(swapped, i)
+		job(l.CopiesAfterForward)
 	}
 	done := make([]int64, len(p.Layers))
 	issued := make([]bool, len(p.Layers))
@@ -236,14 +252,15 @@ func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 			for j := next; j >= max(next-prefetch, 0); j-- { // this layer's copy back, and those prefetched
 				if l := swapped[j]; !issued[l] {
 					issued[l] = true
-					stream = max(stream, t) + copyNS(moved[l])
-					done[l] = stream
+					in = max(in, t) + copyNS(moved[l])
+					done[l] = in
 				}
 			}
 			next--
 			wait(done[k])
 		}
 		t += p.Layers[k].BackwardNS
+		job(p.Layers[k].CopiesAfterBackward)
 	}
 	return exposed
 }
@@ -251,10 +268,15 @@ func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 // profile reads the layers, their times and the link's rate from the recording.
 func profile(f *trace.File) (*Profile, error) {
 	tl := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
-	type times struct{ fwd, bwd []int64 }
+	type times struct {
+		fwd, bwd []int64
+		copies   [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
+	}
 	per := map[uint32]*times{}
 	var order []uint32
 	open, bopen := map[uint32]int64{}, map[uint32]int64{}
+	var last *times // the layer whose forward or backward the job's copies follow
+	lastBwd, steps := 0, 0
 	for i := range f.Events {
 		ev := &f.Events[i]
 		switch ev.Kind {
@@ -263,7 +285,11 @@ func profile(f *trace.File) (*Profile, error) {
 				per[ev.Group] = &times{}
 				order = append(order, ev.Group)
 			}
+			if ev.Group == order[0] {
+				steps++
+			}
 			open[ev.Group] = ev.TS
+			last, lastBwd = per[ev.Group], 0
 		case trace.KindRegionExit:
 			if at, ok := open[ev.Group]; ok && per[ev.Group] != nil {
 				per[ev.Group].fwd = append(per[ev.Group].fwd, ev.TS-at)
@@ -271,10 +297,19 @@ func profile(f *trace.File) (*Profile, error) {
 			}
 		case trace.KindBackwardEnter:
 			bopen[ev.Group] = ev.TS
+			if per[ev.Group] != nil {
+				last, lastBwd = per[ev.Group], 1
+			}
 		case trace.KindBackwardExit:
 			if at, ok := bopen[ev.Group]; ok && per[ev.Group] != nil {
 				per[ev.Group].bwd = append(per[ev.Group].bwd, ev.TS-at)
 				delete(bopen, ev.Group)
+			}
+		case trace.KindCall:
+			// aclrtMemcpyAsync: Args dst, src, count, kind (1 to the device, 2 to the host)
+			if kind := ev.Args[3]; last != nil && steps > 1 && ev.Ret == 0 && (kind == 1 || kind == 2) &&
+				tl.Class(ev.Fn) == trace.ClassCopyAsync {
+				last.copies[lastBwd][2-kind] += ev.Args[2]
 			}
 		}
 	}
@@ -296,6 +331,10 @@ func profile(f *trace.File) (*Profile, error) {
 	for pos, g := range order {
 		name := tl.GroupName(g)
 		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].fwd), BackwardNS: median(per[g].bwd)}
+		for dir := range 2 {
+			l.CopiesAfterForward[dir] = per[g].copies[0][dir] / uint64(max(steps-1, 1))
+			l.CopiesAfterBackward[dir] = per[g].copies[1][dir] / uint64(max(steps-1, 1))
+		}
 		if dot := strings.LastIndexAny(name, "._"); dot >= 0 {
 			if n, err := strconv.Atoi(name[dot+1:]); err == nil && n >= 0 {
 				l.Index = n

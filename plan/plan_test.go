@@ -30,6 +30,29 @@ func TestExposedModel(t *testing.T) {
 	}
 }
 
+// The job's own copies share the link: a loss read back after the last layer's forward waits for the copy
+// out of the last swapped layer still on the lane (5 ms here), which the backward would have hidden.
+func TestJobCopiesQueueBehindSwap(t *testing.T) {
+	ms := int64(time.Millisecond)
+	p := &Profile{LinkBps: 1e9}
+	for i := range 3 {
+		p.Layers = append(p.Layers, Layer{Index: i, ForwardNS: 10 * ms, BackwardNS: 20 * ms})
+	}
+	p.Layers[2].ForwardNS = 5 * ms
+	moved := []uint64{10e6, 10e6, 0}
+	if got := p.exposed(moved, 0); got != 20*ms {
+		t.Errorf("without the job's copy: exposed %v, want 20ms (the two copies back)", time.Duration(got))
+	}
+	p.Layers[2].CopiesAfterForward = [2]uint64{1e6, 0}
+	if got := p.exposed(moved, 0); got != 25*ms {
+		t.Errorf("with the loss read back: exposed %v, want 25ms", time.Duration(got))
+	}
+	p.Layers[2].CopiesAfterForward = [2]uint64{0, 1e6} // to the device: the other lane, nothing ahead of it
+	if got := p.exposed(moved, 0); got != 20*ms {
+		t.Errorf("a copy to the device: exposed %v, want 20ms", time.Duration(got))
+	}
+}
+
 // Candidates that fit come first, by exposed transfer, then bytes moved, fewer layers, shallower prefetch;
 // those that do not, by their peak.
 func TestBetter(t *testing.T) {
