@@ -213,12 +213,14 @@ func (p *Plan) Companions() string {
 }
 
 // DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH).
-// decoder-sim does not recompute: nil for a recompute plan.
-func (p *Plan) DecoderSimArgs() []string {
-	if p.Best.Recompute {
+func (p *Plan) DecoderSimArgs() []string { return p.Best.decoderSimArgs() }
+
+// decoderSimArgs are decoder-sim's flags for candidate c; nil for recompute, which decoder-sim cannot do.
+func (c Candidate) decoderSimArgs() []string {
+	if c.Recompute {
 		return nil
 	}
-	return []string{"--swap-layers", span(p.Best.Layers)}
+	return []string{"--swap-layers", span(c.Layers)}
 }
 
 // MeasuredLink is the bandwidth the recording's copies measured (bytes per second; 0 when it made none).

@@ -10,6 +10,7 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -127,21 +128,31 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	for a := 0; a < n; a++ {
 		for b := a; b < n; b++ {
 			swapped := map[string]int{}
+			var indices []int
 			for i := a; i <= b; i++ {
 				swapped[prof.Layers[i].Group] = i
+				indices = append(indices, prof.Layers[i].Index)
 			}
+			var noPrefetch *replay.Result // shared by recompute and the swap without prefetch
 			simulate := func(pf int) *replay.Result {
+				if pf == 0 && noPrefetch != nil {
+					return noPrefetch
+				}
 				p.Simulations++
-				return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+				r := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
 					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
+				if pf == 0 {
+					noPrefetch = r
+				}
+				return r
 			}
 			if opt.Recompute {
 				// What a swap without prefetch releases, recompute drops at the layer's exit and has back at its
 				// backward enter: the same peak; its cost is each layer's forward, run again.
 				r := simulate(0)
-				c := Candidate{Recompute: true, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
+				c := Candidate{Recompute: true, Layers: slices.Clone(indices), PeakBytes: r.PeakSimulated,
+					Released: r.ReleasedByArg}
 				for i := a; i <= b; i++ {
-					c.Layers = append(c.Layers, prof.Layers[i].Index)
 					c.ExposedNS += prof.Layers[i].ForwardNS
 				}
 				p.Ranked = append(p.Ranked, c)
@@ -151,10 +162,10 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 					break // layer b + pf is not in the model: the job's wiring would fail
 				}
 				r := simulate(pf)
-				c := Candidate{Prefetch: pf, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
+				c := Candidate{Layers: slices.Clone(indices), Prefetch: pf, PeakBytes: r.PeakSimulated,
+					Released: r.ReleasedByArg}
 				moved := make([]uint64, n) // bytes per step of each layer
 				for i := a; i <= b; i++ {
-					c.Layers = append(c.Layers, prof.Layers[i].Index)
 					if r.Stats != nil {
 						moved[i] = r.Stats.Groups[prof.Layers[i].Group].OffloadedBytes / uint64(max(prof.Steps, 1))
 					}
@@ -269,47 +280,45 @@ func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 func profile(f *trace.File) (*Profile, error) {
 	tl := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
 	type times struct {
-		fwd, bwd []int64
-		copies   [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
+		spans  [2][]int64   // forward (region enter to exit), backward (backward enter to exit)
+		copies [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
 	}
 	per := map[uint32]*times{}
 	var order []uint32
-	open, bopen := map[uint32]int64{}, map[uint32]int64{}
-	var last *times // the layer whose forward or backward the job's copies follow
-	lastBwd, steps := 0, 0
+	opened := [2]map[uint32]int64{{}, {}} // forward, backward: when each group's open span began
+	var last *times                       // the layer whose forward or backward the job's copies follow
+	lastPhase, steps := 0, 0
 	for i := range f.Events {
 		ev := &f.Events[i]
+		phase := 0
 		switch ev.Kind {
-		case trace.KindRegionEnter:
-			if per[ev.Group] == nil {
+		case trace.KindRegionEnter, trace.KindBackwardEnter:
+			if ev.Kind == trace.KindBackwardEnter {
+				phase = 1
+			} else if per[ev.Group] == nil {
 				per[ev.Group] = &times{}
 				order = append(order, ev.Group)
 			}
-			if ev.Group == order[0] {
+			if phase == 0 && ev.Group == order[0] {
 				steps++
 			}
-			open[ev.Group] = ev.TS
-			last, lastBwd = per[ev.Group], 0
-		case trace.KindRegionExit:
-			if at, ok := open[ev.Group]; ok && per[ev.Group] != nil {
-				per[ev.Group].fwd = append(per[ev.Group].fwd, ev.TS-at)
-				delete(open, ev.Group)
-			}
-		case trace.KindBackwardEnter:
-			bopen[ev.Group] = ev.TS
+			opened[phase][ev.Group] = ev.TS
 			if per[ev.Group] != nil {
-				last, lastBwd = per[ev.Group], 1
+				last, lastPhase = per[ev.Group], phase
 			}
-		case trace.KindBackwardExit:
-			if at, ok := bopen[ev.Group]; ok && per[ev.Group] != nil {
-				per[ev.Group].bwd = append(per[ev.Group].bwd, ev.TS-at)
-				delete(bopen, ev.Group)
+		case trace.KindRegionExit, trace.KindBackwardExit:
+			if ev.Kind == trace.KindBackwardExit {
+				phase = 1
+			}
+			if at, ok := opened[phase][ev.Group]; ok && per[ev.Group] != nil {
+				per[ev.Group].spans[phase] = append(per[ev.Group].spans[phase], ev.TS-at)
+				delete(opened[phase], ev.Group)
 			}
 		case trace.KindCall:
 			// aclrtMemcpyAsync: Args dst, src, count, kind (1 to the device, 2 to the host)
 			if kind := ev.Args[3]; last != nil && steps > 1 && ev.Ret == 0 && (kind == 1 || kind == 2) &&
 				tl.Class(ev.Fn) == trace.ClassCopyAsync {
-				last.copies[lastBwd][2-kind] += ev.Args[2]
+				last.copies[lastPhase][2-kind] += ev.Args[2]
 			}
 		}
 	}
@@ -330,7 +339,7 @@ func profile(f *trace.File) (*Profile, error) {
 	}
 	for pos, g := range order {
 		name := tl.GroupName(g)
-		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].fwd), BackwardNS: median(per[g].bwd)}
+		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].spans[0]), BackwardNS: median(per[g].spans[1])}
 		for dir := range 2 {
 			l.CopiesAfterForward[dir] = per[g].copies[0][dir] / uint64(max(steps-1, 1))
 			l.CopiesAfterBackward[dir] = per[g].copies[1][dir] / uint64(max(steps-1, 1))
@@ -342,19 +351,19 @@ func profile(f *trace.File) (*Profile, error) {
 		}
 		p.Layers = append(p.Layers, l)
 	}
-	p.Steps = len(per[order[0]].fwd)
-	var starts []int64
-	for i := range f.Events {
-		if ev := &f.Events[i]; ev.Kind == trace.KindRegionEnter && ev.Group == order[0] {
-			starts = append(starts, ev.TS)
-		}
-	}
-	var gaps []int64
+	p.Steps = len(per[order[0]].spans[0])
+	p.StepNS = stepNS(tl.Steps)
+	return p, nil
+}
+
+// stepNS is a run's step time from the starts of its steps (timeline.Steps): the median of the gaps
+// between them.
+func stepNS(starts []int64) int64 {
+	gaps := []int64{0} // median leaves the first value out
 	for i := 1; i < len(starts); i++ {
 		gaps = append(gaps, starts[i]-starts[i-1])
 	}
-	p.StepNS = median(append([]int64{0}, gaps...)) // median leaves the first value out
-	return p, nil
+	return median(gaps)
 }
 
 // median of the values after the first (a first step warms caches and allocators), or of all with one.

@@ -48,7 +48,7 @@ func Measure(cli, policy string, c Candidate, argv []string, stderr io.Writer) (
 	}
 	defer os.RemoveAll(out)
 	args := append([]string{"run", "--policy", policy, "--out", out, "--"}, argv...)
-	cmd := exec.Command(cli, append(args, "--swap-layers", span(c.Layers))...)
+	cmd := exec.Command(cli, append(args, c.decoderSimArgs()...)...)
 	cmd.Env = append(os.Environ(), "SWAPAGENT_PREFETCH="+strconv.Itoa(c.Prefetch))
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Run(); err != nil {
@@ -72,11 +72,7 @@ func Measure(cli, policy string, c Candidate, argv []string, stderr io.Writer) (
 	if s.HasStats && json.Unmarshal(s.StatsJSON, &st) == nil {
 		m.WaitNS = int64(st.OffloadWaitNS+st.RestoreWaitNS+st.DeviceStallNS) / int64(len(s.Steps))
 	}
-	gaps := []int64{0}
-	for i := 1; i < len(s.Steps); i++ {
-		gaps = append(gaps, s.Steps[i]-s.Steps[i-1])
-	}
-	m.StepNS = median(gaps)
+	m.StepNS = stepNS(s.Steps)
 	return m, nil
 }
 

@@ -542,21 +542,18 @@ func (s *sim) finish() {
 	r.BytesOut, r.BytesIn = s.ops.out, s.ops.in
 	r.RecordedFreed = s.rec.Foot.PeakReleased
 	r.NoSwapActivity = r.ABICalls == 0
-	r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
 	// The no-swap peak can come after the last allocation (docs/cli.md): read it from the whole recording.
 	r.PeakNoSwap = max(s.rec.Foot.PeakNoSwap, s.rec.Foot.Held.PeakBytes)
-	r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
 	r.PoolStep = s.rec.Foot.MinAlloc
-	r.SavedAtLeast = min(int64(timeline.SavedAtLeast(s.releasedAtPeak, r.PoolStep)), max(r.SavedVsNoSwap, 0))
 	r.Footprint = "device"
 	if r.PeakRecorded == 0 && s.rec.Saved.PeakBytes > 0 { // no device allocation: the saved storages
 		r.Footprint, r.PeakRecorded, r.PeakNoSwap, r.PeakSimulated = "saved", s.saved.rec, s.rec.Saved.PeakBytes, s.saved.sim
 		s.releasedAtPeak, r.PoolStep = s.saved.releasedAtSim, 0
-		r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
-		r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
-		r.SavedAtLeast = max(r.SavedVsNoSwap, 0)
 		r.Notes = append(r.Notes, "no device allocation recorded: the peaks are the bytes of the storages saved for backward")
 	}
+	r.SavedVsRecord = int64(r.PeakRecorded) - int64(r.PeakSimulated)
+	r.SavedVsNoSwap = int64(r.PeakNoSwap) - int64(r.PeakSimulated)
+	r.SavedAtLeast = min(int64(timeline.SavedAtLeast(s.releasedAtPeak, r.PoolStep)), max(r.SavedVsNoSwap, 0))
 	s.eng.SetPeakDeviceBytes(r.PeakSimulated)
 	st := s.eng.Stats()
 	r.Stats = &st
