@@ -342,7 +342,7 @@ var storageName = regexp.MustCompile(`0x[0-9a-f]+#`)
 // deterministic is s without its timings, the trace's own size and the faults' storage addresses (those
 // of the mover's host copies): what must not change with the level.
 func deterministic(s trace.Stats) trace.Stats {
-	s.OffloadWaitNS, s.RestoreWaitNS, s.WaitNS, s.DeviceCopyNS, s.DeviceStallNS = 0, 0, 0, 0, 0
+	s.OffloadWaitNS, s.RestoreWaitNS, s.WaitNS, s.DeviceCopyNS, s.DeviceCopyBytes, s.DeviceStallNS = 0, 0, 0, 0, 0, 0
 	s.Faults = append([]trace.Fault(nil), s.Faults...)
 	for i := range s.Faults {
 		s.Faults[i].Storage = trace.StorageName(storageName.ReplaceAllString(string(s.Faults[i].Storage), "S#"))

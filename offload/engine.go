@@ -1186,7 +1186,7 @@ func (e *Engine) Stats() trace.Stats {
 	s.HostAllocs, s.HostReuses, s.HostBytes = e.pool.allocs, e.pool.reuses, e.pool.bytes
 	if tm, ok := e.mover.(TimelineMover); ok {
 		tl := tm.Timeline()
-		s.DeviceCopyNS, s.DeviceStallNS = tl.CopyNS, tl.StallNS
+		s.DeviceCopyNS, s.DeviceCopyBytes, s.DeviceStallNS = tl.CopyNS, tl.CopyBytes, tl.StallNS
 	}
 	s.Faults = append([]trace.Fault{}, e.st.Faults...)
 	s.Groups = make(map[string]trace.GroupStats, len(e.gstats))

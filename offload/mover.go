@@ -41,11 +41,13 @@ type Mover interface {
 	Before(c Copy, streams []uint64) error
 }
 
-// Timeline is what a mover measured on the device: the time its copies took, and the time the job's
-// streams stalled in the waits Before put on them. Figures of copies still in flight are not included.
+// Timeline is what a mover measured on the device: the time its copies took (for a copy queued behind
+// another, from that one's end: the gap between them is the link's too), the bytes they moved, and the
+// time the job's streams stalled in the waits Before put on them. Copies still in flight are not included.
 type Timeline struct {
-	CopyNS  uint64 `json:"copy_ns"`
-	StallNS uint64 `json:"stall_ns"`
+	CopyNS    uint64 `json:"copy_ns"`
+	CopyBytes uint64 `json:"copy_bytes"`
+	StallNS   uint64 `json:"stall_ns"`
 }
 
 // TimelineMover is a Mover that measures its device timeline.

@@ -326,16 +326,21 @@ func profile(f *trace.File) (*Profile, error) {
 		return nil, fmt.Errorf("the trace declares no layer (no region_enter): record with every candidate " +
 			"layer declared (docs/plan.md)")
 	}
-	// The link's rate: the bytes the agent copied over the device time its copies took (its stats: the
-	// runtime mover times them with events). A copy's states in the trace say when the engine saw it end,
-	// which is later (it waits for a group's copies at the next group's exit), so they are not used.
+	// The link's rate: the bytes of the agent's timed copies over the time they held its stream (its stats:
+	// the runtime mover times them with events). A copy's states in the trace say when the engine saw it
+	// end, which is later (it waits for a group's copies at the next group's exit), so they are not used.
 	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink, JobSwaps: len(tl.Guard.Groups) > 0}
 	var st trace.Stats
-	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 &&
-		st.OffloadedBytes+st.RestoredBytes > 0 {
-		p.LinkBps = float64(st.OffloadedBytes+st.RestoredBytes) / (float64(st.DeviceCopyNS) / 1e9)
-		p.LinkFrom = fmt.Sprintf("measured: %d copied bytes in %v of device copies", st.OffloadedBytes+st.RestoredBytes,
-			time.Duration(st.DeviceCopyNS).Round(time.Microsecond))
+	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 {
+		bytes := st.DeviceCopyBytes
+		if bytes == 0 { // a trace from before the stats counted them: every copy, timed or not
+			bytes = st.OffloadedBytes + st.RestoredBytes
+		}
+		if bytes > 0 {
+			p.LinkBps = float64(bytes) / (float64(st.DeviceCopyNS) / 1e9)
+			p.LinkFrom = fmt.Sprintf("measured: %d copied bytes in %v of device copies", bytes,
+				time.Duration(st.DeviceCopyNS).Round(time.Microsecond))
+		}
 	}
 	for pos, g := range order {
 		name := tl.GroupName(g)

@@ -58,12 +58,21 @@ type runtimeMover struct {
 	flight []flight  // copies not known complete, in launch order
 	stalls []stall   // waits put on the job's streams, not measured yet
 	tl     offload.Timeline
+	// lastEnd is the end event of the latest copy measured, kept from the pool while the copy after it
+	// may still be measured from it.
+	lastEnd uintptr
+	lastSeq uint64
 }
 
 type flight struct {
 	seq        uint64
+	n          uint64 // bytes
 	start, end uintptr
 	fences     []uintptr // complete once this copy is: it waited for them
+	// queued: launched while the copy before it was still running on the stream, with nothing else to
+	// wait for, so the stream is busy with it from that copy's end (the gap between two copies, which a
+	// runtime spends on each, is link time the job waits for).
+	queued bool
 }
 
 // stall brackets one aclrtStreamWaitEvent on a job's stream: the time between the two records is what
@@ -163,6 +172,10 @@ func (m *runtimeMover) copy(dst, src, n uint64, kind int) (offload.Copy, error) 
 	if err != nil {
 		return 0, err
 	}
+	queued := false
+	if k := len(m.flight); k > 0 && len(m.fences) == 0 {
+		queued = C.sa_real_event_done(C.uintptr_t(m.flight[k-1].end)) == 0
+	}
 	start, err := m.recordLocked(s)
 	if err != nil {
 		return 0, err
@@ -179,7 +192,7 @@ func (m *runtimeMover) copy(dst, src, n uint64, kind int) (offload.Copy, error) 
 		return 0, aclErr("aclrtSynchronizeStream", C.sa_real_sync_stream(C.uintptr_t(s)))
 	}
 	m.seq++
-	m.flight = append(m.flight, flight{seq: m.seq, start: start, end: end, fences: m.fences})
+	m.flight = append(m.flight, flight{seq: m.seq, n: n, start: start, end: end, fences: m.fences, queued: queued})
 	m.fences = nil
 	return offload.Copy(m.seq), nil
 }
@@ -233,11 +246,20 @@ func (m *runtimeMover) retireLocked(c uint64) {
 	k := 0
 	for k < len(m.flight) && m.flight[k].seq <= c {
 		f := m.flight[k]
-		var ns C.uint64_t
-		if C.sa_real_event_elapsed_ns(C.uintptr_t(f.start), C.uintptr_t(f.end), &ns) == 0 {
-			m.tl.CopyNS += uint64(ns)
+		from := f.start
+		if f.queued && m.lastEnd != 0 && m.lastSeq == f.seq-1 {
+			from = m.lastEnd
 		}
-		m.idle = append(append(m.idle, f.start, f.end), f.fences...)
+		var ns C.uint64_t
+		if C.sa_real_event_elapsed_ns(C.uintptr_t(from), C.uintptr_t(f.end), &ns) == 0 {
+			m.tl.CopyNS += uint64(ns)
+			m.tl.CopyBytes += f.n
+		}
+		if m.lastEnd != 0 {
+			m.idle = append(m.idle, m.lastEnd)
+		}
+		m.lastEnd, m.lastSeq = f.end, f.seq
+		m.idle = append(append(m.idle, f.start), f.fences...)
 		k++
 	}
 	m.flight = append(m.flight[:0], m.flight[k:]...)
@@ -300,12 +322,13 @@ func (m *runtimeMover) measureStallsLocked() {
 }
 
 // finish runs before the application's aclFinalize, the mover's last use of the runtime: its copies
-// complete and the waits it put on the job's streams are measured, which after it nothing could answer.
+// complete and are timed, and the waits it put on the job's streams are measured, which after it nothing
+// could answer.
 func (m *runtimeMover) finish() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.stream != 0 {
-		C.sa_real_sync_stream(C.uintptr_t(m.stream))
+	if m.stream != 0 && C.sa_real_sync_stream(C.uintptr_t(m.stream)) == 0 {
+		m.retireLocked(m.seq) // every copy completed: each is timed
 	}
 	for _, s := range m.stalls {
 		C.sa_real_sync_event(C.uintptr_t(s.after))

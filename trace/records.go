@@ -218,15 +218,17 @@ type Stats struct {
 	OffloadWaitNS     uint64 `json:"offload_wait_ns"` // compute side waiting for copies out
 	RestoreWaitNS     uint64 `json:"restore_wait_ns"` // compute side waiting for copies back
 	WaitNS            uint64 `json:"wait_ns"`
-	// The device timeline (a runtime mover measures it with events): how long the agent's copies took,
-	// and how long the job's streams stalled waiting for copies back.
-	DeviceCopyNS  uint64 `json:"device_copy_ns"`
-	DeviceStallNS uint64 `json:"device_stall_ns"`
-	HostAllocs    uint64 `json:"host_allocs"` // pinned buffers obtained from the mover
-	HostReuses    uint64 `json:"host_reuses"` // requests served by the pool
-	HostBytes     uint64 `json:"host_bytes"`  // pinned bytes held by the pool
-	KeptNoOps     uint64 `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
-	Errors        uint64 `json:"errors"`      // mover or storage op failures (the storage was kept)
+	// The device timeline (a runtime mover measures it with events): how long the agent's copies held
+	// the link (a copy queued behind another from that one's end), the bytes of those copies (copies still
+	// in flight are in neither), and how long the job's streams stalled waiting for copies back.
+	DeviceCopyNS    uint64 `json:"device_copy_ns"`
+	DeviceCopyBytes uint64 `json:"device_copy_bytes"`
+	DeviceStallNS   uint64 `json:"device_stall_ns"`
+	HostAllocs      uint64 `json:"host_allocs"` // pinned buffers obtained from the mover
+	HostReuses      uint64 `json:"host_reuses"` // requests served by the pool
+	HostBytes       uint64 `json:"host_bytes"`  // pinned bytes held by the pool
+	KeptNoOps       uint64 `json:"kept_no_ops"` // internal storages kept because no storage ops were registered
+	Errors          uint64 `json:"errors"`      // mover or storage op failures (the storage was kept)
 	// The guard (the job's own swap asks before each release): releases it allowed (also counted in
 	// offloaded_*) and releases it refused, keeping the storage on device.
 	GuardReleased      uint64                `json:"guard_released"`

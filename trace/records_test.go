@@ -110,7 +110,7 @@ func jsonKeys(t *testing.T, v any) []string {
 // The stats JSON's keys (architecture.md, "Stats JSON"), every one present with a zero value; rejected
 // and runtime only where the agent adds them.
 func TestStatsKeys(t *testing.T) {
-	engine := []string{"device_copy_ns", "device_stall_ns", "errors", "faults", "groups", "guard_kept",
+	engine := []string{"device_copy_bytes", "device_copy_ns", "device_stall_ns", "errors", "faults", "groups", "guard_kept",
 		"guard_kept_bytes", "guard_released", "guard_released_bytes", "host_allocs", "host_bytes", "host_reuses", "internal", "kept", "kept_no_ops", "offload_wait_ns", "offloaded_bytes", "offloaded_storages",
 		"peak_device_bytes", "policy", "prefetch", "released_external", "restore_wait_ns", "restored_bytes",
 		"restored_storages", "saved_bytes", "saved_bytes_peak", "saves", "wait_ns"}

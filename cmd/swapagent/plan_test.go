@@ -144,6 +144,28 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 	}
 }
 
+// The link's rate a swapping run measured (its timed copies' bytes over the time they held the mover's
+// stream) is the emulated link's at most: bytes of copies not timed, counted over the time of the others,
+// would make it faster than the link can be. Gaps between copies on a loaded machine only slow it.
+func TestPlanMeasuresTheLinkItsCopiesSaw(t *testing.T) {
+	rec := t.TempDir()
+	if r := swapagent(t, []string{"ACLSIM_COPY_GBPS=1"}, "run", "--policy", "safe", "--out", rec, "--",
+		testenv.Path(t, testenv.DecoderSim), "--swap-layers", "all", "--steps", "3"); r.Code != 0 {
+		t.Fatalf("swapping run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	r := swapagent(t, nil, "plan", rec, "--budget", "1T", "--format", "json")
+	var p struct {
+		Link float64 `json:"link_bytes_per_second"`
+		From string  `json:"link_from"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &p); err != nil {
+		t.Fatalf("plan: exit %d, %v\n%s", r.Code, err, r.Stderr)
+	}
+	if !strings.HasPrefix(p.From, "measured") || p.Link > 1.01e9 || p.Link < 0.05e9 {
+		t.Errorf("the link over a 1 GB/s emulated link: %.3g B/s (%s): want measured, at most 1 GB/s", p.Link, p.From)
+	}
+}
+
 func TestPlanUsage(t *testing.T) {
 	rec := t.TempDir()
 	usageErr(t, swapagent(t, nil, "plan", rec), "plan", "--budget is required")

@@ -107,7 +107,7 @@ func runAtLevel(t *testing.T, level string, wantFail bool, extra ...string) leve
 // counters are the stats' fields that do not depend on timing or on the trace itself: every call count,
 // the swap accounting, the faults (as comparable shows them), the refused calls.
 func counters(s trace.Stats, shift uint64) trace.Stats {
-	s.OffloadWaitNS, s.RestoreWaitNS, s.WaitNS, s.DeviceCopyNS, s.DeviceStallNS = 0, 0, 0, 0, 0
+	s.OffloadWaitNS, s.RestoreWaitNS, s.WaitNS, s.DeviceCopyNS, s.DeviceCopyBytes, s.DeviceStallNS = 0, 0, 0, 0, 0, 0
 	s.Faults = comparable(s.Faults, shift)
 	if s.Runtime != nil {
 		rt := *s.Runtime
