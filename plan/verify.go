@@ -22,7 +22,10 @@ type Check struct {
 	PeakBytes uint64 // the run's peak device bytes
 	WaitNS    int64  // per step: the job waiting for copies (out, back) and the device stalled on them
 	StepNS    int64  // the run's step time (median)
-	Within    bool   // the peak is within the budget, the allocator's step as tolerance
+	// LeastStepNS is its least step after the first: on a shared machine, where others only ever slow a
+	// step down, the closest to the run's own time.
+	LeastStepNS int64
+	Within      bool // the peak is within the budget, the allocator's step as tolerance
 }
 
 // Verify runs argv as planned under `swapagent run` (this executable) and measures it.
@@ -73,6 +76,11 @@ func Measure(cli, policy string, c Candidate, argv []string, stderr io.Writer) (
 		m.WaitNS = int64(st.OffloadWaitNS+st.RestoreWaitNS+st.DeviceStallNS) / int64(len(s.Steps))
 	}
 	m.StepNS = stepNS(s.Steps)
+	for i := 2; i < len(s.Steps); i++ {
+		if gap := s.Steps[i] - s.Steps[i-1]; m.LeastStepNS == 0 || gap < m.LeastStepNS {
+			m.LeastStepNS = gap
+		}
+	}
 	return m, nil
 }
 

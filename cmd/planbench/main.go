@@ -1,14 +1,17 @@
 // Command planbench checks `swapagent plan`'s choice and time model against real runs (make bench-plan).
 // decoder-sim on a throttled emulated link (ACLSIM_COPY_GBPS) is recorded under off a few times (the
-// recording of least step is the profile), the link is measured on a run that swaps every layer, then every
-// contiguous range of layers with prefetch 0-2 is run for real, in rounds that each begin with a run that
-// swaps nothing (every layer declared under off, as the recording: the baseline). A configuration's step is
-// the least of its rounds (a shared machine only ever slows a run down), and its measured exposed transfer
-// is that step less the baseline's. For each budget it prints the plan's choice and what it measured beside
-// the best configuration of the sweep that fit, and the predicted exposed transfer beside the measured one;
-// then the model's error over the whole sweep. A configuration fits when its run peaked within the budget
-// (no tolerance: the plan's own run is held to the same). Figures, never assertions: `go run ./cmd/planbench`
-// from the repository root after `make build`.
+// recording of least step is the profile), the link is measured on runs that swap every layer, and every
+// contiguous range of layers with prefetch 0-2 is run for real under safe, and each range under off (its
+// layers declared, nothing moved), in a few rounds. A configuration's step is the least of its rounds
+// (a shared machine only ever slows a run down), and its measured exposed transfer is that step less its
+// range's under off: the same hooks and bookkeeping, so the difference is the transfer's. For each budget
+// it prints the plan's choice and the best configuration of the sweep that fit, then measures the two side by
+// side (runs of each in turn, with the plan's range under off between them: on a shared machine only
+// neighbouring runs compare to a few per cent) for the step against the best and the predicted exposed
+// transfer against the measured one; then the model's error over the whole sweep
+// (-v: every configuration). A configuration fits when its run peaked within the budget (no tolerance:
+// the plan's own run is held to the same). Figures, never assertions: `go run ./cmd/planbench` from the
+// repository root after `make build`.
 package main
 
 import (
@@ -19,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -27,13 +31,20 @@ import (
 	"swapagent/trace"
 )
 
+var (
+	verbose bool
+	pairs   int
+)
+
 func main() {
 	cli := flag.String("cli", "build/bin/swapagent", "the swapagent command")
 	sim := flag.String("sim", "build/bin/decoder-sim", "decoder-sim")
 	layers := flag.Int("layers", 6, "decoder-sim's layers")
-	steps := flag.Int("steps", 6, "steps of each run")
+	steps := flag.Int("steps", 8, "steps of each run")
 	rounds := flag.Int("rounds", 3, "runs of each configuration")
 	gbps := flag.String("gbps", "0.25", "the emulated link's rate (ACLSIM_COPY_GBPS)")
+	flag.IntVar(&pairs, "pairs", 10, "side-by-side runs of each budget's plan and the sweep's best")
+	flag.BoolVar(&verbose, "v", false, "print every configuration's prediction and measurement")
 	flag.Parse()
 	if err := run(*cli, *sim, *layers, *steps, *rounds, *gbps); err != nil {
 		fmt.Fprintln(os.Stderr, "planbench:", err)
@@ -62,19 +73,61 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 		}
 		return trace.Load(files[0])
 	}
-	moving, err := record("link", "safe")
-	if err != nil {
-		return err
-	}
-	link := plan.MeasuredLink(moving)
-	// The profile: the recording of least step of a few (its layer times are what the model runs on).
-	var prof *trace.File
-	var all *plan.Plan
+	// Each round records the link (a run that swaps every layer) and a profile (every layer under off),
+	// then runs each contiguous range under off (its layers declared, nothing moved: the same hooks and
+	// bookkeeping, so the difference is the transfer's alone) and under safe with each prefetch, one after
+	// the other. A shared machine only slows runs down: the link is the fastest round's, the profile the
+	// recording of least step, a run's step its least (Check.LeastStepNS), a configuration's the least of
+	// its rounds.
+	var link float64
+	var profiles []*trace.File
+	measured, still := map[string]*plan.Check{}, map[string]int64{}
+	key := func(c plan.Candidate) string { return fmt.Sprint(c.Layers, c.Prefetch) }
+	var byRange []plan.Candidate
 	for r := 0; r < rounds; r++ {
+		moving, err := record(fmt.Sprint("link", r), "safe")
+		if err != nil {
+			return err
+		}
+		link = max(link, plan.MeasuredLink(moving))
 		f, err := record(fmt.Sprint("profile", r), "off")
 		if err != nil {
 			return err
 		}
+		profiles = append(profiles, f)
+		if byRange == nil {
+			p, err := plan.Search(f, plan.Options{Budget: 1 << 50, PrefetchMax: 2})
+			if err != nil {
+				return err
+			}
+			byRange = slices.Clone(p.Ranked)
+			sort.SliceStable(byRange, func(i, j int) bool { return fmt.Sprint(byRange[i].Layers) < fmt.Sprint(byRange[j].Layers) })
+		}
+		for i, c := range byRange {
+			if len(c.Layers) == 0 {
+				continue
+			}
+			if i == 0 || fmt.Sprint(c.Layers) != fmt.Sprint(byRange[i-1].Layers) {
+				m, err := plan.Measure(cli, "off", c, argv, io.Discard)
+				if err != nil {
+					return err
+				}
+				if old, ok := still[fmt.Sprint(c.Layers)]; !ok || m.LeastStepNS < old {
+					still[fmt.Sprint(c.Layers)] = m.LeastStepNS
+				}
+			}
+			m, err := plan.Measure(cli, "safe", c, argv, io.Discard)
+			if err != nil {
+				return err
+			}
+			if old := measured[key(c)]; old == nil || m.LeastStepNS < old.LeastStepNS {
+				measured[key(c)] = m
+			}
+		}
+	}
+	var prof *trace.File
+	var all *plan.Plan
+	for _, f := range profiles {
 		p, err := plan.Search(f, plan.Options{Budget: 1 << 50, PrefetchMax: 2, LinkBps: link})
 		if err != nil {
 			return err
@@ -85,34 +138,11 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 	}
 	fmt.Printf("== plan against a sweep of real runs: decoder-sim --layers %d --steps %d, emulated link %s GB/s "+
 		"(measured %.2f GB/s); no swap peaks at %s, swap reaches %s; each configuration the least step of %d "+
-		"rounds, each round after a run that swaps nothing\n", layers, steps, gbps, link/1e9,
-		report.Bytes(all.NoSwapPeak), report.Bytes(all.LowestPeak), rounds)
-	measured := map[string]*plan.Check{}
-	key := func(c plan.Candidate) string { return fmt.Sprint(c.Layers, c.Prefetch) }
-	var base int64 = math.MaxInt64
-	for r := 0; r < rounds; r++ {
-		every := plan.Candidate{Layers: all.Profile.Indices()}
-		m, err := plan.Measure(cli, "off", every, argv, io.Discard)
-		if err != nil {
-			return err
-		}
-		base = min(base, m.StepNS)
-		for _, c := range all.Ranked {
-			if len(c.Layers) == 0 {
-				continue
-			}
-			m, err := plan.Measure(cli, "safe", c, argv, io.Discard)
-			if err != nil {
-				return err
-			}
-			if old := measured[key(c)]; old == nil || m.StepNS < old.StepNS {
-				measured[key(c)] = m
-			}
-		}
-	}
+		"rounds\n", layers, steps, gbps, link/1e9, report.Bytes(all.NoSwapPeak), report.Bytes(all.LowestPeak), rounds)
 	ms := func(ns int64) string { return time.Duration(ns).Round(100 * time.Microsecond).String() }
-	exposed := func(m *plan.Check) int64 { return max(m.StepNS-base, 0) }
-	fmt.Printf("  the baseline's step (nothing swapped): %s; the recording's: %s\n", ms(base), ms(all.Profile.StepNS))
+	exposed := func(c plan.Candidate) int64 { return max(measured[key(c)].LeastStepNS-still[fmt.Sprint(c.Layers)], 0) }
+	base := still[fmt.Sprint(all.Profile.Indices())]
+	fmt.Printf("  every layer declared, nothing swapped: step %s; the recording's: %s\n", ms(base), ms(all.Profile.StepNS))
 	for _, frac := range []float64{0.4, 0.7} {
 		budget := all.LowestPeak + uint64(frac*float64(all.NoSwapPeak-all.LowestPeak))
 		p, err := plan.Search(prof, plan.Options{Budget: budget, PrefetchMax: 2, LinkBps: link})
@@ -123,7 +153,7 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 		var best plan.Candidate
 		var bestM *plan.Check
 		for _, c := range all.Ranked {
-			if m := measured[key(c)]; m != nil && m.PeakBytes <= budget && (bestM == nil || m.StepNS < bestM.StepNS) {
+			if m := measured[key(c)]; m != nil && m.PeakBytes <= budget && (bestM == nil || m.LeastStepNS < bestM.LeastStepNS) {
 				best, bestM = c, m
 			}
 		}
@@ -131,23 +161,54 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 			fmt.Printf("  budget %s: no measured configuration fits\n", report.Bytes(budget))
 			continue
 		}
+		// The sweep ranks; the plan's choice and the sweep's best are then compared side by side: runs of
+		// each in turn, with the plan's range under off between them, each the least step of its runs.
+		pick, top, idle := int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MaxInt64)
+		for i := 0; i < pairs; i++ {
+			for _, r := range []struct {
+				policy string
+				c      plan.Candidate
+				least  *int64
+			}{{"safe", p.Best, &pick}, {"off", p.Best, &idle}, {"safe", best, &top}} {
+				if r.least == &top && key(best) == key(p.Best) {
+					continue
+				}
+				m, err := plan.Measure(cli, r.policy, r.c, argv, io.Discard)
+				if err != nil {
+					return err
+				}
+				*r.least = min(*r.least, m.LeastStepNS)
+			}
+		}
+		if key(best) == key(p.Best) {
+			top = pick
+		}
 		fit := ""
 		if got.PeakBytes > budget {
 			fit = fmt.Sprintf(" (but its run peaked at %s, over the budget)", report.Bytes(got.PeakBytes))
 		}
-		fmt.Printf("  budget %s: plan layers %v prefetch %d: peak %s predicted, %s measured%s; step %s measured, "+
-			"%+.1f%% against the sweep's best that fit (layers %v prefetch %d, %s); exposed transfer predicted %s, "+
-			"measured %s a step (%s)\n", report.Bytes(budget), p.Best.Layers, p.Best.Prefetch, report.Bytes(p.Best.PeakBytes),
-			report.Bytes(got.PeakBytes), fit, ms(got.StepNS),
-			100*(float64(got.StepNS)-float64(bestM.StepNS))/float64(bestM.StepNS), best.Layers, best.Prefetch,
-			ms(bestM.StepNS), ms(p.Best.ExposedNS), ms(exposed(got)), relErr(p.Best.ExposedNS, exposed(got)))
+		fmt.Printf("  budget %s: plan layers %v prefetch %d: peak %s predicted, %s measured%s; the sweep's best "+
+			"that fit: layers %v prefetch %d; side by side, %d runs each: step %s against %s (%+.1f%%); exposed "+
+			"transfer predicted %s, measured %s a step (%s; in the sweep %s)\n", report.Bytes(budget), p.Best.Layers,
+			p.Best.Prefetch, report.Bytes(p.Best.PeakBytes), report.Bytes(got.PeakBytes), fit, best.Layers,
+			best.Prefetch, pairs, ms(pick), ms(top), 100*(float64(pick)-float64(top))/float64(top),
+			ms(p.Best.ExposedNS), ms(pick-idle), relErr(p.Best.ExposedNS, pick-idle), ms(exposed(p.Best)))
 	}
 	// The model over the whole sweep, where the transfer is a tenth of the step or more (below that the
 	// measurement is the machine's noise).
 	var errs []float64
 	for _, c := range all.Ranked {
-		if m := measured[key(c)]; m != nil && len(c.Layers) > 0 && exposed(m) >= base/10 {
-			errs = append(errs, math.Abs(float64(c.ExposedNS-exposed(m)))/float64(exposed(m)))
+		m := measured[key(c)]
+		if m == nil || len(c.Layers) == 0 {
+			continue
+		}
+		if verbose {
+			fmt.Printf("    layers %v prefetch %d: peak %s predicted, %s measured; exposed transfer predicted %s, "+
+				"measured %s (%s)\n", c.Layers, c.Prefetch, report.Bytes(c.PeakBytes), report.Bytes(m.PeakBytes),
+				ms(c.ExposedNS), ms(exposed(c)), relErr(c.ExposedNS, exposed(c)))
+		}
+		if exposed(c) >= base/10 {
+			errs = append(errs, math.Abs(float64(c.ExposedNS-exposed(c)))/float64(exposed(c)))
 		}
 	}
 	if len(errs) > 0 {
