@@ -153,8 +153,8 @@ func bench(o options, sync string) error {
 		mib(float64(safe.st.PeakDeviceBytes)), mib(saved), mib(ideal), ratio(saved, ideal))
 
 	// Exposed transfer on the device timeline: the time the job's streams stalled in the waits the agent
-	// put on them for its copies back, against the time the copies themselves took on the mover's stream
-	// (both from events around them; see docs/design.md, "Stream ordering"). The host's own blocking is
+	// put on them for its copies back, against the time the copies held the mover's stream (both from events
+	// around them; see docs/design.md, "Stream ordering"). The host's own blocking is
 	// shown beside it: at each region exit for the previous group's copies out (the release needs them).
 	fmt.Println("-- exposed transfer = device_stall_ns / device_copy_ns: the compute streams' stall on the agent's events,")
 	fmt.Println("   against the copies' measured time on the device (" + gb + " GB/s link). Target with prefetch 1: <= 10%.")
