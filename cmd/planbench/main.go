@@ -1,17 +1,16 @@
 // Command planbench checks `swapagent plan`'s choice and time model against real runs (make bench-plan).
-// decoder-sim on a throttled emulated link (ACLSIM_COPY_GBPS) is recorded under off a few times (the
-// recording of least step is the profile), the link is measured on runs that swap every layer, and every
-// contiguous range of layers with prefetch 0-2 is run for real under safe, and each range under off (its
-// layers declared, nothing moved), in a few rounds. A configuration's step is the least of its rounds
-// (a shared machine only ever slows a run down), and its measured exposed transfer is that step less its
-// range's under off: the same hooks and bookkeeping, so the difference is the transfer's. For each budget
-// it prints the plan's choice and the best configuration of the sweep that fit, then measures the two side by
-// side (runs of each in turn, with the plan's range under off between them: on a shared machine only
-// neighbouring runs compare to a few per cent) for the step against the best and the predicted exposed
-// transfer against the measured one; then the model's error over the whole sweep
-// (-v: every configuration). A configuration fits when its run peaked within the budget (no tolerance:
-// the plan's own run is held to the same). Figures, never assertions: `go run ./cmd/planbench` from the
-// repository root after `make build`.
+// decoder-sim on a throttled emulated link (ACLSIM_COPY_GBPS) is recorded under off a few times (the recording
+// of least step is the profile), the link is measured on runs that swap every layer, and every contiguous range
+// of layers with prefetch 0-2 is run for real under safe, and each range under off (its layers declared, nothing
+// moved), in a few rounds. A configuration's step is the least of its rounds (a shared machine only ever slows a
+// run down), and its measured exposed transfer is that step less its range's under off: the same hooks and
+// bookkeeping, so the difference is the transfer's. For each budget it prints the plan's choice and the best
+// configuration of the sweep that fit, then measures the two side by side (runs of each in turn, with the plan's
+// range under off between them: on a shared machine only neighbouring runs compare to a few per cent) for the
+// step against the best and the predicted exposed transfer against the measured one; then the model's error over
+// the whole sweep (-v: every configuration). A configuration fits when its run peaked within the budget (no
+// tolerance: the plan's own run is held to the same). Figures, never assertions: `go run ./cmd/planbench` from
+// the repository root after `make build`.
 package main
 
 import (
