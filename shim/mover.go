@@ -59,9 +59,8 @@ type runtimeMover struct {
 	stalls []stall   // waits put on the job's streams, not measured yet
 	tl     offload.Timeline
 	// lastEnd is the end event of the latest copy measured, kept from the pool while the copy after it
-	// may still be measured from it.
+	// may still be measured from it (copies retire in launch order, so that copy is the next one retired).
 	lastEnd uintptr
-	lastSeq uint64
 }
 
 type flight struct {
@@ -247,7 +246,7 @@ func (m *runtimeMover) retireLocked(c uint64) {
 	for k < len(m.flight) && m.flight[k].seq <= c {
 		f := m.flight[k]
 		from := f.start
-		if f.queued && m.lastEnd != 0 && m.lastSeq == f.seq-1 {
+		if f.queued && m.lastEnd != 0 {
 			from = m.lastEnd
 		}
 		var ns C.uint64_t
@@ -258,7 +257,7 @@ func (m *runtimeMover) retireLocked(c uint64) {
 		if m.lastEnd != 0 {
 			m.idle = append(m.idle, m.lastEnd)
 		}
-		m.lastEnd, m.lastSeq = f.end, f.seq
+		m.lastEnd = f.end
 		m.idle = append(append(m.idle, f.start), f.fences...)
 		k++
 	}
