@@ -5,7 +5,7 @@
 PYTESTS += python/tests
 PYTESTS_PURE += python/tests/test_companions.py python/tests/test_guard.py
 
-# The compiled hot path of the companions (python/swapagent/_hot.c: pack, unpack and Packed in C), built against
+# The compiled hot path of the companions (python/swapagent/_hot*.c: pack, unpack and Packed, the gradient chains and torch's region hooks in C), built against
 # Python's limited API (abi3: one file per architecture for every Python 3 from 3.9 on) beside the agent
 # library, where swapagent.core looks for it. The headers are .venv's Python's (python3's before make venv);
 # the limited API's are the same for every LP64 Linux, so the arm64 cross-build uses them too. Without
@@ -13,10 +13,11 @@ PYTESTS_PURE += python/tests/test_companions.py python/tests/test_guard.py
 HOT_PY := $(firstword $(wildcard .venv/bin/python) python3)
 HOT_INC = $(shell $(HOT_PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
 BUILD_TARGETS += $(BUILD)/lib/swapagent_hot.abi3.so
-$(BUILD)/lib/swapagent_hot.abi3.so: python/swapagent/_hot.c shim/c/swapagent.h
+HOT_SRC := $(wildcard python/swapagent/_hot*.c)
+$(BUILD)/lib/swapagent_hot.abi3.so: $(HOT_SRC) python/swapagent/_hot.h shim/c/swapagent.h
 	@mkdir -p $(@D)
 	@if [ -f "$(HOT_INC)/Python.h" ]; then \
-		$(CC) $(CFLAGS) -shared -Ishim/c -I$(HOT_INC) $< -o $@; \
+		$(CC) $(CFLAGS) -fvisibility=hidden -shared -Ishim/c -I$(HOT_INC) $(HOT_SRC) -o $@; \
 	else echo "python.mk: no Python.h ($(HOT_PY)): $@ not built, the companions run their pure-Python hot path"; fi
 
 # The bench's timed build of the same file (-DSWAPAGENT_HOT_TIMED: a probe at each entry point and in the parts
@@ -24,7 +25,7 @@ $(BUILD)/lib/swapagent_hot.abi3.so: python/swapagent/_hot.c shim/c/swapagent.h
 # with it, and test_hot_path.py checks its counts. Never shipped: build/bench is no place load() looks.
 HOT_TIMED := $(BUILD)/bench/swapagent_hot.abi3.so
 BUILD_TARGETS += $(HOT_TIMED)
-$(HOT_TIMED): python/swapagent/_hot.c shim/c/swapagent.h
+$(HOT_TIMED): $(HOT_SRC) python/swapagent/_hot.h shim/c/swapagent.h
 	@mkdir -p $(@D)
 	@if [ -f "$(HOT_INC)/Python.h" ]; then \
-		$(CC) $(CFLAGS) -DSWAPAGENT_HOT_TIMED -shared -Ishim/c -I$(HOT_INC) $< -o $@; fi
+		$(CC) $(CFLAGS) -fvisibility=hidden -DSWAPAGENT_HOT_TIMED -shared -Ishim/c -I$(HOT_INC) $(HOT_SRC) -o $@; fi

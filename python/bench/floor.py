@@ -15,7 +15,7 @@ Configurations, taking turns in that process:
     off-py     the companion, pure-Python hot path
     off-pyregion  the companion, compiled pack and unpack only: the region hooks and the gradient chains in
                Python (what the compiled path would be without its region part: the step-time difference to
-               off is what that part of _hot.c buys per region)
+               off is what _hot_region.c and _hot_grad.c buy per region)
     off-plain  the companion, compiled hot path, by the plain control calls (each one runs in the agent)
     off        the companion, compiled hot path (_hot.c), by queued calls (answered in C, run later)
 
@@ -216,7 +216,7 @@ def child(args):
             # module whose Chain is core._Chain: the Python gradient chains, for as long as it is installed.
             companion._push_hooks = None  # pylint: disable=protected-access
             view = types.SimpleNamespace(**{k: getattr(hot, k) for k in dir(hot) if not k.startswith("__")})
-            view.Chain = lambda _failed: core._Chain()  # pylint: disable=protected-access
+            view.Chain = core._Chain  # pylint: disable=protected-access
             core._hot = view  # pylint: disable=protected-access
         agent = core.load()
         agent.set_queued(config != "off-plain")

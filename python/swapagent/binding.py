@@ -1,7 +1,7 @@
 """swapagent.binding owns the companions' one way to the agent library: finding and loading it, and the
 ctypes binding to its control calls. Every call beyond the fixed v1 functions is one record (struct
 swapagent_call, whose fields _abi.py has from swapagent.h) given to swapagent_call; Agent's methods build it.
-The compiled hot path (_hot.c) calls swapagent_call itself, by the address and options Agent.c_calls gives.
+The compiled hot path (swapagent._hot) calls swapagent_call itself, by the address and options Agent.c_calls gives.
 """
 
 import array
@@ -121,7 +121,7 @@ class Agent:
         self._text_cache = {}  # description lines -> their text (_text)
         # The C functions of the hot path (Layer), bound once: a saved tensor costs its share of one region
         # exit and one swapagent_unpack per saved storage; everything around them is Python and must stay
-        # small. Their addresses are for the compiled hot path (_hot.c), which calls them without ctypes:
+        # small. Their addresses are for the compiled hot path (swapagent._hot), which calls them without ctypes:
         # swapagent_unpack_resident answers a storage that stays on device without waiting (asked with the
         # GIL held), swapagent_unpack only on a miss.
         self.save_c = lib.swapagent_save

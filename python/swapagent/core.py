@@ -2,20 +2,20 @@
 hooks into control calls, and the rule that finds each layer's backward enter and exit from gradient hooks
 on the tensors crossing it (no module or Cell backward hook: those add autograd nodes, see Layer). The
 binding to the agent is swapagent.binding, the walk of nested arguments swapagent.walk, the storages' registry
-swapagent.storage; core re-exports their names.
+swapagent.storage, the gradient hooks swapagent.grads; core re-exports their names.
 
 The companion decides nothing: it reports region boundaries (input and output storage pointers, plain
 integers only), every storage saved for backward, and backward boundaries; the agent decides what stays on
 the device and calls back into the registry to release (resize to 0) or restore (resize back) a storage.
 """
 
+import functools
 import itertools
 import json
 import logging
 import os
 import threading
 import warnings
-import weakref
 
 # Stable error codes and enums of swapagent.h, generated from it (_abi.py).
 from ._abi import (  # noqa: F401
@@ -31,6 +31,8 @@ from .walk import (  # noqa: F401
     _ATOMS, _MAX_DEPTH, _described, _saved_descs, describe_line, describe_tail, saved_desc, walk_named,
 )
 from .storage import Framework, Packed, Registry, _entries, agent_op, count_holders, registry  # noqa: F401
+from .grads import INPUT, OUTPUT, _Call, _Chain, _chains, unhook_removed  # noqa: F401
+from . import grads
 
 log = logging.getLogger("swapagent")
 
@@ -49,16 +51,25 @@ def group_name(index):
     return "layer.%d" % index
 
 
-# Set by swapagent.guard when it is installed: the saves of a companion's region (saves_hook(layer, ptrs))
-# and the start of its forward (forward_hook(layer)), so that a release other code attempts of a storage a
-# companion's region saved is asked of the agent too. None: no guard.
+# Set by swapagent.guard when it is installed (watch): the saves of a companion's region (saves_hook(layer,
+# ptrs)) and the start of its forward (forward_hook(layer)), so that a release other code attempts of a
+# storage a companion's region saved is asked of the agent too. None: no guard.
 saves_hook = None
 forward_hook = None
 
 
+def watch(saves, forward):
+    """Installs the guard's hooks (saves_hook, forward_hook; None, None: none). The compiled region hooks hand
+    every region to the Python methods, which call them, while they are set."""
+    global saves_hook, forward_hook
+    saves_hook, forward_hook = saves, forward
+    if _hot is not None:
+        _hot.watch(saves is not None or forward is not None)
+
+
 # ---- the per-layer reporter -----------------------------------------------------------------------
 
-_chain = itertools.chain
+_flat = itertools.chain.from_iterable
 
 
 # ---- the compiled hot path ------------------------------------------------------------------------
@@ -98,7 +109,9 @@ def load_hot(path):
     spec = importlib.util.spec_from_file_location("swapagent._hot", path, loader=loader)
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
-    mod.configure(INPUT, OUTPUT, _MAX_DEPTH, _ATOMS)  # what the C walk and chains read: core's, not copies
+    # what the C walk and chains read: core's, not copies
+    mod.configure(INPUT, OUTPUT, _MAX_DEPTH, _ATOMS, grads.hook_failed, grads.end_failed)
+    mod.watch(saves_hook is not None or forward_hook is not None)
     return mod
 
 
@@ -144,133 +157,11 @@ def is_packed(x):
     return type(x) is Packed or (_hot is not None and type(x) is _hot.Packed)  # pylint: disable=unidiomatic-typecheck
 
 
-# ---- gradient hooks on the tensors crossing a region ----------------------------------------------
-
-INPUT, OUTPUT = 0, 1
-
-
-class _Call:
-    """One forward's callback on a boundary tensor's gradient: fires at most once."""
-    __slots__ = ("pass_", "kind", "fired")
-
-    def __init__(self, pass_, kind):
-        self.pass_, self.kind, self.fired = pass_, kind, False
-
-    def dead(self):
-        p = self.pass_
-        if self.fired or p.layer.removed or p.exited:
-            return True
-        # An output call only matters until its forward entered backward; an input call only while its
-        # forward is the group's latest (an older forward never reports its exit, see Layer).
-        return p.entered if self.kind == OUTPUT else p is not p.layer.latest
-
-    def fire(self):
-        if self.fired:
-            return
-        self.fired = True
-        layer = self.pass_.layer
-        if self.kind == INPUT:
-            layer.input_grad(self.pass_)
-        else:
-            layer.output_grad(self.pass_)
-
-
-class _Chain:
-    """The one gradient hook the companion puts on a tensor, whatever number of layers it crosses. A
-    tensor that leaves layer g-1 and enters layer g runs layer g's input calls (backward exit) before
-    layer g-1's output calls (backward enter): the order in which the two backwards really follow each
-    other, whatever order the calls were added in. Holds no tensor (only plain state of the forwards)."""
-    __slots__ = ("inputs", "outputs", "remove", "__weakref__")
-
-    def __init__(self):
-        self.inputs, self.outputs, self.remove = [], [], None
-
-    def __call__(self, _grad):
-        for calls in (self.inputs, self.outputs):
-            for c in list(calls):
-                try:
-                    c.fire()
-                except Exception:  # noqa: BLE001 - a hook must never break the training step
-                    log.exception("swapagent: gradient hook failed")
-        self.prune()
-        return None
-
-    def add(self, p, kind):
-        """A kind (INPUT, OUTPUT) call of forward p."""
-        self.prune()
-        (self.inputs if kind == INPUT else self.outputs).append(_Call(p, kind))
-
-    def prune(self):
-        self.inputs[:] = [c for c in self.inputs if not c.dead()]
-        self.outputs[:] = [c for c in self.outputs if not c.dead()]
-
-    def empty(self):
-        return not self.inputs and not self.outputs
-
-
-_chains = {}  # id(tensor) -> (weak reference to the tensor, _Chain); the entry goes with the tensor
-_chains_lock = threading.RLock()
-
-
-def chain(fw, t):
-    """The _Chain hooked on tensor t (registered once per tensor), or None when t takes no hook."""
-    key = id(t)
-    with _chains_lock:
-        e = _chains.get(key)
-        if e is not None and e[0]() is t:
-            return e[1]
-
-    def gone(ref, key=key, chains=_chains, lock=_chains_lock):  # bound here: it may run at interpreter exit
-        with lock:
-            e = chains.get(key)
-            if e is not None and e[0] is ref:
-                del chains[key]
-    try:
-        ref = weakref.ref(t, gone)
-    except TypeError:
-        return None
-    ch = _hot.Chain(_hook_failed) if _hot is not None else _Chain()  # the compiled one: _hot.c, the same rule
-    try:
-        ch.remove = fw.grad_hook(t, ch)
-    except (RuntimeError, TypeError, ValueError):  # a tensor that takes no gradient
-        ch.remove = None
-    if ch.remove is None:
-        return None
-    with _chains_lock:
-        _chains[key] = (ref, ch)
-    return ch
-
-
-def _hook_failed(e):
-    """A call of the compiled chain that raised (its _Chain.__call__ logs the same)."""
-    log.error("swapagent: gradient hook failed", exc_info=e)
-
-
-def _end_failed(e):
-    """The compiled end-of-backward callback raised (Layer.enter's end logs the same)."""
-    log.error("swapagent: end-of-backward callback failed", exc_info=e)
-
-
-def unhook_removed():
-    """Drops the calls of removed layers from every live tensor, and the hooks left without calls."""
-    with _chains_lock:
-        entries = list(_chains.items())
-    for key, (ref, ch) in entries:
-        ch.prune()
-        if ch.empty():
-            try:
-                ch.remove()
-            except Exception:  # noqa: BLE001 - the tensor is going away
-                pass
-            with _chains_lock:
-                if _chains.get(key, (None,))[0] is ref:
-                    del _chains[key]
-
-
 class Pass:
     """One forward of a layer, from its region enter until its backward exit. Plain state, no tensor: per
     storage the forward saved (its slot), the saved tensors still alive (refs) and, once the region
-    reported its saves, the agent's handle or refusal code (handles)."""
+    reported its saves, the agent's handle or refusal code (handles). The compiled path's is _hot.Pass, a C
+    struct with the same members."""
     __slots__ = ("layer", "entered", "exited", "inputs_left", "ended", "refs", "handles", "__weakref__")
 
     def __init__(self, layer):
@@ -278,6 +169,18 @@ class Pass:
         self.entered = self.exited = self.ended = False
         self.inputs_left = 0  # positional inputs whose gradient has not arrived yet
         self.refs, self.handles = [], []
+
+
+class State:
+    """The layer's state that its hooks read, on the pure-Python path (the compiled path's is the layer's Hot,
+    a C struct with the same members, which C reads without looking a name up)."""
+    __slots__ = ("latest", "params", "removed", "guarded")
+
+    def __init__(self):
+        self.latest = None  # the Pass of the latest forward
+        self.params = frozenset()  # the parameters' storage pointers, during a forward
+        self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
+        self.guarded = False  # the guard's reporter of a layer the job's own swap moves (swapagent.guard)
 
 
 class Layer:
@@ -304,12 +207,9 @@ class Layer:
     Only the group's latest forward reports its exit: the agent tracks one forward per group.
     """
 
-    guarded = False  # the guard's reporter of a layer the job's own swap moves (swapagent.guard)
-
     def __init__(self, agent, fw, module, group, include_cpu):
         self.agent, self.fw, self.module, self.group = agent, fw, module, group
         self.include_cpu = include_cpu
-        self._params = frozenset()
         self._param_cache = {}  # Framework.param_ptrs's, for this module
         self._is_tensor = fw.is_tensor
         registry.ops = fw
@@ -321,8 +221,6 @@ class Layer:
         # at the region's exit (flush): pointer, size, flags, storage (held until then).
         self._bptr, self._bsize, self._bflag, self._bstore = [], [], [], []
         self._saved_t = []  # the tensor of each slot, until region exit describes them
-        self.removed = False  # set by Handle.remove(): hooks still attached to in-flight tensors go quiet
-        self.latest = None  # the Pass of the latest forward
         # The saved tensors (ids of their Packed) of any forward neither unpacked nor freed yet. Single set
         # operations are atomic under the GIL: pack, unpack and Packed.__del__ take no lock; maybe_exit
         # reads it under the lock. On the compiled path the Hot, whose len() is that count (_hot_path).
@@ -330,8 +228,8 @@ class Layer:
         self._region = {}  # storage ptr -> slot, of what the open region saved
         self._handles = []  # handles in the registry since the group's last backward exit
         self._unpacked = set()  # handles unpacked since then (the agent hears of each one once)
-        self._hot_path()
         self._lock = threading.RLock()  # re-entrant: Packed.__del__ may run inside a locked section
+        self._hot_path()  # sets st (State, or the compiled path's Hot), _new_pass and _chain
 
     @property
     def saved(self):
@@ -352,15 +250,16 @@ class Layer:
         return out
 
     def forward_pre(self, args, kwargs):
-        if forward_hook is not None and not self.guarded:
+        st = self.st
+        if forward_hook is not None and not st.guarded:
             forward_hook(self)
         self.maybe_exit()  # a previous forward that only waited for a freed tensor ends now
-        self._params = self.fw.param_ptrs(self.module, self._param_cache)
+        st.params = self.fw.param_ptrs(self.module, self._param_cache)
         self._saved.clear()
         self._clear_region()
-        p = Pass(self)
+        p = self._new_pass()
         with self._lock:
-            self.latest = p
+            st.latest = p
         named = walk_named(args, self._is_tensor, "args", [])
         ins = [t for _, t in named]
         # Backward exit waits for the gradient of each positional input that takes one.
@@ -385,7 +284,7 @@ class Layer:
         """Tells the agent, for each storage at ptrs (the layer's inputs) that its latest forward saved, how
         many references outside that forward's saved tensors hold it (Framework.holders). Nothing when the
         framework counts none, or the forward is no longer waiting for its backward."""
-        p = self.latest
+        p = self.st.latest
         if p is None or not p.handles or p.entered or len(self._bptr):
             return
         saved = self._saved
@@ -421,9 +320,9 @@ class Layer:
         self._saved_t.clear()
         # The saves, the descriptions and the exit in one call.
         self.flush(lambda g, sp, sn, sf: self.agent.region_exit(g, out_ptrs, sp, sn, sf, ptrs, descs))
-        self._params = frozenset()
+        self.st.params = frozenset()
         self._clear_region()
-        p = self.latest
+        p = self.st.latest
         if p is None:
             return
         # Backward enter: the first gradient of an output (however nested) to arrive.
@@ -437,7 +336,7 @@ class Layer:
             if id(t) in seen or not fw.takes_grad(t):
                 continue
             seen.add(id(t))
-            ch = chain(fw, t)
+            ch = self._chain(t)
             if ch is not None:
                 ch.add(p, kind)
                 n += 1
@@ -470,7 +369,7 @@ class Layer:
         saved tensors were all freed already is left out. The registry takes each saved storage under its handle. report(group, ptrs,
         nbytes, flags), when given, makes the report instead (and is called even with nothing to report):
         the region's exit (forward_post) ends the region in the same call."""
-        p = self.latest
+        p = self.st.latest
         hs, refs, bptr = (p.handles, p.refs, self._bptr) if p is not None else ([], [], [])
         start, n = len(hs), len(bptr)
         if start >= n:
@@ -493,7 +392,7 @@ class Layer:
         elif live:
             got = self.agent.save_n(self.group, ptrs, sizes, flags)
         if live:
-            if saves_hook is not None and not self.guarded:
+            if saves_hook is not None and not self.st.guarded:
                 saves_hook(self, ptrs)
             if isinstance(live, range):
                 hs[start:] = got
@@ -503,7 +402,7 @@ class Layer:
             if min(got) > 0:
                 _entries.update(zip(got, stores))
                 self._handles.extend(got)
-                self._saved.extend(_chain.from_iterable(zip(got, ptrs, sizes, flags)))
+                self._saved.extend(_flat(zip(got, ptrs, sizes, flags)))
             else:
                 for h, s, e in zip(got, stores, zip(got, ptrs, sizes, flags)):
                     if h > 0:
@@ -522,19 +421,30 @@ class Layer:
         waiting, unpacked, region = self._waiting, self._unpacked, self._region
         hot = hot_module()
         if hot is not None:
-            # The same pack and unpack in C (_hot.c), on this layer's own lists, dict and sets. A real agent's
-            # swapagent_unpack is called directly; another agent object (a test's, the bench's null agent)
-            # through its unpack method.
-            h = hot.Hot(self, saved_of, alias, region, self._bptr, self._bsize, self._bflag, self._bstore,
-                        self._saved_t, unpacked, _entries, getattr(self.agent, "unpack_address", 0),
-                        getattr(self.agent, "unpack_resident_address", 0))
+            # The same pack and unpack in C (_hot.c), on this layer's own lists, dict and sets, with the state
+            # both read in the Hot (st). A real agent's swapagent_unpack is called directly; another agent
+            # object (a test's, the bench's null agent) through its unpack method. The Hot calls the layer's
+            # methods where the rule stays in Python (flush, and the backward's on a layer without region()).
+            h = hot.Hot(layer=self, saved_of=saved_of, alias=alias, region=region, bptr=self._bptr,
+                        bsize=self._bsize, bflag=self._bflag, bstore=self._bstore, saved_t=self._saved_t,
+                        unpacked=unpacked, entries=_entries, handles=self._handles, saved=self._saved,
+                        agent=self.agent, group=self.group.encode(), lock=self._lock, flush=self.flush,
+                        enter=self.enter, maybe_exit=self.maybe_exit, input_grad=self.input_grad,
+                        output_grad=self.output_grad, forward_pre=self.forward_pre, forward_post=self.forward_post,
+                        unpack_address=getattr(self.agent, "unpack_address", 0),
+                        resident_address=getattr(self.agent, "unpack_resident_address", 0))
             self._pack, self._unpack = h.pack, h.unpack
             self._waiting = h  # its count of saved tensors waiting (only its own Packed are made)
-            self._hot = h  # a framework part may make its region hooks too (Hot.region: swapagent.torch)
+            self._hot = self.st = h  # a framework part may make its region hooks too (Hot.region: swapagent.torch)
+            self._new_pass = functools.partial(hot.Pass, h)
+            self._chain = functools.partial(grads.chain, hot.Chain, fw)
             descs_of = hot.saved_descs  # saved_desc of each saved tensor at region exit, in C too
             self._saved_descs = lambda ts: descs_of(ts, _saved_descs, saved_desc)
             return
-        self._hot = None
+        self._hot, self.st = None, State()
+        self._new_pass = functools.partial(Pass, self)
+        self._chain = functools.partial(grads.chain, _Chain, fw)
+        st = self.st
         bptr, bsize, bflag, bstore, saved_t = self._bptr, self._bsize, self._bflag, self._bstore, self._saved_t
         new = object.__new__
         self._saved_descs = lambda ts: map(saved_desc, ts)
@@ -544,7 +454,7 @@ class Layer:
             if info is None:
                 return t
             s, ptr, nbytes = info
-            ps = self.latest
+            ps = st.latest
             if not nbytes or not ptr or ps is None:  # nothing to move (hyper-parallel skips empty storages too)
                 return t
             refs = ps.refs
@@ -557,7 +467,7 @@ class Layer:
                 i = region[ptr] = len(bptr)
                 bptr.append(ptr)
                 bsize.append(nbytes)
-                bflag.append(SAVE_PARAM if ptr in self._params else 0)
+                bflag.append(SAVE_PARAM if ptr in st.params else 0)
                 bstore.append(s)
                 refs.append(1)
                 saved_t.append(t)
@@ -572,7 +482,7 @@ class Layer:
                 return p
             ps, i = p.pass_, p.slot
             hs = ps.handles
-            if i >= len(hs) and ps is self.latest:
+            if i >= len(hs) and ps is st.latest:
                 self.flush()  # an unpack inside the region that saved it: the agent hears of its saves first
             if not ps.entered:
                 self.enter(ps)  # the first unpack of a forward not yet entered enters it (and prefetches)
@@ -609,7 +519,7 @@ class Layer:
 
     def enter(self, p):
         with self._lock:
-            if p.entered or p.exited or self.removed:
+            if p.entered or p.exited or self.st.removed:
                 return
             p.entered = True
         self.agent.backward_enter(self.group)
@@ -628,8 +538,8 @@ class Layer:
     def maybe_exit(self):
         """Reports the backward exit of the latest forward once the rule in the class comment holds."""
         with self._lock:
-            p = self.latest
-            if p is None or self.removed or not p.entered or p.exited or self._waiting:
+            p = self.st.latest
+            if p is None or self.st.removed or not p.entered or p.exited or self._waiting:
                 return
             if p.inputs_left > 0 and not p.ended:
                 return
@@ -655,7 +565,7 @@ class Handle:
 
     def remove(self):
         for l in self.layers:
-            l.removed = True
+            l.st.removed = True
         while self._removers:
             self._removers.pop()()
         unhook_removed()

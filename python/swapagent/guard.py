@@ -214,7 +214,7 @@ class GuardLayer:
                     g.failed = True
                     return
                 self.layer = core.Layer(g.agent, self.fw, self.module, name, True)
-                self.layer.guarded = True
+                self.layer.st.guarded = True
             g.forget_storages(self)
             self.boundary = []  # the previous forward's: its backward is over
             self.layer.forward_pre(args, kwargs)
@@ -573,7 +573,7 @@ def install():
             torch_imported(sys.modules["torch"])
         else:
             _after_import["torch"] = torch_imported
-    core.saves_hook, core.forward_hook = _companion_saves, _guard.forget_storages
+    core.watch(_companion_saves, _guard.forget_storages)
     sys.meta_path.insert(0, _Finder())
     for name in WATCHED:
         mod = sys.modules.get(name)

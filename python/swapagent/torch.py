@@ -13,6 +13,7 @@ untyped_storage().resize_().
     h.remove()
 """
 
+import functools
 import inspect
 import sys
 
@@ -215,20 +216,20 @@ _pop_hooks = getattr(_autograd, "_pop_saved_tensors_default_hooks", None)
 
 
 def _region_hooks(layer):  # pylint: disable=protected-access
-    """The layer's compiled forward pre-hook and forward hook (_hot.c's Hot.pre and Hot.post: what pre and
-    post below do, in C), or None where the compiled path or torch's push and pop are missing. Hot.region
-    takes, in order: the module, torch's tensor class, core.Pass, the layer's save list, handle list and
-    parameter cache, the modules-registered generation ([n]; None without torch's registration hook), push
-    and pop, core's globals (its hooks: forward_hook, saves_hook), the group's name, the description cache
-    and its maker, the walker of other containers, the tensor test, the gradient-hook table and its maker,
-    torch's queue_callback (Torch.at_backward_end's), include_cpu."""
+    """The layer's compiled forward pre-hook and forward hook (_hot_region.c's Hot.pre and Hot.post: what pre
+    and post below do, in C), or None where the compiled path or torch's push and pop are missing. Hot.region
+    takes: torch's tensor class, its saved-tensor hooks' push and pop, core's description cache and maker, the
+    walker of other containers, the tensor test, the gradient-hook table and the layer's maker of a tensor's
+    hook, torch's queue_callback (Torch.at_backward_end's), the module's parameter pointers (Torch.param_ptrs
+    with the layer's cache), include_cpu."""
     hot = layer._hot
     if hot is None or _push_hooks is None or _pop_hooks is None:
         return None
-    hot.region(layer.module, _torch.Tensor, core.Pass, layer._saved, layer._handles, layer._param_cache,
-               _modules_registered if _register is not None else None, _push_hooks, _pop_hooks, vars(core),
-               layer.group.encode(), core._saved_descs, core.saved_desc, core.walk_named, layer._is_tensor,
-               core._chains, core.chain, _queue_callback, layer.include_cpu)
+    hot.region(tensor_type=_torch.Tensor, push=_push_hooks, pop=_pop_hooks, descs=core._saved_descs,
+               describe=core.saved_desc, walk=core.walk_named, is_tensor=layer._is_tensor, chains=core._chains,
+               chain=layer._chain, queue=_queue_callback,
+               param_ptrs=functools.partial(layer.fw.param_ptrs, layer.module, layer._param_cache),
+               include_cpu=layer.include_cpu)
     return hot.pre, hot.post
 
 

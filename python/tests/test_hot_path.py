@@ -4,10 +4,13 @@ it cannot load (or SWAPAGENT_COMPILED=0 says so), and the run's summary says whi
 companion tests run on both paths (make py-test runs them again with SWAPAGENT_COMPILED=0)."""
 
 import gc
+import glob
 import json
 import os
+import re
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -89,36 +92,68 @@ def test_compiled_module_loads_and_packs(fresh_core, monkeypatch):
     hot = fresh_core.hot_module()
     assert hot is not None and fresh_core._hot_path_ran == "compiled"
 
-    class Pass:
-        def __init__(self):
-            self.refs, self.handles, self.entered = [], [], True
-
-    class Layer:
-        def __init__(self):
-            self.latest, self._params = Pass(), frozenset([200])
+    class Layer:  # what a Pass names as its layer; Hot reads nothing of it
+        pass
 
     layer, region, lists = Layer(), {}, [[] for _ in range(5)]
     unpacked, entries = set(), {}
     storage = object()
     saved = {"a": (storage, 100, 64), "p": (storage, 200, 8), "empty": (storage, 0, 0)}
-    h = hot.Hot(layer, saved.get, lambda t: "alias of " + t, region, *lists, unpacked, entries, 0)
+    # The layer's methods Hot may call: none is called on this path (no unpack, no region hooks).
+    calls = {name: (lambda *a, n=name: pytest.fail("Hot called Layer." + n)) for name in
+             ("flush", "enter", "maybe_exit", "input_grad", "output_grad", "forward_pre", "forward_post")}
+    h = hot.Hot(layer=layer, saved_of=saved.get, alias=lambda t: "alias of " + t, region=region, bptr=lists[0],
+                bsize=lists[1], bflag=lists[2], bstore=lists[3], saved_t=lists[4], unpacked=unpacked,
+                entries=entries, handles=[], saved=[], agent=object(), group=b"layer.0", lock=threading.RLock(),
+                **calls)
+    # The layer's state is the Hot's, as core fills it: no forward yet, nothing saved.
+    assert h.latest is None and h.params == frozenset() and not h.removed and not h.guarded
+    assert h.pack("a") == "a"
+    h.latest, h.params = hot.Pass(h), frozenset([200])
+    assert h.latest.layer is layer and (h.latest.refs, h.latest.handles, h.latest.inputs_left) == ([], [], 0)
     pa, pa2, pp = h.pack("a"), h.pack("a"), h.pack("p")
     assert h.pack("empty") == "empty" and h.pack("no storage") == "no storage"
     assert fresh_core.is_packed(pa) and (pa.slot, pa2.slot, pp.slot) == (0, 0, 1)
-    assert pa.tensor == "alias of a" and pa.pass_ is layer.latest and pa.handle == 0
+    assert pa.tensor == "alias of a" and pa.pass_ is h.latest and pa.handle == 0
     # Not tracked by the collector (_hot.c says why): its end comes from its reference count alone, below.
     assert not gc.is_tracked(pa)
     bptr, bsize, bflag, bstore, saved_t = lists
     assert (bptr, bsize, bflag, saved_t) == ([100, 200], [64, 8], [0, 1], ["a", "p"]) and bstore == [storage] * 2
-    assert layer.latest.refs == [2, 1] and region == {100: 0, 200: 1} and len(h) == 3
+    assert h.latest.refs == [2, 1] and region == {100: 0, 200: 1} and len(h) == 3
     # Reported: handles 7 and 8; the registry holds the storages.
-    layer.latest.handles[:] = [7, 8]
+    h.latest.handles[:] = [7, 8]
     entries.update({7: storage, 8: storage})
     assert pa.handle == 7
     del pa2  # a saved tensor freed: one reference less, the storage stays while pa holds it
-    assert layer.latest.refs == [1, 1] and 7 in entries and len(h) == 2
+    assert h.latest.refs == [1, 1] and 7 in entries and len(h) == 2
     del pp  # the slot's last one: the registry forgets its storage
-    assert layer.latest.refs == [1, 0] and 8 not in entries and len(h) == 1
+    assert h.latest.refs == [1, 0] and 8 not in entries and len(h) == 1
+    # The members take what Python's take, and say what is wrong with anything else.
+    h.latest.entered, h.latest.inputs_left = True, 2
+    assert h.latest.entered is True and h.latest.inputs_left == 2
+    with pytest.raises(TypeError):
+        h.latest.entered = 1
+
+
+def test_compiled_path_looks_up_no_name_of_core():
+    """C reads the layer's and a forward's state as members of its own structs (Hot, Pass), which core fills,
+    and is handed the layer's methods when the Hot is made: every attribute name the C files look up is the
+    framework's, the lock's, the binding Agent's (the methods a wrapper may replace on the object) or the
+    Hot's own, none of core's objects."""
+    import inspect
+    from swapagent import binding
+    src = "".join(open(p).read() for p in sorted(glob.glob(os.path.join(tc.PKG, "swapagent", "_hot*.c"))))
+    interned = set(re.findall(r'\{&s_\w+, "([^"]+)"\}', src))
+    on_self = set(re.findall(r'GetAttrString\(self, "([^"]+)"\)', src))
+    assert interned and on_self and "GetAttr(h->o.layer" not in src
+    assert not re.findall(r'GetAttrString\((?!self,)', src), "a name looked up on something else than the Hot"
+    framework = {"dtype", "shape", "is_cpu", "is_meta", "untyped_storage", "data_ptr", "nbytes", "requires_grad",
+                 "__dataclass_fields__", "__dict__"}
+    lock = {"acquire", "release"}
+    agent_src = inspect.getsource(binding.Agent)
+    agent = {n for n in interned - framework - lock if "def %s(" % n in agent_src or "self.%s = " % n in agent_src}
+    assert interned == framework | lock | agent, interned - framework - lock - agent
+    assert on_self <= {"pack", "unpack"}
 
 
 @pytest.mark.parametrize("framework", tc.FRAMEWORKS)
