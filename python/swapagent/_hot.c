@@ -603,11 +603,13 @@ static struct PyModuleDef hot_module = {
     NULL, NULL,
 };
 
-static int add_type(PyObject *m, const char *name, PyTypeObject *tp) {
-  if (tp == NULL) return -1;
-  Py_INCREF(tp);
-  if (PyModule_AddObject(m, name, (PyObject *)tp) == 0) return 0;
-  Py_DECREF(tp);
+/* *dst made from spec and added to module m as name: 0, or -1 on an exception. */
+int add_type(PyObject *m, const char *name, PyTypeObject **dst, PyType_Spec *spec) {
+  *dst = (PyTypeObject *)PyType_FromSpec(spec);
+  if (*dst == NULL) return -1;
+  Py_INCREF(*dst);
+  if (PyModule_AddObject(m, name, (PyObject *)*dst) == 0) return 0;
+  Py_DECREF(*dst);
   return -1;
 }
 
@@ -642,9 +644,8 @@ PyMODINIT_FUNC PyInit__hot(void) {
   if (region_init() < 0) return NULL;
   PyObject *m = PyModule_Create(&hot_module);
   if (m == NULL) return NULL;
-  PackedType = (PyTypeObject *)PyType_FromSpec(&packed_spec);
-  HotType = (PyTypeObject *)PyType_FromSpec(&hot_spec);
-  if (add_type(m, "Packed", PackedType) < 0 || add_type(m, "Hot", HotType) < 0 || grad_init(m) < 0) {
+  if (add_type(m, "Packed", &PackedType, &packed_spec) < 0 || add_type(m, "Hot", &HotType, &hot_spec) < 0 ||
+      grad_init(m) < 0) {
     Py_DECREF(m);
     return NULL;
   }

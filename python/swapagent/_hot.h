@@ -133,6 +133,7 @@ extern PyObject *s_agent_unpack, *s_check, *s_c_calls, *s_region_enter, *s_regio
     *s_requires_grad, *s_dataclass_fields;
 
 /* _hot.c */
+int add_type(PyObject *m, const char *name, PyTypeObject **dst, PyType_Spec *spec);
 void heap_free(PyObject *self);
 void gc_dealloc(PyObject *self, inquiry clear);
 PyObject *call2(PyObject *fn, PyObject *a, PyObject *b); /* fn(a, b): b NULL for fn(a), a NULL for fn() */

@@ -425,15 +425,6 @@ static PyType_Slot chain_slots[] = {
 static PyType_Spec chain_spec = {"swapagent._hot.Chain", sizeof(Chain), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
                                  chain_slots};
 
-static int add_type(PyObject *m, const char *name, PyTypeObject **dst, PyType_Spec *spec) {
-  *dst = (PyTypeObject *)PyType_FromSpec(spec);
-  if (*dst == NULL) return -1;
-  Py_INCREF(*dst);
-  if (PyModule_AddObject(m, name, (PyObject *)*dst) == 0) return 0;
-  Py_DECREF(*dst);
-  return -1;
-}
-
 int grad_init(PyObject *m) {
   return add_type(m, "Pass", &PassType, &pass_spec) < 0 || add_type(m, "Call", &CallType, &call_spec) < 0 ||
                  add_type(m, "Chain", &ChainType, &chain_spec) < 0

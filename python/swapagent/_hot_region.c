@@ -236,6 +236,28 @@ static int text_line(Hot *h, struct buf *x, const char *path, size_t len, PyObje
   return rc;
 }
 
+/* Framework.ptr of each tensor a walk found that is reported, appended to ptrs, with a description line of
+ * each (forward_pre's ptrs and descs); with dptrs, only those with a storage are described, their pointers
+ * appended to dptrs (forward_post's). *n_pos counts the reported ones among the first n_named. */
+static int found_ptrs(Hot *h, struct found *f, struct buf *ptrs, struct buf *dptrs, struct buf *tx, size_t n_named,
+                      size_t *n_pos) {
+  for (size_t i = 0; i < BUF_LEN(&f->ents, struct ent); i++) {
+    struct ent *e = &BUF_AT(&f->ents, struct ent)[i];
+    uintptr_t q;
+    int got = tensor_ptr(h, e->t, &q);
+    if (got <= 0) {
+      if (got < 0) return -1;
+      continue;
+    }
+    if (BUF_PUT(ptrs, uintptr_t, q) < 0) return -1;
+    if (i < n_named) (*n_pos)++;
+    if (dptrs != NULL && q == 0) continue;
+    if ((dptrs != NULL && BUF_PUT(dptrs, uintptr_t, q) < 0) || text_line(h, tx, found_path(f, i), e->len, e->t) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 /* calls_of reads Agent.c_calls into c: 1, 0 when the agent has none (a test's, the bench's null agent), -1 on
  * an exception. */
 int calls_of(PyObject *agent, struct calls *c) {
@@ -375,15 +397,7 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
   }
   size_t n_pos = 0;
   T_BEGIN(T_PRE_INPUTS);
-  for (size_t i = 0; i < BUF_LEN(&f.ents, struct ent); i++) {
-    struct ent *e = &BUF_AT(&f.ents, struct ent)[i];
-    uintptr_t q;
-    int got = tensor_ptr(h, e->t, &q);
-    if (got < 0) goto done;
-    if (got == 0) continue;
-    if (BUF_PUT(&ptrs, uintptr_t, q) < 0 || text_line(h, &tx, found_path(&f, i), e->len, e->t) < 0) goto done;
-    if (i < n_named) n_pos++;
-  }
+  if (found_ptrs(h, &f, &ptrs, NULL, &tx, n_named, &n_pos) < 0) goto done;
   T_END(T_PRE_INPUTS);
   const char *g = PyBytes_AsString(h->o.group);
   const uintptr_t *in = BUF_ARG(&ptrs, uintptr_t);
@@ -519,17 +533,7 @@ static int region_post(Hot *h, struct calls *c, PyObject *output) {
   buf_init(&dptrs);
   buf_init(&tx);
   int rc = -1;
-  if (walk_top(h, output, "output", NULL, &f) < 0) goto done;
-  for (size_t i = 0; i < BUF_LEN(&f.ents, struct ent); i++) {
-    struct ent *e = &BUF_AT(&f.ents, struct ent)[i];
-    uintptr_t q;
-    int got = tensor_ptr(h, e->t, &q);
-    if (got < 0) goto done;
-    if (got == 0) continue;
-    if (BUF_PUT(&outs, uintptr_t, q) < 0) goto done;
-    if (q != 0 && (BUF_PUT(&dptrs, uintptr_t, q) < 0 || text_line(h, &tx, found_path(&f, i), e->len, e->t) < 0))
-      goto done;
-  }
+  if (walk_top(h, output, "output", NULL, &f) < 0 || found_ptrs(h, &f, &outs, &dptrs, &tx, 0, NULL) < 0) goto done;
   /* What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's). */
   T_BEGIN(T_POST_DESCS);
   Py_ssize_t n_saved = PyList_Size(h->o.bptr);
