@@ -22,7 +22,7 @@ PyObject *s_agent_unpack, *s_check, *s_c_calls, *s_region_enter, *s_region_exit,
 static PyObject *s_dict, *s_acquire, *s_release;
 
 PyTypeObject *HotType, *PackedType;
-int watched;          /* core.watch: a guard's hooks watch every region */
+int watched;          /* a guard's hooks watch every region (watch(), which core calls) */
 PyObject *hook_failed, *end_failed; /* core's loggers of a failed gradient hook and end callback (configure) */
 
 #ifdef SWAPAGENT_HOT_TIMED

@@ -110,7 +110,7 @@ typedef struct Hot {
 
 /* ---- Pass: core.Pass (one forward of a layer, from its region enter to its backward exit) ---- */
 typedef struct {
-  PyObject_HEAD PyObject *layer; /* core.Layer */
+  PyObject_HEAD PyObject *layer; /* the layer (a core Layer) */
   Hot *hot;                      /* the layer's Hot */
   PyObject *refs, *handles;      /* lists, by slot: saved tensors alive, the agent's handle or code */
   Py_ssize_t inputs_left;        /* positional inputs whose gradient has not arrived yet */

@@ -7,9 +7,9 @@
  * tensors' pack and unpack together (docs/companions.md). */
 #include "_hot.h"
 
-long walk_max_depth = -1; /* core._MAX_DEPTH (configure) */
+long walk_max_depth = -1; /* how deep the walk goes: the Python walk's limit, given by configure */
 static PyObject *zero;    /* 0, the handle a save starts with */
-PyObject *walk_atoms;     /* core._ATOMS, a frozenset of types the walk never looks into (configure) */
+PyObject *walk_atoms;     /* frozenset of the types the walk never looks into, given by configure */
 
 /* A growable byte buffer that starts on the stack: a region's pointers, sizes and text fit in it. */
 struct buf {
