@@ -138,9 +138,9 @@ int torch_storage(Hot *h, PyObject *t, int check_meta, PyObject **s) {
   return -1;
 }
 
-/* core.saved_desc(t): b"\tDTYPE\tSHAPE" from its cache by (t.dtype, t.shape), else describe(t), which fills
- * the cache (the shape as the framework gives it: torch.Size and MindSpore's tuple hash and compare as the
- * tuple core.saved_desc keys by). A new reference. */
+/* What saved_desc(t) of swapagent.walk gives: b"\tDTYPE\tSHAPE" from its cache by (t.dtype, t.shape), else
+ * describe(t), which fills the cache (the shape as the framework gives it: torch.Size and MindSpore's tuple
+ * hash and compare as the tuple saved_desc keys by). A new reference. */
 PyObject *desc_of(PyObject *t, PyObject *cache, PyObject *describe) {
   PyObject *dtype = PyObject_GetAttr(t, s_dtype), *shape = dtype != NULL ? PyObject_GetAttr(t, s_shape) : NULL;
   PyObject *key = shape != NULL ? PyTuple_Pack(2, dtype, shape) : NULL;
@@ -494,7 +494,7 @@ static PyObject *hot_unpack(PyObject *self, PyObject *arg) {
       if (PySet_Add(h->o.unpacked, hv) < 0) goto done;
       int ok = agent_unpack(h, hv, handle);
       if (ok < 0) goto done;
-      /* agent.check("unpack(<h>)", ERUNTIME): warned of once, the job goes on */
+      /* the agent's check("unpack(<h>)", ERUNTIME): warned of once, the job goes on */
       if (!ok) {
         PyObject *call = PyUnicode_FromFormat("unpack(%lld)", handle), *code = PyLong_FromLong(SWAPAGENT_ERUNTIME);
         r = call && code ? call_method2(h->o.agent, s_check, call, code) : NULL;

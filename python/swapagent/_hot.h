@@ -66,7 +66,7 @@ static inline double t_now(void) {
 /* ---- Hot: one layer's state and hooks ----
  * Object pointers only in hot_objs, so init, traverse and clear walk them as one array (hot_objs()). */
 struct hot_objs {
-  /* core.Layer's state that both paths change (members of the same names) */
+  /* the layer's state that both paths change (core's State has members of the same names) */
   PyObject *latest; /* the Pass of the latest forward, or None */
   PyObject *params; /* frozenset of the parameters' storage pointers during a forward */
   /* what Hot() is given: the layer's lists, dict and sets, its framework's and agent's, its own methods */

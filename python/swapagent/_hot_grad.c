@@ -114,7 +114,7 @@ static int lock_give(Hot *h) {
   return 0;
 }
 
-/* agent.backward_enter(group) (exit 0) or backward_exit(group) (exit 1): through swapagent_call, without the
+/* The agent's backward_enter(group) (exit 0) or backward_exit(group) (exit 1): through swapagent_call, without the
  * GIL (a prefetch may wait for a copy whose storage op is Python), where the agent gives it and has neither
  * method replaced; else its Python methods. A failed call is warned of once, as Agent.backward_enter does. */
 static int backward_call(Hot *h, int exit) {
@@ -177,7 +177,7 @@ typedef struct {
   int fired;
 } Call;
 
-/* core._Call.dead */
+/* Whether the call is dead (grads._Call.dead) */
 static int call_dead(Call *c) {
   Pass *p = c->pass_;
   if (c->fired || p->hot == NULL || p->hot->removed || p->exited) return 1;
@@ -207,7 +207,7 @@ static int hot_input_grad(Hot *h, Pass *p, int end) {
   return hot_maybe_exit(h);
 }
 
-/* core._Call.fire: the layer's input_grad or output_grad of the call's forward (an end call: its
+/* Fires the call (grads._Call.fire): the layer's input_grad or output_grad of the call's forward (an end call: its
  * backward_end), at most once. */
 static int call_fire(Call *c) {
   if (c->fired) return 0;

@@ -146,7 +146,7 @@ static int walk_other(Hot *h, PyObject *obj, struct buf *path, int depth, PyObje
   return rc;
 }
 
-/* core.walk_named below its top: tuples and lists by index, dicts by key repr, each container once. */
+/* walk_named (swapagent.walk) below its top: tuples and lists by index, dicts by key repr, each container once. */
 static int walk(Hot *h, PyObject *obj, struct buf *path, int depth, PyObject **seen, struct found *f) {
   int atom = is_atom(obj);
   if (atom != 0 || depth > walk_max_depth) return atom < 0 ? -1 : 0;
@@ -294,7 +294,7 @@ static int region_calls(Hot *h, struct calls *c) {
   return fast;
 }
 
-/* agent.check(fmt % group, rc): a failed call warned of once, the job goes on. */
+/* The agent's check(fmt % group, rc): a failed call warned of once, the job goes on. */
 int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc) {
   PyObject *call = PyUnicode_FromFormat(fmt, PyBytes_AsString(h->o.group)), *code = PyLong_FromLongLong(rc);
   PyObject *r = call && code ? call_method2(agent, s_check, call, code) : NULL;
