@@ -5,7 +5,8 @@
 PYTESTS += python/tests
 PYTESTS_PURE += python/tests/test_companions.py python/tests/test_guard.py
 
-# The compiled hot path of the companions (python/swapagent/_hot*.c: pack, unpack and Packed, the gradient chains and torch's region hooks in C), built against
+# The compiled hot path of the companions (python/swapagent/_hot*.c: pack, unpack and Packed, the gradient
+# chains and torch's region hooks in C, one module with PyInit__hot its only exported symbol), built against
 # Python's limited API (abi3: one file per architecture for every Python 3 from 3.9 on) beside the agent
 # library, where swapagent.core looks for it. The headers are .venv's Python's (python3's before make venv);
 # the limited API's are the same for every LP64 Linux, so the arm64 cross-build uses them too. Without

@@ -522,13 +522,16 @@ done:
 
 TIMED_O(T_PACK, hot_pack)
 TIMED_O(T_UNPACK, hot_unpack)
+TIMED_O(T_PRE, hot_pre)
+TIMED_O(T_POST, hot_post)
 
 static PyMethodDef hot_methods[] = {
     {"pack", TIMED(hot_pack), METH_O, "The saved-tensor pack hook (core.Layer.pack)."},
     {"unpack", TIMED(hot_unpack), METH_O, "The saved-tensor unpack hook (core.Layer.unpack)."},
-    {NULL, NULL, 0, NULL}, /* room for region_methods (PyInit) */
-    {NULL, NULL, 0, NULL},
-    {NULL, NULL, 0, NULL},
+    {"region", (PyCFunction)(void (*)(void))hot_region, METH_VARARGS | METH_KEYWORDS,
+     "Makes pre and post this torch layer's region hooks (_hot_region.c)."},
+    {"pre", TIMED(hot_pre), METH_VARARGS, "The forward pre-hook (with kwargs): the region's enter (forward_pre)."},
+    {"post", TIMED(hot_post), METH_VARARGS, "The forward hook: the region's end (Layer.forward_post)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -638,9 +641,6 @@ PyMODINIT_FUNC PyInit__hot(void) {
                {&s_release, "release"}};
   for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
     if ((*names[i].dst = PyUnicode_InternFromString(names[i].name)) == NULL) return NULL;
-  /* Hot's methods: its own, then the region hooks' (_hot_region.c) */
-  if (hot_methods[2].ml_name == NULL)
-    for (size_t i = 0; i < 3; i++) hot_methods[2 + i] = region_methods[i];
   if (region_init() < 0) return NULL;
   PyObject *m = PyModule_Create(&hot_module);
   if (m == NULL) return NULL;

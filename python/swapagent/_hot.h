@@ -166,7 +166,9 @@ struct calls {
 int calls_of(PyObject *agent, struct calls *c);
 int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc);
 #define RECORD(k, ...) (&(struct swapagent_call){.size = sizeof(struct swapagent_call), .kind = (k), __VA_ARGS__})
-extern PyMethodDef region_methods[];
+PyObject *hot_region(PyObject *self, PyObject *args, PyObject *kw); /* Hot.region, Hot.pre, Hot.post */
+PyObject *hot_pre(PyObject *self, PyObject *args);
+PyObject *hot_post(PyObject *self, PyObject *args);
 extern long walk_max_depth;
 extern PyObject *walk_atoms;
 int region_init(void);

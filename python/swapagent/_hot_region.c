@@ -573,7 +573,7 @@ done:
 
 /* pre(module, args, kwargs): the forward pre-hook (with kwargs) Torch registers for a layer with a region
  * path: the region's enter, then its saved-tensor hooks (this Hot's pack and unpack) pushed. */
-static PyObject *hot_pre(PyObject *self, PyObject *args) {
+PyObject *hot_pre(PyObject *self, PyObject *args) {
   Hot *h = (Hot *)self;
   PyObject *module, *a, *kw, *r;
   if (!PyArg_ParseTuple(args, "OOO", &module, &a, &kw)) return NULL;
@@ -598,7 +598,7 @@ static PyObject *hot_pre(PyObject *self, PyObject *args) {
 
 /* post(module, args, output): the forward hook: the saved-tensor hooks popped, then the region's end (even
  * when the pop failed, as a finally would). */
-static PyObject *hot_post(PyObject *self, PyObject *args) {
+PyObject *hot_post(PyObject *self, PyObject *args) {
   Hot *h = (Hot *)self;
   PyObject *module, *a, *output, *r, *et = NULL, *ev = NULL, *tb = NULL;
   if (!PyArg_ParseTuple(args, "OOO", &module, &a, &output)) return NULL;
@@ -636,7 +636,7 @@ static PyObject *hot_post(PyObject *self, PyObject *args) {
 /* region(tensor_type=, push=, pop=, descs=, describe=, walk=, is_tensor=, chains=, chain=, queue=, param_ptrs=,
  *        include_cpu=): makes pre and post this torch layer's region hooks (swapagent.torch._region_hooks says
  * what each is). */
-static PyObject *hot_region(PyObject *self, PyObject *args, PyObject *kw) {
+PyObject *hot_region(PyObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"tensor_type", "push", "pop", "descs", "describe", "walk", "is_tensor", "chains", "chain",
                           "queue", "param_ptrs", "include_cpu", NULL};
   Hot *h = (Hot *)self;
@@ -659,17 +659,6 @@ static PyObject *hot_region(PyObject *self, PyObject *args, PyObject *kw) {
   if (!h->native) return NULL;
   Py_RETURN_NONE;
 }
-
-TIMED_O(T_PRE, hot_pre)
-TIMED_O(T_POST, hot_post)
-
-PyMethodDef region_methods[] = {
-    {"region", (PyCFunction)(void (*)(void))hot_region, METH_VARARGS | METH_KEYWORDS,
-     "Makes pre and post this torch layer's region hooks."},
-    {"pre", TIMED(hot_pre), METH_VARARGS, "The forward pre-hook (with kwargs): the region's enter (forward_pre)."},
-    {"post", TIMED(hot_post), METH_VARARGS, "The forward hook: the region's end (Layer.forward_post)."},
-    {NULL, NULL, 0, NULL},
-};
 
 int region_init(void) {
   if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL) return -1;
