@@ -82,7 +82,7 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 	var profiles []*trace.File
 	measured, still := map[string]*plan.Check{}, map[string]int64{}
 	key := func(c plan.Candidate) string { return fmt.Sprint(c.Layers, c.Prefetch) }
-	span := func(c plan.Candidate) string { return fmt.Sprint(c.Layers) }
+	span := func(layers []int) string { return fmt.Sprint(layers) } // a range of layers, as a map key
 	var byRange []plan.Candidate
 	for r := 0; r < rounds; r++ {
 		moving, err := record(fmt.Sprint("link", r), "safe")
@@ -101,19 +101,19 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 				return err
 			}
 			byRange = slices.Clone(p.Ranked)
-			sort.SliceStable(byRange, func(i, j int) bool { return span(byRange[i]) < span(byRange[j]) })
+			sort.SliceStable(byRange, func(i, j int) bool { return span(byRange[i].Layers) < span(byRange[j].Layers) })
 		}
 		for i, c := range byRange {
 			if len(c.Layers) == 0 {
 				continue
 			}
-			if i == 0 || span(c) != span(byRange[i-1]) {
+			if i == 0 || span(c.Layers) != span(byRange[i-1].Layers) {
 				m, err := plan.Measure(cli, "off", c, argv, io.Discard)
 				if err != nil {
 					return err
 				}
-				if old, ok := still[span(c)]; !ok || m.LeastStepNS < old {
-					still[span(c)] = m.LeastStepNS
+				if old, ok := still[span(c.Layers)]; !ok || m.LeastStepNS < old {
+					still[span(c.Layers)] = m.LeastStepNS
 				}
 			}
 			m, err := plan.Measure(cli, "safe", c, argv, io.Discard)
@@ -140,8 +140,8 @@ func run(cli, sim string, layers, steps, rounds int, gbps string) error {
 		"(measured %.2f GB/s); no swap peaks at %s, swap reaches %s; each configuration the least step of %d "+
 		"rounds\n", layers, steps, gbps, link/1e9, report.Bytes(all.NoSwapPeak), report.Bytes(all.LowestPeak), rounds)
 	ms := func(ns int64) string { return time.Duration(ns).Round(100 * time.Microsecond).String() }
-	exposed := func(c plan.Candidate) int64 { return max(measured[key(c)].LeastStepNS-still[span(c)], 0) }
-	base := still[span(plan.Candidate{Layers: all.Profile.Indices()})]
+	exposed := func(c plan.Candidate) int64 { return max(measured[key(c)].LeastStepNS-still[span(c.Layers)], 0) }
+	base := still[span(all.Profile.Indices())]
 	fmt.Printf("  every layer declared, nothing swapped: step %s; the recording's: %s\n", ms(base), ms(all.Profile.StepNS))
 	for _, frac := range []float64{0.4, 0.7} {
 		budget := all.LowestPeak + uint64(frac*float64(all.NoSwapPeak-all.LowestPeak))
