@@ -163,7 +163,7 @@ struct calls {
   uint32_t opts;
   call_fn call;
 };
-int calls_of(PyObject *agent, struct calls *c);
+int direct_calls(Hot *h, struct calls *c, PyObject *a, PyObject *b);
 int agent_check(Hot *h, PyObject *agent, const char *fmt, long long rc);
 #define RECORD(k, ...) (&(struct swapagent_call){.size = sizeof(struct swapagent_call), .kind = (k), __VA_ARGS__})
 PyObject *hot_region(PyObject *self, PyObject *args, PyObject *kw); /* Hot.region, Hot.pre, Hot.post */

@@ -1,5 +1,5 @@
 /* _hot_grad.c: Pass (core.Pass as a C type: the state of one forward that the hooks of both paths read), the
- * gradient chains (core._Chain and core._Call) and a native layer's backward bookkeeping (core.Layer.enter,
+ * gradient chains (grads._Chain and grads._Call) and a native layer's backward bookkeeping (core.Layer.enter,
  * maybe_exit, input_grad, backward_end), the same rule on the same state. Why in C: the gradient hooks and
  * their two agent calls cost a torch step about three times more in Python (docs/companions.md). */
 #include "_hot.h"
@@ -120,11 +120,7 @@ static int lock_give(Hot *h) {
 static int backward_call(Hot *h, int exit) {
   PyObject *agent = h->o.agent;
   struct calls c;
-  int fast = calls_of(agent, &c);
-  if (fast == 1) {
-    int replaced = agent_replaced(h, s_backward_enter, s_backward_exit);
-    fast = replaced < 0 ? -1 : !replaced;
-  }
+  int fast = direct_calls(h, &c, s_backward_enter, s_backward_exit);
   if (fast < 0) return -1;
   if (fast) {
     const char *g = PyBytes_AsString(h->o.group);
@@ -169,7 +165,7 @@ int hot_maybe_exit(Hot *h) {
   return rc;
 }
 
-/* ---- Call: core._Call, and a native layer's end-of-backward callback (KIND_END) ---- */
+/* ---- Call: grads._Call, and a native layer's end-of-backward callback (KIND_END) ---- */
 
 typedef struct {
   PyObject_HEAD Pass *pass_; /* the forward it belongs to */
@@ -274,20 +270,20 @@ TIMED_CALL(T_END, call_call)
 static PyType_Slot call_slots[] = {
     {Py_tp_dealloc, call_dealloc},  {Py_tp_traverse, call_traverse},
     {Py_tp_clear, call_clear},      {Py_tp_members, call_members},
-    {Py_tp_call, TIMED(call_call)}, {Py_tp_doc, "One forward's call on a gradient (core._Call), or its end callback."},
+    {Py_tp_call, TIMED(call_call)}, {Py_tp_doc, "One forward's call on a gradient (grads._Call), or its end callback."},
     {0, NULL},
 };
 
 static PyType_Spec call_spec = {"swapagent._hot.Call", sizeof(Call), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
                                 call_slots};
 
-/* ---- Chain: core._Chain, the one gradient hook the companion puts on a tensor crossing its layers ----
+/* ---- Chain: grads._Chain, the one gradient hook the companion puts on a tensor crossing its layers ----
  * The same lists, the same order (a tensor's input calls before its output calls), the same rule of which
  * calls are dead. */
 
 typedef struct {
   PyObject_HEAD PyObject *inputs, *outputs; /* lists of Call, in the order added */
-  PyObject *remove;                         /* the gradient hook's remover (core.chain sets it) */
+  PyObject *remove;                         /* the gradient hook's remover (grads.chain sets it) */
 } Chain;
 
 /* Drops the dead calls of a list, in place. */
@@ -418,7 +414,7 @@ static PyType_Slot chain_slots[] = {
     {Py_tp_init, chain_init},         {Py_tp_new, PyType_GenericNew}, {Py_tp_dealloc, chain_dealloc},
     {Py_tp_traverse, chain_traverse}, {Py_tp_clear, chain_clear},     {Py_tp_call, TIMED(chain_call)},
     {Py_tp_members, chain_members},   {Py_tp_methods, chain_methods},
-    {Py_tp_doc, "The companion's gradient hook on one tensor (core._Chain)."},
+    {Py_tp_doc, "The companion's gradient hook on one tensor (grads._Chain)."},
     {0, NULL},
 };
 

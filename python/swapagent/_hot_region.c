@@ -258,10 +258,11 @@ static int found_ptrs(Hot *h, struct found *f, struct buf *ptrs, struct buf *dpt
   return 0;
 }
 
-/* calls_of reads Agent.c_calls into c: 1, 0 when the agent has none (a test's, the bench's null agent), -1 on
- * an exception. */
-int calls_of(PyObject *agent, struct calls *c) {
-  PyObject *cc = PyObject_GetAttr(agent, s_c_calls);
+/* Whether the agent's calls a and b may be made directly: 1 with c filled from Agent.c_calls, 0 when they go
+ * through its methods (an agent without c_calls, a test's or the bench's null agent, or one whose a or b was
+ * replaced on the object, a recorder), -1 on an exception. */
+int direct_calls(Hot *h, struct calls *c, PyObject *a, PyObject *b) {
+  PyObject *cc = PyObject_GetAttr(h->o.agent, s_c_calls);
   int got = -1;
   if (cc == NULL || !PyTuple_Check(cc) || PyTuple_Size(cc) != 2) {
     if (cc == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
@@ -272,6 +273,10 @@ int calls_of(PyObject *agent, struct calls *c) {
     got = PyErr_Occurred() ? -1 : c->call != NULL;
   }
   Py_XDECREF(cc);
+  if (got == 1) {
+    int replaced = agent_replaced(h, a, b);
+    got = replaced < 0 ? -1 : !replaced;
+  }
   return got;
 }
 
@@ -282,11 +287,7 @@ int calls_of(PyObject *agent, struct calls *c) {
 static int region_calls(Hot *h, struct calls *c) {
   c->agent = NULL;
   if (!h->native || watched || h->guarded) return 0;
-  int fast = calls_of(h->o.agent, c);
-  if (fast == 1) {
-    int replaced = agent_replaced(h, s_region_enter, s_region_exit);
-    fast = replaced < 0 ? -1 : !replaced;
-  }
+  int fast = direct_calls(h, c, s_region_enter, s_region_exit);
   if (fast == 1) {
     Py_INCREF(h->o.agent);
     c->agent = h->o.agent;
