@@ -156,6 +156,20 @@ def test_compiled_path_looks_up_no_name_of_core():
     assert on_self <= {"pack", "unpack"}
 
 
+def test_package_files_stay_within_700_lines():
+    """Each concern of the companions in a file of its own: no file of the package (Python or the compiled
+    path's C) over 700 lines, which also holds _hot.c, the saved tensors' path, under its 1,000."""
+    root = os.path.join(tc.PKG, "swapagent")
+    sizes = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n.endswith((".py", ".c", ".h")):
+                with open(os.path.join(d, n)) as f:
+                    sizes[os.path.relpath(os.path.join(d, n), root)] = sum(1 for _ in f)
+    assert "_hot.c" in sizes and "core.py" in sizes, sorted(sizes)
+    assert {n: k for n, k in sizes.items() if k > 700} == {}
+
+
 @pytest.mark.parametrize("framework", tc.FRAMEWORKS)
 def test_compiled_saved_descs_are_saved_desc(fresh_core, monkeypatch, framework):
     """The compiled descriptions of a region's saved tensors are core.saved_desc's, from the cache or through
