@@ -261,9 +261,15 @@ static long copy_parts(char *base, char *gbuf, const char *group, const piece *p
   return glen;
 }
 
+/* Frees copy d unless it is the caller's local buffer. */
+static void drop(sa_call *d, const void *local) {
+  if ((void *)d != local) free(d);
+}
+
 /* Copies call c (kind known): the limits and NULLs first, then the parts and the group. NULL on a refusal
- * (*rc its code). */
-static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc) {
+ * (*rc its code). The copy goes into local (local_size bytes) when it fits, else into malloc'd memory:
+ * drop frees it either way. */
+static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc, void *local, size_t local_size) {
   char why[96];
   if (kinds[c->kind].group == 1 && c->group == NULL) {
     *rc = refuse((int)c->kind, "NULL group");
@@ -289,7 +295,8 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc) {
     *rc = refuse((int)c->kind, "NULL text with n_desc > 0");
     return NULL;
   }
-  sa_call *d = malloc(sizeof *d + total + SA_MAX_GROUP + 2);
+  size_t need = sizeof(sa_call) + total + SA_MAX_GROUP + 2;
+  sa_call *d = need <= local_size ? local : malloc(need);
   if (d == NULL) {
     *rc = SWAPAGENT_ERUNTIME;
     return NULL;
@@ -301,7 +308,7 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc) {
   const char *bad = NULL;
   long glen = copy_parts(base, gbuf, kinds[c->kind].group ? c->group : NULL, ps, own, &bad);
   if (glen < 0) {
-    free(d);
+    drop(d, local);
     *rc = refuse((int)c->kind, bad);
     return NULL;
   }
@@ -322,7 +329,7 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc) {
   d->others = -1; /* GUARD_RELEASE: unknown unless counts[0] says */
   if (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->counts != NULL &&
       !(own ? (d->others = c->counts[0], 1) : mem_read(&d->others, c->counts, sizeof d->others))) {
-    free(d);
+    drop(d, local);
     *rc = refuse((int)c->kind, "counts: not readable memory");
     return NULL;
   }
@@ -409,6 +416,9 @@ static int queue(sa_call *d, int64_t *out, int own) {
 
 /* ---- The one path. ---- */
 
+/* The stack buffer a call's copy takes when it fits: the group's room and a few hundred pointers. */
+enum { LOCAL_COPY = 8 << 10 };
+
 int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   if (c->kind == SWAPAGENT_CALL_QUEUEING) {
@@ -417,7 +427,11 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   }
   if (c->kind == 0 || c->kind >= NKINDS) return refuse(0, "unknown kind");
   int own = (opts & SWAPAGENT_OPT_OWN_MEMORY) != 0, rc = 0;
-  sa_call *d = copy_call(c, own, &rc);
+  int may_queue = (opts & SWAPAGENT_OPT_QUEUE) && queueable(c->kind);
+  /* A copy that is not queued lives on this stack: a malloc and free per call would hand the host's own
+   * next allocations the chunk just freed, moving where its objects land (and the trace's pointers with them). */
+  _Alignas(sa_call) char local[LOCAL_COPY];
+  sa_call *d = copy_call(c, own, &rc, local, may_queue ? 0 : sizeof local);
   if (d == NULL) return rc;
   /* The outputs must be writable before the agent is asked: a save the caller never hears of would leak. */
   int64_t *handles = (int64_t *)copy_part(d, P_HANDLES);
@@ -425,20 +439,20 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   int64_t zero = 0;
   if ((d->n_save > 0 && !put_out(own, c->handles, handles, hbytes)) ||
       (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->token != NULL && !own && !sa_mem_write(c->token, &zero, 8))) {
-    free(d);
+    drop(d, local);
     return refuse((int)c->kind, "handles or token: not writable memory");
   }
-  int queued = (opts & SWAPAGENT_OPT_QUEUE) && queueable(c->kind) ? queue(d, c->handles, own) : 0;
+  int queued = may_queue ? queue(d, c->handles, own) : 0;
   if (queued != 0) {
     if (queued == 1) return SWAPAGENT_OK; /* d is the drain's now */
-    free(d);
+    drop(d, local);
     return refuse((int)c->kind, "handles: no longer writable memory");
   }
   int64_t r = SA_GO(sa_go_run((uintptr_t)d));
   int wrote = d->n_save == 0 || put_out(own, c->handles, handles, hbytes);
   if (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->token != NULL)
     wrote &= put_out(own, c->token, &d->token, sizeof d->token);
-  free(d);
+  drop(d, local);
   return wrote ? r : refuse((int)c->kind, "handles or token: no longer writable memory");
 }
 
