@@ -41,7 +41,7 @@ type Reader struct {
 // NewReader reads and checks the header. A file that is not a trace, a bad header or a version
 // other than Version gives an error that matches ErrFormat.
 func NewReader(r io.Reader) (*Reader, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+	br := bufio.NewReaderSize(r, 16<<10)
 	var fixed [headerSize]byte
 	n, err := io.ReadFull(br, fixed[:])
 	switch {
@@ -87,7 +87,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trace: decompressor: %w", err)
 	}
-	return &Reader{r: bufio.NewReaderSize(bs, 64<<10), h: h, stream: bs}, nil
+	return &Reader{r: bufio.NewReaderSize(bs, 4<<10), h: h, stream: bs}, nil
 }
 
 // Header returns the file's header.

@@ -70,6 +70,7 @@ type blockStream struct {
 	lastEvents int
 	err        error // sticky, once the stream ended
 	frame      [blockFrame]byte
+	block      []byte // the block nextBlock read last, reused for the next (accept copies what it keeps)
 
 	// Version 3: what repair needs (parity.go).
 	numbered bool     // the blocks are numbered and grouped under parity blocks
@@ -180,7 +181,10 @@ func (s *blockStream) nextBlock(start bool, skipped *int) string {
 			s.unread(s.frame[1:])
 			return "block length beyond the limit"
 		}
-		block := make([]byte, blockFrame+int(size))
+		if cap(s.block) < blockFrame+int(size) {
+			s.block = make([]byte, blockFrame+int(size))
+		}
+		block := s.block[:blockFrame+int(size)]
 		copy(block, s.frame[:])
 		m, err := io.ReadFull(s.raw, block[blockFrame:])
 		s.off += int64(m)
