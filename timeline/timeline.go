@@ -256,10 +256,13 @@ func ScanMeta(events []trace.Event) trace.Meta {
 }
 
 // Forget drops what the fold keeps per storage and per change (Handles, Released, Transitions, Inputs,
-// Outputs, the tensors described) once a reader has derived its figures: a report of many traces then holds
-// each trace's figures, not its history. The Timeline must not be added to after.
+// Outputs, the tensors described, the blocks live in each Memory) once a reader has derived its figures: a
+// report of many traces then holds each trace's figures, not its history. The Timeline must not be added
+// to after.
 func (t *Timeline) Forget() {
 	t.Handles, t.Released, t.Transitions = nil, nil, nil
 	t.Inputs, t.Outputs = nil, nil
 	t.tensor, t.owners, t.bases = tensors{}, ownerIndex{}, nil
+	t.Foot.Held.live, t.Foot.free, t.HostPinned.live, t.Reserved.live = nil, nil, nil, nil
+	t.Saved.live, t.Saved.refs, t.Saved.byGroup = nil, nil, nil
 }
