@@ -3,6 +3,7 @@
 package report
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 
@@ -128,9 +129,27 @@ func JSON(sums []*Summary) Report {
 	return r
 }
 
-// WriteJSON writes the JSON report, indented.
+// WriteJSON writes the JSON report, indented as json.Encoder would, one process at a time: it holds one
+// process's text, not the report's (megabytes for a job of many ranks).
 func WriteJSON(w io.Writer, sums []*Summary) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(JSON(sums))
+	bw := bufio.NewWriter(w)
+	procs := JSON(sums).Processes
+	if len(procs) == 0 {
+		bw.WriteString("{\n  \"processes\": []\n}\n")
+		return bw.Flush()
+	}
+	bw.WriteString("{\n  \"processes\": [\n")
+	for i, p := range procs {
+		b, err := json.MarshalIndent(p, "    ", "  ")
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			bw.WriteString(",\n")
+		}
+		bw.WriteString("    ")
+		bw.Write(b)
+	}
+	bw.WriteString("\n  ]\n}\n")
+	return bw.Flush()
 }

@@ -376,6 +376,15 @@ func TestWriteJSON(t *testing.T) {
 	if err := WriteJSON(&buf, sums); err != nil {
 		t.Fatal(err)
 	}
+	// Written a process at a time, it is what encoding/json writes of the whole report; with none too.
+	for _, ss := range [][]*Summary{sums, sums[:1], nil} {
+		var got, want bytes.Buffer
+		enc := json.NewEncoder(&want)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(JSON(ss)); err != nil || WriteJSON(&got, ss) != nil || got.String() != want.String() {
+			t.Errorf("%d processes: written\n%s\nencoding/json writes\n%s", len(ss), got.String(), want.String())
+		}
+	}
 	var doc struct {
 		Processes []map[string]json.RawMessage `json:"processes"`
 	}
