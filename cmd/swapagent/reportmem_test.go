@@ -54,8 +54,8 @@ func buildPeakHop(t *testing.T, dir string) string {
 // report folds each trace as it reads it and keeps only the figures text and JSON print, retiring each
 // storage's record once its group is done: its memory grows neither with the number of traces (50 copies
 // of a 20-step trace against one, asserted here) nor with their length (a 60-step trace against the 20-step
-// one, printed: the difference is below the noise of the Go heap's growth; report's
-// TestRetiringFoldHoldsOneStep asserts it). Peak RSS is printed by `make bench-report`, with what reading
+// one, printed: what differs is when the Go heap's collector ran, the fold's live heap stays flat; report's
+// TestRetiringFoldHoldsOneStep asserts it holds one step). Peak RSS is printed by `make bench-report`, with what reading
 // adds to the command's own: its peak on the trace's first 4 KiB (the program, the Go runtime, a
 // decompressor) is subtracted. Before, report kept every event of every trace: 1.8 GB for the 50 copies.
 func TestReportMemoryDoesNotGrowWithTraces(t *testing.T) {
