@@ -24,6 +24,7 @@ static PyObject *s_dict, *s_acquire, *s_release;
 PyTypeObject *HotType, *PackedType;
 int watched;          /* a guard's hooks watch every region (watch(), which core calls) */
 PyObject *hook_failed, *end_failed; /* core's loggers of a failed gradient hook and end callback (configure) */
+PyObject *freed_layers, *end_freed; /* storage.freed_layers and core.end_freed (configure) */
 
 #ifdef SWAPAGENT_HOT_TIMED
 static const char *const t_names[T_N] = {"pack", "unpack", "pre", "post", "grad", "end", "free", "pre.params",
@@ -207,7 +208,12 @@ static void packed_end(Packed *p) {
     PyObject *h = PyList_GetItem(ps->handles, p->slot), *entries = ps->hot->o.entries;
     if (entries != NULL && PyDict_Contains(entries, h) == 1) PyDict_DelItem(entries, h);
   }
+  /* Layer.freed: the last saved tensor the layer waited for notes the layer (core.end_freed asks it) */
+  Hot *hot = ps->hot;
+  int was_waiting = p->waiting;
   packed_unwait(p);
+  if (was_waiting && hot->waiting == 0 && freed_layers != NULL && hot->o.layer != NULL)
+    (void)PyList_Append(freed_layers, hot->o.layer);
 }
 
 static void packed_dealloc(PyObject *self) {
@@ -557,13 +563,15 @@ static PyType_Slot hot_slots[] = {
 static PyType_Spec hot_spec = {"swapagent._hot.Hot", sizeof(Hot), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
                                hot_slots};
 
-/* configure(INPUT, OUTPUT, MAX_DEPTH, ATOMS, hook_failed, end_failed): what core says of the chains' call kinds
- * and the walk, and its loggers of a gradient hook and an end-of-backward callback that raised, once, before
- * anything else of this module is used (core.load_hot). */
+/* configure(INPUT, OUTPUT, MAX_DEPTH, ATOMS, hook_failed, end_failed, freed_layers, end_freed): what core says of
+ * the chains' call kinds and the walk, its loggers of a gradient hook and an end-of-backward callback that
+ * raised, and its list of layers whose waiting saved tensors were freed with the call that asks them, once,
+ * before anything else of this module is used (core.load_hot). */
 static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
   long in, out, depth;
-  PyObject *atoms, *failed[2];
-  if (!PyArg_ParseTuple(args, "lllO!OO", &in, &out, &depth, &PyFrozenSet_Type, &atoms, &failed[0], &failed[1]))
+  PyObject *atoms, *failed[2], *freed, *end;
+  if (!PyArg_ParseTuple(args, "lllO!OOO!O", &in, &out, &depth, &PyFrozenSet_Type, &atoms, &failed[0], &failed[1],
+                        &PyList_Type, &freed, &end))
     return NULL;
   if (in == out || in < 0 || out < 0 || depth < 0) {
     PyErr_SetString(PyExc_ValueError, "configure: kinds must differ and not be negative, the depth not negative");
@@ -572,8 +580,9 @@ static PyObject *configure(PyObject *Py_UNUSED(module), PyObject *args) {
   kind_input = in;
   kind_output = out;
   walk_max_depth = depth;
-  PyObject **dst[] = {&walk_atoms, &hook_failed, &end_failed}, *src[] = {atoms, failed[0], failed[1]};
-  for (size_t i = 0; i < 3; i++) {
+  PyObject **dst[] = {&walk_atoms, &hook_failed, &end_failed, &freed_layers, &end_freed},
+           *src[] = {atoms, failed[0], failed[1], freed, end};
+  for (size_t i = 0; i < 5; i++) {
     PyObject *old = *dst[i];
     Py_INCREF(src[i]);
     *dst[i] = src[i];
@@ -592,7 +601,8 @@ static PyObject *watch(PyObject *Py_UNUSED(module), PyObject *on) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"configure", configure, METH_VARARGS, "configure(INPUT, OUTPUT, MAX_DEPTH, ATOMS, hook_failed, end_failed)."},
+    {"configure", configure, METH_VARARGS,
+     "configure(INPUT, OUTPUT, MAX_DEPTH, ATOMS, hook_failed, end_failed, freed_layers, end_freed)."},
     {"watch", watch, METH_O, "watch(on): whether a guard's hooks watch the regions (core.watch)."},
 #ifdef SWAPAGENT_HOT_TIMED
     {"timers", timers, METH_NOARGS, "{probe: (seconds, calls)} since the last call (the bench's timed build)."},

@@ -128,6 +128,7 @@ static inline void set_ref(PyObject **dst, PyObject *v) {
 extern PyTypeObject *HotType, *PassType, *PackedType, *CallType, *ChainType;
 extern int watched;                 /* core has a guard's hooks (core.watch): the region hooks are Python's */
 extern PyObject *hook_failed, *end_failed; /* core's loggers of a gradient hook, an end callback that raised */
+extern PyObject *freed_layers, *end_freed; /* storage.freed_layers, core.end_freed (Layer.freed) */
 extern PyObject *s_agent_unpack, *s_check, *s_c_calls, *s_region_enter, *s_region_exit, *s_backward_enter,
     *s_backward_exit, *s_dtype, *s_shape, *s_is_cpu, *s_is_meta, *s_untyped_storage, *s_data_ptr, *s_nbytes,
     *s_requires_grad, *s_dataclass_fields;

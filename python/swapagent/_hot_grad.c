@@ -142,8 +142,10 @@ int hot_maybe_exit(Hot *h) {
   if (lock_take(h) < 0) return -1;
   Pass *p = (Pass *)h->o.latest;
   PyObject *handles = NULL;
-  int go = p != NULL && Py_TYPE(p) == PassType && h->waiting == 0 && !h->removed && p->entered && !p->exited &&
-           (p->inputs_left <= 0 || p->ended);
+  /* never entered: only once its region reported its saves, if the agent holds any */
+  int go = p != NULL && Py_TYPE(p) == PassType && h->waiting == 0 && !h->removed && !p->exited &&
+           (p->entered ? p->inputs_left <= 0 || p->ended
+                       : PyList_Size(h->o.handles) > 0 && PyList_Size(p->handles) == PyList_Size(p->refs));
   if (go) {
     p->exited = 1;
     handles = PyList_GetSlice(h->o.handles, 0, PyList_Size(h->o.handles));

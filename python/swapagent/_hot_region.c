@@ -369,10 +369,19 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
   buf_init(&ptrs);
   buf_init(&tx);
   int rc = -1;
-  /* maybe_exit: a previous forward that only waited for a freed tensor ends now (it has nothing to do for
-   * a forward not entered or already exited, the common case: asked here without a call) */
+  /* core.end_freed: forwards whose saved tensors the framework freed end before this one saves */
+  if (freed_layers != NULL && PyList_Size(freed_layers) > 0) {
+    PyObject *r = PyObject_CallNoArgs(end_freed);
+    if (r == NULL) goto done;
+    Py_DECREF(r);
+  }
+  /* maybe_exit: a previous forward that only waited for a freed tensor ends now, and so does one never
+   * entered whose saved tensors the framework all freed (it has nothing to do for a forward already exited
+   * or still waiting, the common case: asked here without a call) */
   Pass *last = (Pass *)h->o.latest;
-  if (last != NULL && Py_TYPE(last) == PassType && last->entered && !last->exited && hot_maybe_exit(h) < 0) goto done;
+  if (last != NULL && Py_TYPE(last) == PassType && !last->exited && (last->entered || h->waiting == 0) &&
+      hot_maybe_exit(h) < 0)
+    goto done;
   T_BEGIN(T_PRE_PARAMS);
   if ((params = PyObject_CallNoArgs(h->o.param_ptrs)) == NULL) goto done;
   T_END(T_PRE_PARAMS);

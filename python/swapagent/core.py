@@ -30,7 +30,8 @@ from .binding import (  # noqa: F401
 from .walk import (  # noqa: F401
     _ATOMS, _MAX_DEPTH, _described, _saved_descs, describe_line, describe_tail, saved_desc, walk_named,
 )
-from .storage import Framework, Packed, Registry, _entries, agent_op, count_holders, registry  # noqa: F401
+from .storage import (  # noqa: F401
+    Framework, Packed, Registry, _entries, agent_op, count_holders, freed_layers, registry)
 from .grads import INPUT, OUTPUT, _Call, _Chain, _chains, unhook_removed  # noqa: F401
 from . import grads
 
@@ -110,7 +111,7 @@ def load_hot(path):
     mod = importlib.util.module_from_spec(spec)
     loader.exec_module(mod)
     # what the C walk and chains read: core's, not copies
-    mod.configure(INPUT, OUTPUT, _MAX_DEPTH, _ATOMS, grads.hook_failed, grads.end_failed)
+    mod.configure(INPUT, OUTPUT, _MAX_DEPTH, _ATOMS, grads.hook_failed, grads.end_failed, freed_layers, end_freed)
     mod.watch(saves_hook is not None or forward_hook is not None)
     return mod
 
@@ -203,6 +204,11 @@ class Layer:
       through it, the backward asks for other gradients only), the exit comes at the end of the
       backward pass (the framework's final callback, queued at enter) once nothing waits for an unpack;
       at the latest the group's next forward ends it (the agent's implicit exit on region_enter).
+    - a forward whose backward never began exits too once the framework freed every tensor it saved
+      (a graph dropped, or a backward that needs none of its nodes): nothing will unpack them, and the
+      agent must not take the next forward's storages at the same addresses for them.
+    A forward that waits only for tensors the framework freed exits at the next forward of any layer
+    (end_freed).
     An exit never precedes an unpack of the group: after it the agent forgets the group's handles.
     Only the group's latest forward reports its exit: the agent tracks one forward per group.
     """
@@ -253,6 +259,8 @@ class Layer:
         st = self.st
         if forward_hook is not None and not st.guarded:
             forward_hook(self)
+        if freed_layers:
+            end_freed()  # forwards whose saved tensors the framework freed end before this one saves
         self.maybe_exit()  # a previous forward that only waited for a freed tensor ends now
         st.params = self.fw.param_ptrs(self.module, self._param_cache)
         self._saved.clear()
@@ -498,10 +506,15 @@ class Layer:
         self._pack, self._unpack = pack, unpack
 
     def freed(self, packed):
-        """The framework freed a saved tensor (Packed.__del__ does this inline): it will never be unpacked.
-        No agent call from here (it may run inside one, from the garbage collector): the next hook reports
-        the exit."""
-        self._waiting.discard(id(packed))
+        """The framework freed a saved tensor (Packed.__del__ calls this): it will never be unpacked.
+        No agent call from here (it may run inside one, from the garbage collector): the last one the layer
+        waited for notes the layer in freed_layers, and the next forward of any layer asks it (end_freed).
+        Plain set and list operations under the GIL, no lock."""
+        waiting = self._waiting
+        if id(packed) in waiting:
+            waiting.discard(id(packed))
+            if not waiting:
+                freed_layers.append(self)
 
     # gradient hook calls (_Call.fire) and the framework's end-of-backward callback
     def output_grad(self, p):
@@ -539,16 +552,28 @@ class Layer:
         """Reports the backward exit of the latest forward once the rule in the class comment holds."""
         with self._lock:
             p = self.st.latest
-            if p is None or self.st.removed or not p.entered or p.exited or self._waiting:
+            if p is None or self.st.removed or p.exited or self._waiting:
                 return
-            if p.inputs_left > 0 and not p.ended:
-                return
+            if p.entered:
+                if p.inputs_left > 0 and not p.ended:
+                    return
+            elif not (self._handles and len(p.handles) == len(p.refs)):
+                return  # never entered: only once its region reported its saves, if the agent holds any
             p.exited = True
             handles = self._handles[:]
             self._handles.clear()
             self._unpacked.clear()
         self.agent.backward_exit(self.group)
         registry.forget(handles)
+
+
+def end_freed():
+    """Asks each layer whose saved tensors the framework freed since (freed_layers) whether its latest
+    forward ended (Layer.maybe_exit). Every layer's forward runs this before its own: a forward dropped
+    without backward, or whose backward left tensors it never unpacked, is forgotten by the agent before
+    another forward saves storages at the addresses it held."""
+    while freed_layers:
+        freed_layers.pop().maybe_exit()
 
 
 class Handle:

@@ -124,8 +124,8 @@ class Packed:
         # Autograd frees saved tensors after their backward (or with a discarded graph): so does the
         # registry once the storage's last one went, so no storage outlives the graph that saved it; a freed
         # tensor is never unpacked (Layer.freed: no agent call from here, this may run inside one, from the
-        # garbage collector). Registry.discard and Layer.freed inline: plain list, dict and set operations
-        # under the GIL, no lock.
+        # garbage collector). Registry.discard inline: plain list, dict and set operations under the GIL, no
+        # lock.
         try:
             p, i = self.pass_, self.slot
             refs = p.refs
@@ -134,9 +134,15 @@ class Packed:
                 hs = p.handles
                 if i < len(hs):
                     _entries.pop(hs[i], None)
-            p.layer._waiting.discard(id(self))  # pylint: disable=protected-access
+            p.layer.freed(self)
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+# The layers whose last saved tensor waiting for its unpack the framework freed (Packed.__del__, packed_end in
+# _hot.c): the next forward of any layer asks each whether its forward ended (core.end_freed), before the
+# agent sees storages that may reuse their addresses.
+freed_layers = []
 
 
 class Framework:

@@ -176,6 +176,9 @@ def main():
             # this step's backward calls, and the handles each group saved in this step's forward
             res["steps"][-1]["abi"] = rec.take()
             res["steps"][-1]["handles"] = {li.group: [e[0] for e in li.saved] for li in handle.layers}
+            # what the agent decided so far, and the host memory it holds for released storages
+            st = sa.stats()
+            res["steps"][-1]["agent"] = {k: st[k] for k in ("kept", "internal", "offloaded_storages", "saved_bytes")}
         print("step %d/%d: loss %.9g, grad_norm %.9g" % (step + 1, opt.steps, loss,
                                                           res["steps"][-1]["grad_norm"]), flush=True)
         fw.sgd(model, grads)

@@ -407,9 +407,12 @@ def test_backward_enter_exit_from_gradient_hooks(case, fw, model):
 def test_exit_when_an_input_gradient_never_comes(case, fw):
     """The backward asks for the gradients of layers >= GRAD_FROM only: the gradient of layer
     GRAD_FROM's positional input never comes, and the nodes of its backward that only lead there never
-    run. It still exits, without an unpack after it: at its next forward, once the framework freed the
+    run. It still exits, without an unpack after it: at the next forward, once the framework freed the
     saved tensors it did not need (nothing keeps them: no reference cycle through the saved tensor).
-    Layers below never enter backward."""
+    Layers below never enter backward; the framework frees their saved tensors with the graph, and the
+    next forward reports their exit too: the agent forgets a dropped forward's handles, so it never takes
+    the next step's storages at the same addresses for the dropped ones (a duplicate of a dead save, or
+    one shared with it, whose handle the framework no longer knows), and holds no host memory for them."""
     base_p, base, base_out = case(fw, "noswap", model=FAN, grad_from=GRAD_FROM)
     base = ok(base_p, base)
     p, res, out = case(fw, "swap", "safe", model=FAN, grad_from=GRAD_FROM)
@@ -418,6 +421,7 @@ def test_exit_when_an_input_gradient_never_comes(case, fw):
     assert [w for w in res["warnings"] if "swapagent" in w] == []
     assert res["registry_errors"] == [] and res["registry_left"] == 0, "saved tensors kept alive"
     first = "layer.%d" % GRAD_FROM
+    below = ["layer.%d" % i for i in models.SWAP if i < GRAD_FROM]
     for n, step in enumerate(res["steps"]):
         by = calls_by_group(step)
         for i in models.SWAP:
@@ -425,12 +429,24 @@ def test_exit_when_an_input_gradient_never_comes(case, fw):
             if i > GRAD_FROM:
                 assert_brackets(step, g)
             elif i < GRAD_FROM:
-                assert g not in by, (n, g, by.get(g))
+                assert by[g]["enter"] == by[g]["unpack"] == [], (n, g, by[g])
         c = by[first]
         assert len(c["enter"]) == 1 and c["unpack"] and all(c["enter"][0] < i for i in c["unpack"]), c
-        if n > 0:  # the previous step's exit, reported at this step's forward, before any backward call
-            assert step["abi"][0] == ["exit", first], step["abi"][:3]
-        assert c["exit"] == ([0] if n > 0 else []), (n, c)
+        # the previous step's exits, once each, reported in this step's forward (in the order the
+        # framework freed their saved tensors), before any backward call
+        ended = below + [first] if n > 0 else []
+        assert sorted(step["abi"][:len(ended)]) == sorted(["exit", g] for g in ended), (n, step["abi"][:8])
+        for g in below + [first]:
+            assert len(by[g]["exit"]) == (n > 0), (n, g, by[g])
+    # Every step's storages are new to the agent: each step classifies and moves the same, and the host
+    # memory held for released storages does not grow.
+    agent = [s["agent"] for s in res["steps"]]
+    for n in range(1, len(agent)):
+        for k in ("internal", "offloaded_storages"):
+            assert agent[n][k] - agent[n - 1][k] == agent[0][k], (n, k, agent)
+        for r, v in agent[n]["kept"].items():
+            assert v - agent[n - 1]["kept"][r] == agent[0]["kept"][r], (n, r, agent)
+        assert agent[n]["saved_bytes"] == agent[0]["saved_bytes"], (n, agent)
 
 
 def test_module_backward_hooks_change_gradients(case):
