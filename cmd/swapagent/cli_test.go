@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"swapagent/internal/testenv"
 	"swapagent/internal/tracetest"
 	"swapagent/trace"
@@ -264,6 +266,40 @@ func TestReportOutputFile(t *testing.T) {
 		t.Errorf("unwritable -o: exit %d, want 1", r.Code)
 	}
 	oneLine(t, r, "x")
+}
+
+// -o on something that is not a regular file (/dev/null, /dev/stdout, a FIFO) writes into it: renaming a
+// file over it, as a regular output is written, replaced root's /dev/null with a file.
+func TestReportOutputDevice(t *testing.T) {
+	dir := t.TempDir()
+	data, _ := traceBytes(t, events(), 0)
+	good := writeFile(t, dir, "a.1.swtrace", data)
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Opened without blocking, so that neither end waits for the other: a report that renames a file
+	// over the FIFO instead of opening it fails here, it does not hang. The report fits the pipe's buffer.
+	fd, err := unix.Open(fifo, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	r := swapagent(t, nil, "report", good, "--format=json", "-o", fifo)
+	if r.Code != 0 || r.Stdout != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+	b := make([]byte, 1<<16)
+	n, _ := unix.Read(fd, b)
+	if n <= 0 || !json.Valid(b[:n]) {
+		t.Errorf("read from the FIFO: %q", b[:max(n, 0)])
+	}
+	if fi, err := os.Lstat(fifo); err != nil || fi.Mode().Type() != os.ModeNamedPipe {
+		t.Errorf("-o FIFO left %v (%v), want the FIFO", fi.Mode(), err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, ".fifo.*")); len(left) != 0 {
+		t.Errorf("temporary files left: %v", left)
+	}
 }
 
 // --- run ---

@@ -134,8 +134,23 @@ func loadSummaries(c cli.Command, paths []string, keep *report.Keep) ([]*report.
 }
 
 // writeFileAtomic writes through a temporary file beside path and renames it, so a failed render never
-// leaves half a report behind.
+// leaves half a report behind. A path that is not a regular file (a device such as /dev/null or
+// /dev/stdout, a FIFO) is written in place: the rename would replace the device node with a file.
 func writeFileAtomic(path string, write func(io.Writer) error) error {
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("writing %s: %v", path, err)
+		}
+		err = write(f)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("writing %s: %v", path, err)
+		}
+		return nil
+	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("writing %s: %v", path, err)

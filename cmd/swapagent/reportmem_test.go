@@ -90,8 +90,9 @@ func TestReportMemoryDoesNotGrowWithTraces(t *testing.T) {
 		}
 	}
 	cli, hop := testenv.Path(t, testenv.CLI), buildPeakHop(t, t.TempDir())
+	out := filepath.Join(t.TempDir(), "report")
 	peak := func(format, path string) int64 { // KB
-		cmd := exec.Command(hop, cli, "report", "--format", format, "-o", os.DevNull, path)
+		cmd := exec.Command(hop, cli, "report", "--format", format, "-o", out, path)
 		cmd.Env = testenv.CleanEnv()
 		b, err := cmd.Output()
 		var kb int64
