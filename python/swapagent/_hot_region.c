@@ -376,11 +376,11 @@ static int region_pre(Hot *h, struct calls *c, PyObject *args, PyObject *kwargs)
     Py_DECREF(r);
   }
   /* maybe_exit: a previous forward that only waited for a freed tensor ends now, and so does one never
-   * entered whose saved tensors the framework all freed (it has nothing to do for a forward already exited
-   * or still waiting, the common case: asked here without a call) */
+   * entered whose saved tensors the framework all freed (it has nothing to do for a forward already exited,
+   * still waiting, or with no handle to forget, as every forward under no_grad: asked here without a call) */
   Pass *last = (Pass *)h->o.latest;
-  if (last != NULL && Py_TYPE(last) == PassType && !last->exited && (last->entered || h->waiting == 0) &&
-      hot_maybe_exit(h) < 0)
+  if (last != NULL && Py_TYPE(last) == PassType && !last->exited &&
+      (last->entered || (h->waiting == 0 && PyList_Size(h->o.handles) > 0)) && hot_maybe_exit(h) < 0)
     goto done;
   T_BEGIN(T_PRE_PARAMS);
   if ((params = PyObject_CallNoArgs(h->o.param_ptrs)) == NULL) goto done;
