@@ -20,10 +20,10 @@ func (a *Agent) Guard(group string) int {
 }
 
 // GuardRelease answers a release the framework attempts (SWAPAGENT_CALL_GUARD_RELEASE, with the framework's
-// count of the storage's other holders when it gives one): trace.ReleaseAllow or trace.ReleaseKeep, or a
-// negative code, and the token of an allowed release (the handle it is recorded under; 0 for none).
-// group "" lets the engine find the groups that saved the storage.
-func (a *Agent) GuardRelease(group string, ptr, nbytes uint64, held tracker.Holders) (answer int, token int64) {
+// count of the storage's other holders when it gives one, and how many of them are the layer's own):
+// trace.ReleaseAllow or trace.ReleaseKeep, or a negative code, and the token of an allowed release (the
+// handle it is recorded under; 0 for none). group "" lets the engine find the groups that saved the storage.
+func (a *Agent) GuardRelease(group string, ptr, nbytes uint64, held tracker.Holders, own tracker.Own) (answer int, token int64) {
 	if group != "" {
 		if err := checkGroup(group); err != nil {
 			return a.result("guard_release", err), 0
@@ -34,7 +34,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64, held tracker.Hold
 	if e == nil {
 		return a.result("guard_release", errNoEngine), 0
 	}
-	d, err := e.GuardRelease(group, ptr, nbytes, held)
+	d, err := e.GuardRelease(group, ptr, nbytes, tracker.Outside(held, own))
 	if err != nil {
 		return a.result("guard_release", err), 0
 	}
@@ -52,7 +52,7 @@ func (a *Agent) GuardRelease(group string, ptr, nbytes uint64, held tracker.Hold
 		what = guardWhat(si, d.Reason, d.Group)
 	}
 	a.recordText(trace.KindGuard, d.Group, d.Handle, int64(answer), nil, what, ptr, nbytes, uint64(answer),
-		uint64(reason+1), trace.HoldersArg(int64(held)))
+		uint64(reason+1), trace.HoldersArg(int64(held)), trace.OwnArg(own.N, own.Kinds))
 	return answer, token
 }
 

@@ -19,7 +19,7 @@ type Call struct {
 	Group string
 	Ptrs  []uint64 // inputs (region enter), outputs (region exit), storages, streams
 	NPos  int      // region enter: how many inputs are positional
-	// Counts: holders, one per pointer.
+	// Counts: holders, one per pointer; a guard release's own holders and their kinds (Call.own).
 	Counts []int64
 	// The saves (Flags nil: all 0) and their handles: filled by the call, or given already to a queued one.
 	Saves, Sizes []uint64
@@ -38,6 +38,19 @@ type Call struct {
 	Handle, Token int64
 	// Queued: the C side answered it and the drain runs it (its saves' handles were given in C).
 	Queued bool
+}
+
+// own is a guard release's count of the layer's own holders among Others: counts[1] and its kinds
+// counts[2], where the caller gave them.
+func (c *Call) own() tracker.Own {
+	var o tracker.Own
+	if len(c.Counts) > 1 {
+		o.N = c.Counts[1]
+	}
+	if len(c.Counts) > 2 {
+		o.Kinds = uint64(c.Counts[2])
+	}
+	return o
 }
 
 // CallName names a call kind in misuse lines ("call" for none the header defines).
@@ -196,7 +209,7 @@ func (a *Agent) run(o origin, c *Call) int64 {
 	case trace.CallGuard:
 		return int64(a.Guard(c.Group))
 	case trace.CallGuardRelease:
-		answer, token := a.GuardRelease(c.Group, c.Ptr, c.Nbytes, tracker.Holders(max(c.Others, -1)))
+		answer, token := a.GuardRelease(c.Group, c.Ptr, c.Nbytes, tracker.Holders(max(c.Others, -1)), c.own())
 		c.Token = token
 		return int64(answer)
 	case trace.CallGuardRestore:

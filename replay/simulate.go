@@ -401,7 +401,8 @@ func (s *sim) abi(ev *trace.Event) {
 		}
 	case trace.KindGuard:
 		// The job's own swap asked: the simulated policy answers (any live group's verdict, as the guard asks).
-		d, err := s.eng.GuardRelease("", ev.Args[0], ev.Args[1], tracker.Holders(trace.Holders(ev.Args[4])))
+		held, own := timeline.GuardHolders(ev)
+		d, err := s.eng.GuardRelease("", ev.Args[0], ev.Args[1], tracker.Outside(held, own))
 		s.engineErr(err)
 		if err == nil && d.Allow && d.Known {
 			s.ops.released += d.Size

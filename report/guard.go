@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"swapagent/timeline"
+	"swapagent/trace"
 	"swapagent/tracker"
 )
 
@@ -35,6 +36,9 @@ type GuardKept struct {
 	// Held: the most references outside its group's saved tensors the framework counted when it was
 	// kept (0: none counted, or none asked).
 	Held int64 `json:"held_by,omitempty"`
+	// Own: for a released one, the kinds of the layer's own holders the framework counted, which keep nothing
+	// ("view base", "checkpoint", "swap record"; trace.OwnNames).
+	Own []string `json:"own_holders,omitempty"`
 }
 
 // HolderReport is what the holders' evidence decided for the groups the agent's own engine moves (the
@@ -116,6 +120,11 @@ func (a *argumentTable) add(t *timeline.Timeline, h *timeline.Handle) {
 	e.Saves++
 	e.Bytes += h.Nbytes
 	e.Held = max(e.Held, h.Held)
+	for _, n := range trace.OwnKindNames(h.Own) {
+		if !slices.Contains(e.Own, n) {
+			e.Own = append(e.Own, n)
+		}
+	}
 	if name := t.GroupName(h.Group); !slices.Contains(a.groups[k], name) {
 		a.groups[k] = append(a.groups[k], name)
 	}

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -144,4 +145,43 @@ func guardWorkload() []trace.Event {
 		)
 	}
 	return evs
+}
+
+// A guarded input the framework counted two references to, both the layer's own machinery, is listed as
+// released with their kinds; one with a reference beyond its own stays kept, held by that one.
+func TestGuardListsTheLayersOwnHolders(t *testing.T) {
+	evs := []trace.Event{
+		{Kind: trace.KindGroup, Group: 1, Text: "swap_group_0"},
+		{Kind: trace.KindGuarded, Group: 1},
+		{Kind: trace.KindRegionEnter, TS: 1, Group: 1, Ptrs: []uint64{0xB000, 0xC000}, Args: [6]uint64{2},
+			Text: "args[0]\tfloat32\t2,4\nargs[1]\tfloat32\t2,4"},
+		{Kind: trace.KindSave, TS: 2, Group: 1, Handle: 1, Args: [6]uint64{0xB000, 200}},
+		{Kind: trace.KindSave, TS: 3, Group: 1, Handle: 2, Args: [6]uint64{0xC000, 200}},
+		{Kind: trace.KindRegionExit, TS: 4, Group: 1},
+		classify(5, 1, 1, trace.KeepInput, 200),
+		classify(5, 1, 2, trace.KeepInput, 200),
+		{Kind: trace.KindGuard, TS: 6, Group: 1, Handle: 1, Args: [6]uint64{0xB000, 200, trace.ReleaseAllow,
+			trace.KeepInput + 1, trace.HoldersArg(2), trace.OwnArg(2, trace.OwnViewBase|trace.OwnCheckpoint)}},
+		{Kind: trace.KindGuard, TS: 7, Group: 1, Handle: 2, Args: [6]uint64{0xC000, 200, trace.ReleaseKeep,
+			trace.KeepInput + 1, trace.HoldersArg(2), trace.OwnArg(1, trace.OwnViewBase)}},
+	}
+	s := summarize("x", timeline.Fold(header(), evs, timeline.Options{NoSeries: true}), &handleFigures{}, nil, false)
+	var out bytes.Buffer
+	if err := WriteText(&out, []*Summary{s}); err != nil {
+		t.Fatal(err)
+	}
+	text := out.String()
+	for _, want := range []string{
+		"released args[0] (input) in swap_group_0: 1 saves, 200 B; no other holder but the layer's own (view base, checkpoint)",
+		"kept args[1] (input) in swap_group_0: 1 saves, 200 B; held by 1 reference(s) outside its saved tensors",
+	} {
+		if !bytes.Contains(out.Bytes(), []byte(want)) {
+			t.Errorf("report lacks %q:\n%s", want, text)
+		}
+	}
+	g := s.Guard
+	if g == nil || len(g.Released) != 1 || !slices.Equal(g.Released[0].Own, []string{"view base", "checkpoint"}) ||
+		len(g.Kept) != 1 || g.Kept[0].Held != 1 {
+		t.Errorf("guard report: %+v", g)
+	}
 }

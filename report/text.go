@@ -326,7 +326,11 @@ func holderRows(w io.Writer, kept, released []GuardKept) {
 		fmt.Fprintf(w, "    kept %s%s\n", guardRow(k), held)
 	}
 	for _, k := range released {
-		fmt.Fprintf(w, "    released %s; no other holder\n", guardRow(k))
+		own := ""
+		if len(k.Own) > 0 {
+			own = " but the layer's own (" + strings.Join(k.Own, ", ") + ")"
+		}
+		fmt.Fprintf(w, "    released %s; no other holder%s\n", guardRow(k), own)
 	}
 }
 

@@ -1,6 +1,9 @@
 package timeline
 
-import "swapagent/trace"
+import (
+	"swapagent/trace"
+	"swapagent/tracker"
+)
 
 // Guard is what the guard recorded: the groups whose framework moved their storages itself
 // (KindGuarded), and the releases that framework asked for (KindGuard) and gave back (KindGuardRestore).
@@ -33,7 +36,8 @@ func (t *Timeline) guard(ev *trace.Event) {
 		if ev.Ret < 0 {
 			return
 		}
-		held := trace.Holders(ev.Args[4])
+		counted, own := GuardHolders(ev)
+		held := int64(tracker.Outside(counted, own))
 		role := ev.Args[3] == trace.KeepInput+1 || ev.Args[3] == trace.KeepOutput+1
 		h := t.Handles[ev.Handle]
 		if ev.Args[2] == trace.ReleaseAllow {
@@ -41,6 +45,7 @@ func (t *Timeline) guard(ev *trace.Event) {
 			g.AllowedBytes += ev.Args[1]
 			if h != nil && role && held == 0 {
 				h.Unheld = true
+				h.Own |= own.Kinds
 			}
 		} else {
 			g.Kept++
@@ -54,4 +59,12 @@ func (t *Timeline) guard(ev *trace.Event) {
 			g.Restores++
 		}
 	}
+}
+
+// GuardHolders is the evidence a KindGuard event records: the references to the storage the framework counted
+// outside the releasing group's saved tensors, and how many of them were the layer's own machinery, of which
+// kinds. tracker.Outside says what the rule decides by.
+func GuardHolders(ev *trace.Event) (tracker.Holders, tracker.Own) {
+	n, kinds := trace.OwnHolders(ev.Args[5])
+	return tracker.Holders(max(trace.Holders(ev.Args[4]), -1)), tracker.Own{N: n, Kinds: kinds}
 }

@@ -23,9 +23,11 @@ type Handle struct {
 	// although its role (an input, an output; still in Reason) would have kept it, because the framework
 	// showed nothing but its group's saved tensors held it (tracker.Releasable). Held is the most
 	// references outside those the framework counted at a refused release of it, or at the engine's
-	// question (0: none counted).
+	// question (0: none counted). Own: the kinds (trace.Own* bits) of the references the framework counted
+	// as the layer's own machinery when it asked to release it, which keep nothing (tracker.Outside).
 	Unheld bool
 	Held   int64
+	Own    uint64
 }
 
 // counted is the reason the handle is counted under in Timeline.Reasons: internal once its holders'

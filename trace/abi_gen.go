@@ -50,7 +50,7 @@ const (
 	CallHolders       = 8  // SWAPAGENT_CALL_HOLDERS: group, ptrs, n, counts
 	CallGroupStreams  = 9  // SWAPAGENT_CALL_GROUP_STREAMS: group, ptrs (the streams), n
 	CallGuard         = 10 // SWAPAGENT_CALL_GUARD: group
-	CallGuardRelease  = 11 // SWAPAGENT_CALL_GUARD_RELEASE: group or NULL, ptr, nbytes, counts (or NULL), token
+	CallGuardRelease  = 11 // SWAPAGENT_CALL_GUARD_RELEASE: group or NULL, ptr, nbytes, counts (or NULL), n, token
 	CallGuardRestore  = 12 // SWAPAGENT_CALL_GUARD_RESTORE: handle, ptr, nbytes
 	CallNote          = 13 // SWAPAGENT_CALL_NOTE: group (the key), text, text_len (the value)
 	CallQueueing      = 14 // SWAPAGENT_CALL_QUEUEING: nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0
@@ -82,6 +82,20 @@ const (
 	OptQueue     = 1 // SWAPAGENT_OPT_QUEUE: answered now, run later in its place where the agent allows (below)
 	OptOwnMemory = 2 // SWAPAGENT_OPT_OWN_MEMORY: the record and what it points to are the caller's own: plain loads
 )
+
+// The kinds of a layer's own holders, GUARD_RELEASE's counts[2] (SWAPAGENT_OWN_*).
+const (
+	OwnViewBase   = 1 // SWAPAGENT_OWN_VIEW_BASE: the base of a view made of the saved tensor (a backward hook's alias), held by it only
+	OwnCheckpoint = 2 // SWAPAGENT_OWN_CHECKPOINT: a checkpoint's record of the layer's arguments, for its recompute
+	OwnSwapRecord = 4 // SWAPAGENT_OWN_SWAP_RECORD: the swap code's own record of the tensor (its swap tensor, storage, group)
+)
+
+// OwnNames names the kinds of own holders, each by its bit's place (lower case).
+var OwnNames = [...]string{
+	"view base",
+	"checkpoint",
+	"swap record",
+}
 
 // The states of swapagent_state (SWAPAGENT_STATE_*).
 const (

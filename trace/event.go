@@ -55,7 +55,8 @@ const (
 	// are the deciding group's and its save's (0 when no live group saved it), Args[0] = storage ptr,
 	// Args[1] = nbytes, Args[2] = the answer (ReleaseKeep or ReleaseAllow), Args[3] = keep reason + 1 (0: a
 	// storage no live group saved), Args[4] = the framework's count of other holders + 1 (0: none given;
-	// HoldersArg), Text = what the storage is ("keyword input rotary_cos_sin[0] of
+	// HoldersArg), Args[5] = how many of those are the layer's own machinery, and their kinds (OwnArg; 0:
+	// none given), Text = what the storage is ("keyword input rotary_cos_sin[0] of
 	// swap_group_0..swap_group_4"; empty when unknown).
 	KindGuard Kind = 19
 	// KindGuardRestore: the job's swap gave a storage it released memory again (SWAPAGENT_CALL_GUARD_RESTORE):
@@ -125,3 +126,32 @@ func HoldersArg(n int64) uint64 {
 
 // Holders is the count of other holders a KindGuard event's Args[4] holds, -1 when none was given.
 func Holders(arg uint64) int64 { return int64(arg) - 1 }
+
+// OwnArg encodes the layer's own holders among them (n of kinds, Own* bits) for a KindGuard event's
+// Args[5]: 0 when none was given, else n+1 in the low 32 bits and the kinds above.
+func OwnArg(n int64, kinds uint64) uint64 {
+	if n <= 0 {
+		return 0
+	}
+	return uint64(min(n, 1<<32-2)+1) | kinds<<32
+}
+
+// OwnHolders decodes a KindGuard event's Args[5] (OwnArg): how many of its holders were the layer's own, and
+// their kinds (0, 0 when none was given: a trace from before it was recorded reads so).
+func OwnHolders(arg uint64) (n int64, kinds uint64) {
+	if arg == 0 {
+		return 0, 0
+	}
+	return int64(arg&(1<<32-1)) - 1, arg >> 32
+}
+
+// OwnKindNames names the kinds set in an Own* mask ("view base", "checkpoint"), in bit order.
+func OwnKindNames(kinds uint64) []string {
+	var out []string
+	for i, n := range OwnNames {
+		if kinds&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -78,6 +78,29 @@ const HoldersUnknown Holders = -1
 // Known reports whether the framework gave a count.
 func (h Holders) Known() bool { return h >= 0 }
 
+// Own is the part of a framework's count of holders that is the releasing layer's own machinery: references
+// that exist only to serve that layer's backward or recompute (a checkpoint's record of its arguments, the
+// swap code's records, the base of a view its hooks made), of the kinds Kinds (trace.Own* bits).
+type Own struct {
+	N     int64
+	Kinds uint64
+}
+
+// Outside is the evidence Releasable decides by: the holders the framework counted less the layer's own
+// machinery among them, which holds a storage only for the layer itself. An own count the total cannot
+// contain (negative, or above it) is no evidence at all: unknown, so the role keeps the storage.
+func Outside(h Holders, own Own) Holders {
+	switch {
+	case !h.Known():
+		return HoldersUnknown
+	case own.N == 0:
+		return h
+	case own.N < 0 || own.N > int64(h):
+		return HoldersUnknown
+	}
+	return h - Holders(own.N)
+}
+
 // Releasable says whether a storage a group saved, classified with match m and reason r, may leave the
 // device when the releasing group's swap asks, given the holders' evidence. A storage the rules keep only
 // for its role in the region (an input, an output) may go once nothing but the group's own saved tensors

@@ -421,3 +421,30 @@ func TestReleasableRule(t *testing.T) {
 		}
 	}
 }
+
+// The layer's own holders keep nothing; an own count the total cannot hold is no evidence.
+func TestOutsideLeavesTheLayersOwnHolders(t *testing.T) {
+	in, _ := Mask(0).With(Input)
+	for _, c := range []struct {
+		h       Holders
+		own     int64
+		want    Holders
+		release bool
+	}{
+		{0, 0, 0, true},
+		{1, 0, 1, false},
+		{1, 1, 0, true},
+		{3, 1, 2, false},
+		{2, 3, HoldersUnknown, false},
+		{2, -1, HoldersUnknown, false},
+		{HoldersUnknown, 0, HoldersUnknown, false},
+		{HoldersUnknown, 1, HoldersUnknown, false},
+		{-7, 0, HoldersUnknown, false},
+	} {
+		got := Outside(c.h, Own{N: c.own, Kinds: 1})
+		if got != c.want || Releasable(in, Input, got) != c.release {
+			t.Errorf("Outside(%d, own %d) = %d (releasable %v), want %d (%v)", c.h, c.own, got,
+				Releasable(in, Input, got), c.want, c.release)
+		}
+	}
+}

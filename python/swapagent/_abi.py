@@ -32,6 +32,11 @@ SAVE_PARAM = 1  # SWAPAGENT_SAVE_PARAM: a parameter or buffer of the wrapped mod
 OPT_QUEUE = 1  # SWAPAGENT_OPT_QUEUE: answered now, run later in its place where the agent allows (below)
 OPT_OWN_MEMORY = 2  # SWAPAGENT_OPT_OWN_MEMORY: the record and what it points to are the caller's own: plain loads
 
+# The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed).
+OWN_VIEW_BASE = 1  # SWAPAGENT_OWN_VIEW_BASE: the base of a view made of the saved tensor (a backward hook's alias), held by it only
+OWN_CHECKPOINT = 2  # SWAPAGENT_OWN_CHECKPOINT: a checkpoint's record of the layer's arguments, for its recompute
+OWN_SWAP_RECORD = 4  # SWAPAGENT_OWN_SWAP_RECORD: the swap code's own record of the tensor (its swap tensor, storage, group)
+
 # struct swapagent_call's fields, in order, with their ctypes types (a pointer is an address).
 CALL_FIELDS = (
     ("size", "c_uint32"),

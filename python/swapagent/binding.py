@@ -288,14 +288,15 @@ class Agent:
         rc = self._run(Call(_CALL_SIZE, CALL_GUARD, self._name(group)), 0)
         return rc if rc in (OK, EDISABLED) else self.check("guard(%s)" % group, rc)
 
-    def guard_release(self, group, ptr, nbytes, holders=-1):
+    def guard_release(self, group, ptr, nbytes, holders=-1, own=0, own_kinds=0):
         """(RELEASE_ALLOW or RELEASE_KEEP, token) for a release the framework attempts (group None: any live
         group that saved the storage), with the framework's count of references to the storage outside the
-        group's saved tensors (negative: unknown); the token names an allowed release's storage for
-        guard_restore (0: none). A refused call answers RELEASE_ALLOW, warned once: the job's swap as it is."""
-        tok, held = ctypes.c_int64(0), ctypes.c_int64(holders)
+        group's saved tensors (negative: unknown) and how many of them are the layer's own machinery, of
+        which kinds (OWN_* bits); the token names an allowed release's storage for guard_restore (0: none).
+        A refused call answers RELEASE_ALLOW, warned once: the job's swap as it is."""
+        tok, counts = ctypes.c_int64(0), (ctypes.c_int64 * 3)(holders, own, own_kinds)
         call = Call(_CALL_SIZE, CALL_GUARD_RELEASE, None if group is None else self._name(group),
-                    counts=ctypes.addressof(held), ptr=ptr, nbytes=nbytes, token=ctypes.addressof(tok))
+                    counts=ctypes.addressof(counts), n=3, ptr=ptr, nbytes=nbytes, token=ctypes.addressof(tok))
         rc = self._run(call, 0)
         if rc < 0:
             self.check("guard_release", rc)

@@ -134,8 +134,8 @@ class Guard:
             gl = self.saved_by.get(ptr) if ptr and nbytes else None
             if gl is not None:
                 # a companion's region (core.Layer) counts no holders: its storages decide by their role
-                held = gl.holders(storage, ptr) if isinstance(gl, GuardLayer) else HOLDERS_UNKNOWN
-                answer, token = self.agent.guard_release(None, ptr, nbytes, held)
+                held = gl.holders(storage, ptr) if isinstance(gl, GuardLayer) else (HOLDERS_UNKNOWN, 0, 0)
+                answer, token = self.agent.guard_release(None, ptr, nbytes, *held)
                 if answer == core.RELEASE_KEEP:
                     with self.lock:
                         e = self.kept.get(key)
@@ -286,11 +286,12 @@ class GuardLayer:
         return out
 
     def holders(self, storage, ptr):
-        """The references to storage outside this layer's saved tensors, as its framework counts them, or
-        HOLDERS_UNKNOWN: the evidence SWAPAGENT_CALL_GUARD_RELEASE takes (tracker.Releasable decides)."""
+        """(the references to storage outside this layer's saved tensors, how many of them are the layer's
+        own machinery, their kinds) as its framework counts them, the first HOLDERS_UNKNOWN where it cannot:
+        the evidence SWAPAGENT_CALL_GUARD_RELEASE takes (tracker.Outside and Releasable decide)."""
         sts = [st for st in (r() for r in self.swaps.get(ptr, ())) if st is not None]
         n = self.fw.saved_holders(storage, sts) if sts else None
-        return HOLDERS_UNKNOWN if n is None else n
+        return (HOLDERS_UNKNOWN, 0, 0) if n is None else n
 
 
 _guard = Guard()

@@ -213,9 +213,10 @@ class Framework:
         return None
 
     def saved_holders(self, storage, saved):
-        """The references to storage beyond the saved tensors of one layer on it (hyper-parallel's
-        SwapTensors, their .val, and the guard's Packed aliases of them), or None where this framework
-        counts none (the guard's evidence)."""
+        """(the references to storage beyond the saved tensors of one layer on it (hyper-parallel's
+        SwapTensors, their .val, and the guard's Packed aliases of them), how many of those are the layer's
+        own machinery, their kinds: OWN_* bits), or None where this framework counts none (the guard's
+        evidence)."""
         return None
 
     def alias(self, t):

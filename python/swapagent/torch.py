@@ -90,7 +90,10 @@ class Torch(core.Framework):
         extra = _storage_extra(storage, len(vals) + aliases)
         for v, held in vals.values():
             extra += (v._use_count() - c[1]) + (sys.getrefcount(v) - c[2] - held)  # pylint: disable=protected-access
-        return extra if extra >= 0 else None  # fewer than its own: a count this code misreads
+        if extra < 0:
+            return None  # fewer than its own: a count this code misreads
+        own = _own_bases(vals) if extra else 0
+        return extra, own, core.OWN_VIEW_BASE if own else 0
 
     def param_ptrs(self, module, cache=None):
         """The parameters' and buffers' storage pointers. With a cache: the submodules are walked again
@@ -153,6 +156,44 @@ def _calibration():
             _calibrated.append((_torch._C._storage_Use_Count(s._cdata) - 1,  # pylint: disable=protected-access
                                 v._use_count(), py))  # pylint: disable=protected-access
     return _calibrated[0]
+
+
+_calibrated_base = []
+
+
+def _base_calibration():
+    """What the counts of a view's base read when nothing but that one view holds it (its Python object made
+    once and dropped, as a layer input's is): its use count and its Python references, held as _own_bases
+    holds one."""
+    if not _calibrated_base:
+        t = _torch.empty(1)
+        view = t.view_as(t)
+        del t
+        bases = {id(view._base): (view._base, 1)}  # pylint: disable=protected-access
+        for b, _ in bases.values():
+            _calibrated_base.append((b._use_count(), sys.getrefcount(b)))  # pylint: disable=protected-access
+    return _calibrated_base[0]
+
+
+def _own_bases(vals):
+    """How many tensors on the storage are bases of the saved tensors (vals: id -> (tensor, count)) that
+    nothing but those views holds: a backward hook's view of a layer input (the module's full backward hooks
+    hand the layer a view of each input) keeps its base alive only to be that view. A base anything else
+    holds (a variable, another view) reads above the calibration and is no own holder."""
+    bases = {}
+    for v, _ in vals.values():
+        base = v._base  # pylint: disable=protected-access
+        if base is not None and id(base) not in vals:
+            e = bases.get(id(base))
+            bases[id(base)] = (base, 1 if e is None else e[1] + 1)
+        del base
+    if not bases:
+        return 0
+    c, own = _base_calibration(), 0
+    for b, views in bases.values():
+        if b._use_count() - c[0] == views - 1 and sys.getrefcount(b) == c[1]:  # pylint: disable=protected-access
+            own += 1
+    return own
 
 
 def _storage_extra(storage, own):

@@ -53,6 +53,7 @@ type vocab struct {
 	States   []constant
 	Keep     []constant
 	Releases []constant // answers of SWAPAGENT_CALL_GUARD_RELEASE
+	Owns     []constant // SWAPAGENT_OWN_*: the kinds of a layer's own holders, distinct bits
 	Policies []constant
 	Limits   []constant // SWAPAGENT_MAX_*: the calls' argument limits
 	Calls    []constant // SWAPAGENT_CALL_*: the kinds of swapagent_call, 1, 2, ...
@@ -155,6 +156,8 @@ func parse(src string) (*vocab, error) {
 			v.Keep = append(v.Keep, c)
 		case family("RELEASE_", false):
 			v.Releases = append(v.Releases, c)
+		case family("OWN_", false):
+			v.Owns = append(v.Owns, c)
 		case family("POLICY_", true):
 			v.Policies = append(v.Policies, c)
 		case family("MAX_", false):
@@ -184,7 +187,7 @@ func (v *vocab) validate() error {
 			return fmt.Errorf("SWAPAGENT_%s is %d: the error codes must be -1, -2, ... in order", c.Name, c.Int)
 		}
 	}
-	for _, fam := range [][]constant{v.Flags, v.Opts} {
+	for _, fam := range [][]constant{v.Flags, v.Opts, v.Owns} {
 		seen := int64(0)
 		for _, c := range fam {
 			if c.Int <= 0 || c.Int&(c.Int-1) != 0 || seen&c.Int != 0 {
@@ -307,6 +310,13 @@ func goSource(v *vocab) ([]byte, error) {
 	}
 	p("}\n\n")
 	consts("Options of swapagent_call (SWAPAGENT_OPT_*).", "Opt", v.Opts)
+	consts("The kinds of a layer's own holders, GUARD_RELEASE's counts[2] (SWAPAGENT_OWN_*).", "Own", v.Owns)
+	p("// OwnNames names the kinds of own holders, each by its bit's place (lower case).\n")
+	p("var OwnNames = [...]string{\n")
+	for _, c := range v.Owns {
+		p("\t%q,\n", strings.ReplaceAll(strings.ToLower(c.Suffix), "_", " "))
+	}
+	p("}\n\n")
 
 	for _, fam := range []struct {
 		consts                       []constant
@@ -403,6 +413,10 @@ func pySource(v *vocab) []byte {
 	p("\n# Options of swapagent_call.\n")
 	for _, c := range v.Opts {
 		p("OPT_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
+	}
+	p("\n# The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed).\n")
+	for _, c := range v.Owns {
+		p("OWN_%s = %d%s\n", c.Suffix, c.Int, comment(c, "py"))
 	}
 	p("\n# struct swapagent_call's fields, in order, with their ctypes types (a pointer is an address).\n")
 	p("CALL_FIELDS = (\n")
