@@ -126,6 +126,9 @@ func (a *Agent) Note(key, value string) int {
 	defer a.mu.Unlock()
 	if !a.closed {
 		a.noted[key] = true
+		if key == trace.MetaPythonUnguarded {
+			a.sink.open() // a warning the run's summary and report must show, whatever else the process does
+		}
 		a.sink.note(key, value, a.ts())
 	}
 	return OK

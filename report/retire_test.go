@@ -161,7 +161,7 @@ func TestGuardListsTheLayersOwnHolders(t *testing.T) {
 		classify(5, 1, 1, trace.KeepInput, 200),
 		classify(5, 1, 2, trace.KeepInput, 200),
 		{Kind: trace.KindGuard, TS: 6, Group: 1, Handle: 1, Args: [6]uint64{0xB000, 200, trace.ReleaseAllow,
-			trace.KeepInput + 1, trace.HoldersArg(2), trace.OwnArg(2, trace.OwnViewBase|trace.OwnCheckpoint)}},
+			trace.KeepInput + 1, trace.HoldersArg(2), trace.OwnArg(2, trace.OwnViewBase|trace.OwnPacked)}},
 		{Kind: trace.KindGuard, TS: 7, Group: 1, Handle: 2, Args: [6]uint64{0xC000, 200, trace.ReleaseKeep,
 			trace.KeepInput + 1, trace.HoldersArg(2), trace.OwnArg(1, trace.OwnViewBase)}},
 	}
@@ -172,7 +172,7 @@ func TestGuardListsTheLayersOwnHolders(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"released args[0] (input) in swap_group_0: 1 saves, 200 B; no other holder but the layer's own (view base, checkpoint)",
+		"released args[0] (input) in swap_group_0: 1 saves, 200 B; no other holder but the layer's own (view base, packed)",
 		"kept args[1] (input) in swap_group_0: 1 saves, 200 B; held by 1 reference(s) outside its saved tensors",
 	} {
 		if !bytes.Contains(out.Bytes(), []byte(want)) {
@@ -180,7 +180,7 @@ func TestGuardListsTheLayersOwnHolders(t *testing.T) {
 		}
 	}
 	g := s.Guard
-	if g == nil || len(g.Released) != 1 || !slices.Equal(g.Released[0].Own, []string{"view base", "checkpoint"}) ||
+	if g == nil || len(g.Released) != 1 || !slices.Equal(g.Released[0].Own, []string{"view base", "packed"}) ||
 		len(g.Kept) != 1 || g.Kept[0].Held != 1 {
 		t.Errorf("guard report: %+v", g)
 	}

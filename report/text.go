@@ -142,6 +142,9 @@ func writeTextOne(w io.Writer, s *Summary, detail bool) {
 	if v, ok := s.Meta[trace.MetaPythonGuard]; ok {
 		fmt.Fprintf(w, "  python guard: %s\n", cli.Escape(v))
 	}
+	if v, ok := s.Meta[trace.MetaPythonUnguarded]; ok {
+		fmt.Fprintf(w, "  not guarded: %s; its releases go unasked\n", cli.Escape(v))
+	}
 	if v, ok := s.Meta[trace.MetaCompanionPath]; ok {
 		fmt.Fprintf(w, "  companion hot path: %s\n", cli.Escape(v))
 	}

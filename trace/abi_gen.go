@@ -85,16 +85,14 @@ const (
 
 // The kinds of a layer's own holders, GUARD_RELEASE's counts[2] (SWAPAGENT_OWN_*).
 const (
-	OwnViewBase   = 1 // SWAPAGENT_OWN_VIEW_BASE: the base of a view made of the saved tensor (a backward hook's alias), held by it only
-	OwnCheckpoint = 2 // SWAPAGENT_OWN_CHECKPOINT: a checkpoint's record of the layer's arguments, for its recompute
-	OwnSwapRecord = 4 // SWAPAGENT_OWN_SWAP_RECORD: the swap code's own record of the tensor (its swap tensor, storage, group)
+	OwnViewBase = 1 // SWAPAGENT_OWN_VIEW_BASE: the tensor the saved one is a view of (a backward hook's view), held by that view only
+	OwnPacked   = 2 // SWAPAGENT_OWN_PACKED: the value the swap's pack hook handed autograd for the layer's backward
 )
 
 // OwnNames names the kinds of own holders, each by its bit's place (lower case).
 var OwnNames = [...]string{
 	"view base",
-	"checkpoint",
-	"swap record",
+	"packed",
 }
 
 // The states of swapagent_state (SWAPAGENT_STATE_*).

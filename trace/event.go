@@ -145,7 +145,7 @@ func OwnHolders(arg uint64) (n int64, kinds uint64) {
 	return int64(arg&(1<<32-1)) - 1, arg >> 32
 }
 
-// OwnKindNames names the kinds set in an Own* mask ("view base", "checkpoint"), in bit order.
+// OwnKindNames names the kinds set in an Own* mask ("view base", "packed"), in bit order.
 func OwnKindNames(kinds uint64) []string {
 	var out []string
 	for i, n := range OwnNames {

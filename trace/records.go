@@ -272,6 +272,9 @@ const (
 	// absent, which the agent writes at exit for a Python process `swapagent run` offered the bootstrap to
 	// and that never ran it (python -I or -S, a replaced PYTHONPATH).
 	MetaPythonGuard = "python_guard"
+	// MetaPythonUnguarded names, comma-separated, the modules of hyper-parallel's swap the guard found imported
+	// in a layout it does not know (SWAPAGENT_CALL_NOTE), with what they define: their releases go unasked.
+	MetaPythonUnguarded = "python_guard_unknown"
 	// MetaTraceLevel is the trace level the agent recorded at (SWAPAGENT_TRACE): all, memory or off; a trace
 	// without it was recorded at all.
 	MetaTraceLevel = "trace_level"

@@ -79,8 +79,8 @@ const HoldersUnknown Holders = -1
 func (h Holders) Known() bool { return h >= 0 }
 
 // Own is the part of a framework's count of holders that is the releasing layer's own machinery: references
-// that exist only to serve that layer's backward or recompute (a checkpoint's record of its arguments, the
-// swap code's records, the base of a view its hooks made), of the kinds Kinds (trace.Own* bits).
+// that exist only to serve that layer's backward or recompute (the base of a view its backward hooks made,
+// the value its swap's pack hook handed autograd), of the kinds Kinds (trace.Own* bits).
 type Own struct {
 	N     int64
 	Kinds uint64

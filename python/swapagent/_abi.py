@@ -33,9 +33,8 @@ OPT_QUEUE = 1  # SWAPAGENT_OPT_QUEUE: answered now, run later in its place where
 OPT_OWN_MEMORY = 2  # SWAPAGENT_OPT_OWN_MEMORY: the record and what it points to are the caller's own: plain loads
 
 # The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed).
-OWN_VIEW_BASE = 1  # SWAPAGENT_OWN_VIEW_BASE: the base of a view made of the saved tensor (a backward hook's alias), held by it only
-OWN_CHECKPOINT = 2  # SWAPAGENT_OWN_CHECKPOINT: a checkpoint's record of the layer's arguments, for its recompute
-OWN_SWAP_RECORD = 4  # SWAPAGENT_OWN_SWAP_RECORD: the swap code's own record of the tensor (its swap tensor, storage, group)
+OWN_VIEW_BASE = 1  # SWAPAGENT_OWN_VIEW_BASE: the tensor the saved one is a view of (a backward hook's view), held by that view only
+OWN_PACKED = 2  # SWAPAGENT_OWN_PACKED: the value the swap's pack hook handed autograd for the layer's backward
 
 # struct swapagent_call's fields, in order, with their ctypes types (a pointer is an address).
 CALL_FIELDS = (

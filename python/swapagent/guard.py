@@ -40,9 +40,9 @@ log = logging.getLogger("swapagent")
 WATCHED = frozenset((
     "hyper_parallel.core.activation_checkpoint",
     "hyper_parallel.core.activation_checkpoint.swap",
+    "hyper_parallel.core.activation_memory.api",
     "hyper_parallel.core.activation_memory.swap",
-    "hyper_parallel.core.activation_memory.swap._backend",
-    "hyper_parallel.core.activation_memory.swap.wrapper",
+    "hyper_parallel.core.activation_memory.wrapper",
     "hyper_parallel.platform.torch.activation_checkpoint.activation_swap",
     "hyper_parallel.platform.mindspore.activation_checkpoint.activation_swap",
 ))
@@ -428,11 +428,15 @@ def _then(fn, what, action):
 def _saved(_out, swap_tensor, *args, **kwargs):
     """SwapTensor(tensor, ...) is made by hyper-parallel's pack hook for each tensor it will swap: the
     tensor's storage is a save of the open layer."""
+    _guard.tls.made = swap_tensor
     gl = _guard.open_layer()
     if gl is not None and gl.layer is not None:
         t = next((a for a in list(args) + list(kwargs.values()) if gl.fw.is_tensor(a)), None)
         if t is not None:
             gl.saved(swap_tensor, t)
+    elif gl is None and _guard.layers:
+        say_unguarded("SwapTensor", "a tensor saved outside every layer it reports (swap(fn, ...) of a plain "
+                                    "function, swap_tensor_wrapper outside a wrapped or chained layer)")
 
 
 def _unpacked(_val, swap_tensor, *_args, **_kwargs):
@@ -448,6 +452,35 @@ def _patch_swap_tensor(cls):
     cls.__init__ = _then(cls.__init__, "SwapTensor.__init__", _saved)
     if getattr(cls, "get_val", None) is not None:
         cls.get_val = _then(cls.get_val, "SwapTensor.get_val", _unpacked)
+    setattr(cls, _PATCHED, True)
+
+
+def _patch_save_on_cpu(cls):
+    """hyper-parallel's AsyncSaveOnCpu (a saved_tensors_hooks): its pack hook is wrapped to mark the SwapTensor
+    whose value it hands autograd (the newest layout returns the swap tensor's detached value, not an index).
+    Autograd holds that value for the layer's backward: one reference the holders' count sees, the layer's
+    own (Torch.saved_holders)."""
+    if getattr(cls, _PATCHED, False):
+        return
+    init = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        pack = getattr(self, "pack_hook", None)
+        if pack is None or _guard.failed:
+            return
+        tls = _guard.tls
+
+        def pack_hook(t):
+            tls.made = None
+            out = pack(t)
+            st, tls.made = getattr(tls, "made", None), None
+            if st is not None and st.__dict__.get("val") is out:
+                st._swapagent_handed = True  # pylint: disable=protected-access
+            return out
+        self.pack_hook = pack_hook
+    __init__.__wrapped__ = init
+    cls.__init__ = __init__
     setattr(cls, _PATCHED, True)
 
 
@@ -469,6 +502,24 @@ def _wrap_swap_wrapper(fn):
     return _then(fn, "swap_wrapper", lambda w, *a, **k: _guard.attach(w))
 
 
+def _wrap_swap_call(fn):
+    """swap(function, *args, ...) (the newest layout) runs function under hyper-parallel's swap without a
+    wrapper: a module is attached first, as a swap_wrapper's would be, so its region is reported."""
+    if getattr(fn, _PATCHED, False):
+        return fn
+
+    def swap(function, *args, **kwargs):
+        if not _guard.failed:
+            try:
+                _guard.attach(function)
+            except Exception as ex:  # noqa: BLE001 - never break the job
+                _guard.fail("swap", ex)
+        return fn(function, *args, **kwargs)
+    swap.__wrapped__, swap.__doc__, swap.__name__ = fn, fn.__doc__, "swap"
+    setattr(swap, _PATCHED, True)
+    return swap
+
+
 def patch_module(mod):
     """Patches what a watched hyper-parallel module defines or re-exports (idempotent)."""
     cls = getattr(mod, "SwapTensor", None)
@@ -477,9 +528,15 @@ def patch_module(mod):
     cls = getattr(mod, "SwapManager", None)
     if isinstance(cls, type):
         _patch_manager(cls)
+    cls = getattr(mod, "AsyncSaveOnCpu", None)
+    if isinstance(cls, type):
+        _patch_save_on_cpu(cls)
     fn = getattr(mod, "swap_wrapper", None)
     if callable(fn):
         mod.swap_wrapper = _wrap_swap_wrapper(fn)
+    fn = getattr(mod, "swap", None)
+    if callable(fn) and not isinstance(fn, type(sys)):
+        mod.swap = _wrap_swap_call(fn)
 
 
 # ---- layers named by SWAPAGENT_GUARD_LAYERS (torch) --------------------------------------------------
@@ -513,12 +570,40 @@ def _watch_torch_layers(torch, patterns):
 
 # ---- the import hook --------------------------------------------------------------------------------
 
+# What hyper-parallel's swap defines in every layout read: a module of hyper_parallel that defines one of
+# these itself, outside WATCHED, is swap code in a layout the guard does not know.
+SWAP_NAMES = ("SwapTensor", "SwapManager", "swap_wrapper", "swap_tensor_wrapper", "AsyncSaveOnCpu")
+_unknown = []  # "module (names)" of each such module, said once
+
+
+def check_unknown(mod):
+    """Says once, on stderr and in the trace (python_guard_unknown), that mod, a hyper_parallel module the
+    guard does not watch, defines hyper-parallel's swap: the guard cannot ask before its releases."""
+    defined = vars(mod)  # what the module itself defines: a module __getattr__ answers any name
+    names = [n for n in SWAP_NAMES if getattr(defined.get(n), "__module__", None) == mod.__name__]
+    if names:
+        say_unguarded("%s (%s)" % (mod.__name__, ", ".join(names)),
+                      "hyper-parallel's swap in a layout the guard does not know")
+
+
+def say_unguarded(what, why):
+    """Once per what: on stderr, and in the trace (python_guard_unknown), which the report prints."""
+    entry = "%s: %s" % (what, why)
+    if entry in _unknown:
+        return
+    _unknown.append(entry)
+    sys.stderr.write("swapagent: not guarded: %s; its releases go unasked\n" % entry)
+    if _guard.start() is not None:
+        _guard.agent.note("python_guard_unknown", "; ".join(_unknown))
+
+
 class _Finder(importlib.abc.MetaPathFinder):
     """First on sys.meta_path: finds nothing itself; for a watched module it lets the other finders find
-    it and runs patch_module right after the module's own code, before any importer binds its names."""
+    it and runs patch_module right after the module's own code, before any importer binds its names; any
+    other module of hyper_parallel is checked for swap code the guard does not know (check_unknown)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname not in WATCHED and fullname not in _after_import:
+        if fullname not in WATCHED and fullname not in _after_import and not fullname.startswith("hyper_parallel."):
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -549,8 +634,10 @@ class _Loader(importlib.abc.Loader):
         try:
             if module.__name__ in _after_import:
                 _after_import.pop(module.__name__)(module)
-            else:
+            elif module.__name__ in WATCHED:
                 patch_module(module)
+            else:
+                check_unknown(module)
         except Exception as ex:  # noqa: BLE001
             _guard.fail("patching %s" % module.__name__, ex)
 
@@ -580,3 +667,6 @@ def install():
         mod = sys.modules.get(name)
         if mod is not None:
             patch_module(mod)
+    for name, mod in list(sys.modules.items()):
+        if name.startswith("hyper_parallel.") and name not in WATCHED and mod is not None:
+            check_unknown(mod)

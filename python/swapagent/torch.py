@@ -92,8 +92,13 @@ class Torch(core.Framework):
             extra += (v._use_count() - c[1]) + (sys.getrefcount(v) - c[2] - held)  # pylint: disable=protected-access
         if extra < 0:
             return None  # fewer than its own: a count this code misreads
-        own = _own_bases(vals) if extra else 0
-        return extra, own, core.OWN_VIEW_BASE if own else 0
+        if not extra:
+            return 0, 0, 0
+        # the layer's own among them: the bases its backward hooks' views keep, and the values hyper-parallel's
+        # pack hook handed autograd (one reference each, the guard marks them)
+        bases = _own_bases(vals)
+        handed = sum(1 for st in saved if st.__dict__.get("_swapagent_handed"))
+        return extra, bases + handed, (core.OWN_VIEW_BASE if bases else 0) | (core.OWN_PACKED if handed else 0)
 
     def param_ptrs(self, module, cache=None):
         """The parameters' and buffers' storage pointers. With a cache: the submodules are walked again

@@ -289,6 +289,15 @@ def ms_parts(probe):
     return layers, step
 
 
+def swap_tensors(layout):
+    """The stand-in's SwapTensors of this step, in either layout."""
+    if layout == "memory":
+        from hyper_parallel.core.activation_memory.swap import SwapManager as M
+        return [st for g in M().groups() for st in g.swap_tensors()]
+    from hyper_parallel.core.activation_checkpoint.swap import SwapManager as M
+    return [st for sts in M().groups.values() for st in sts]
+
+
 def main():
     global LAYERS, SWAP  # pylint: disable=global-statement
     ap = argparse.ArgumentParser()
@@ -300,6 +309,7 @@ def main():
     ap.add_argument("--nested", action="store_true",
                     help="torch, --mode swap: swap_wrapper on each layer's attention, the layers chained (its test_act_swap)")
     ap.add_argument("--layout", choices=["checkpoint", "memory"], default="checkpoint")
+    ap.add_argument("--group-swap", action="store_true", help="--layout memory: swap_wrapper(..., group_swap=True)")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--swap-yaml", help="torch, --mode swap: wire the swap from a MindFormers YAML's swap: section")
     ap.add_argument("--out", required=True)
@@ -318,13 +328,11 @@ def main():
     held, saved = [], []
 
     def census(plain):
-        from hyper_parallel.core.activation_checkpoint.swap import SwapManager as M
         seen = {}
-        for sts in M().groups.values():
-            for st in sts:
-                s = st.val.untyped_storage()
-                if s.nbytes():
-                    seen[s.data_ptr()] = s.nbytes()
+        for st in swap_tensors(a.layout):
+            s = st.val.untyped_storage()
+            if s.nbytes():
+                seen[s.data_ptr()] = s.nbytes()
         held.append(sum(seen.values()))
         for t in plain:
             if t is not None and t.untyped_storage().nbytes():
@@ -341,7 +349,11 @@ def main():
         OwnSwap(torch, layers)
     if a.mode == "swap":
         if a.layout == "memory":
-            from hyper_parallel.core.activation_memory.swap import SwapManager, swap_wrapper
+            from hyper_parallel.core.activation_memory.api import swap_wrapper as memory_swap_wrapper
+            from hyper_parallel.core.activation_memory.swap import SwapManager
+
+            def swap_wrapper(module):
+                return memory_swap_wrapper(module, group_swap=a.group_swap)
         else:
             from hyper_parallel.core.activation_checkpoint import SwapManager, swap_wrapper
         if a.swap_yaml:
@@ -356,7 +368,11 @@ def main():
                 SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
     if a.mode == "acswap":
         import torch
-        from hyper_parallel.core.activation_checkpoint import CheckpointPolicy, SwapManager, checkpoint_wrapper
+        if a.layout == "memory":
+            from hyper_parallel.core.activation_memory.api import CheckpointPolicy, checkpoint_wrapper
+            from hyper_parallel.core.activation_memory.swap import SwapManager
+        else:
+            from hyper_parallel.core.activation_checkpoint import CheckpointPolicy, SwapManager, checkpoint_wrapper
         mm = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default,
               torch.ops.aten.matmul.default}
 
@@ -368,7 +384,10 @@ def main():
             SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
     released = [0, 0]
     if a.mode in ("swap", "acswap"):  # the stand-in's own count of what it released (SwapTensor.wait_offload)
-        from hyper_parallel.core.activation_checkpoint.swap import SwapTensor
+        if a.layout == "memory":
+            from hyper_parallel.core.activation_memory.swap import SwapTensor
+        else:
+            from hyper_parallel.core.activation_checkpoint.swap import SwapTensor
         wait = SwapTensor.wait_offload
 
         def counted(self):

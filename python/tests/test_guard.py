@@ -96,7 +96,12 @@ for fw in FRAMEWORKS:
         ("%s-off" % fw, fw, "swap", "off", "checkpoint", None, None),
     ]
 RUNS += [
+    # the newest layout (activation_memory: api, wrapper, swap, checkpoint): swap_wrapper, then group_swap=True
+    ("torch-bug-newest", "torch", "swap", None, "memory", None, None),
     ("torch-safe-newest", "torch", "swap", "safe", "memory", None, None),
+    ("torch-outputs-only-newest", "torch", "swap", "outputs-only", "memory", None, None),
+    ("torch-bug-newest-group", "torch", "swap", None, "memory", None, None, ("--group-swap",)),
+    ("torch-safe-newest-group", "torch", "swap", "safe", "memory", None, None, ("--group-swap",)),
     ("torch-python-off", "torch", "swap", "safe", "checkpoint", None, "off"),
     # MindFormers' DeepSeek-V3 through its own apply_ac/apply_swap (layers 0-10 of 12, prefetch 1)
     ("mf-noswap", "mindformers", "noswap", None, "", None, None),
@@ -108,6 +113,9 @@ RUNS += [
     ("torch-ac-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC),
     # the job keeps every layer's input (output_hidden_states=True): nothing it holds may go
     ("torch-ac-keep-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC + ("--keep-inputs",)),
+    ("torch-ac-newest-standin", "torch", "acswap", None, "memory", None, None, AC),
+    ("torch-ac-newest-safe", "torch", "acswap", "safe", "memory", None, None, AC),
+    ("torch-ac-newest-keep-safe", "torch", "acswap", "safe", "memory", None, None, AC + ("--keep-inputs",)),
     # hyper-parallel's test_act_swap layout: swap_wrapper on each layer's attention, the layers chained
     ("torch-nested-noswap", "torch", "noswap", None, "checkpoint", None, None, ("--nested",)),
     ("torch-nested-safe", "torch", "swap", "safe", "checkpoint", None, None, ("--nested",)),
@@ -129,9 +137,10 @@ def released_cos_read(run):
     return next(((s, l) for s, l, n in run.probe if n == 0), None)
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
-def test_bug_reproduces_without_swapagent(runs, fw):
-    r = runs["%s-bug" % fw]
+@pytest.mark.parametrize("name", ["%s-bug" % fw for fw in FRAMEWORKS] + ["torch-bug-newest", "torch-bug-newest-group"])
+def test_bug_reproduces_without_swapagent(runs, name):
+    r = runs[name]
+    fw = name.split("-")[0]
     assert released_cos_read(r) == (0, 2), "the stand-in's swap must empty cos before layer 2 reads it:\n" + r.why()
     assert r.rc != 0 and r.result is None, r.why()
     # the control: the same job without swap reads cos whole everywhere and finishes
@@ -204,13 +213,20 @@ def test_kept_storage_is_never_overwritten_with_stale_bytes(tmp_path):
     assert r.report()[0]["guard"]["releases_kept"] > 0
 
 
-def test_safe_newest_layout(runs):
-    check_safe(runs["torch-safe-newest"], runs["torch-noswap"])
+@pytest.mark.parametrize("name", ["torch-safe-newest", "torch-safe-newest-group"])
+def test_safe_newest_layout(runs, name):
+    """The newest layout's swap_wrapper, per tensor and with group_swap=True: RoPE kept, bit-identical; the
+    hidden states nothing but the layer's own machinery holds (the detached value its pack hook hands
+    autograd) released."""
+    r = runs[name]
+    check_safe(r, runs["torch-noswap"])
+    g = r.report()[0]["guard"]
+    assert [(k["arg"], k.get("own_holders")) for k in g["released_unheld"]] == [("args[0]", ["packed"])], g
 
 
-@pytest.mark.parametrize("fw", FRAMEWORKS)
+@pytest.mark.parametrize("fw", FRAMEWORKS + ["torch-newest"])
 def test_outputs_only_names_the_cause_before_the_crash(runs, fw):
-    r = runs["%s-outputs-only" % fw]
+    r = runs["torch-outputs-only-newest"] if fw == "torch-newest" else runs["%s-outputs-only" % fw]
     assert r.rc != 0 and r.result is None, "outputs-only is hyper-parallel as shipped: it must crash\n" + r.why()
     assert released_cos_read(r) == (0, 2), r.why()
     first = r.stderr.find("swapagent: ========= FAULT")
@@ -273,6 +289,32 @@ def test_own_sitecustomize_still_runs(tmp_path):
     assert p.returncode == 0, p.stderr
     assert marker.read_text() == "ran", "the job's own sitecustomize did not run"
     assert "guard True" in p.stdout and "path False" in p.stdout, p.stdout
+
+
+def test_unknown_layout_is_said_not_guarded(tmp_path):
+    """A job that imports hyper-parallel's swap from a module path the guard does not know: one line on stderr
+    naming it and what it defines, and the report says it too; a module of hyper_parallel that defines no swap
+    code says nothing."""
+    need(CLI)
+    pkg = tmp_path / "hp" / "hyper_parallel"
+    (pkg / "core").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "core" / "__init__.py").write_text("")
+    (pkg / "core" / "offload_next.py").write_text(
+        "class SwapTensor:\n    pass\n\n\ndef swap_wrapper(module):\n    return module\n")
+    (pkg / "core" / "mesh.py").write_text("def device_mesh():\n    return None\n")
+    code = "import hyper_parallel.core.mesh, hyper_parallel.core.offload_next, hyper_parallel.core.offload_next; print('ran')"
+    out = tmp_path / "t"
+    p = subprocess.run([CLI, "run", "--out", str(out), "--", sys.executable, "-c", code],
+                       env=job_env(PYTHONPATH=str(tmp_path / "hp")), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
+    said = [l for l in p.stderr.splitlines() if l.startswith("swapagent: not guarded:")]
+    assert said == ["swapagent: not guarded: hyper_parallel.core.offload_next (SwapTensor, swap_wrapper): "
+                    "hyper-parallel's swap in a layout the guard does not know; its releases go unasked"], p.stderr
+    r = subprocess.run([CLI, "report", str(out)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "  not guarded: hyper_parallel.core.offload_next (SwapTensor, swap_wrapper): hyper-parallel's swap in a " \
+        "layout the guard does not know; its releases go unasked" in r.stdout, r.stdout
 
 
 def test_non_python_command_is_unaffected(tmp_path):
@@ -402,11 +444,21 @@ def test_guard_layers_names_layers_of_a_hand_written_swap(tmp_path):
     assert ("rotary_cos_sin[0]", "input") in kept, g
 
 
-def test_recompute_swap_releases_what_nobody_else_holds(runs):
-    """hyper-parallel's checkpoint(..., swap_inputs=True): the hidden state entering each layer is saved for
-    the recompute and released after the next layer. Nothing but that saved tensor holds it then, so the
-    guard lets it go: the saved bytes left on device at the end of forward are the stand-in's own."""
-    base, alone, safe = runs["torch-ac-noswap"], runs["torch-ac-standin"], runs["torch-ac-safe"]
+AC_LAYOUTS = {"checkpoint": ("torch-ac-standin", "torch-ac-safe", "torch-ac-keep-safe", "view base"),
+              "memory": ("torch-ac-newest-standin", "torch-ac-newest-safe", "torch-ac-newest-keep-safe", "packed")}
+
+
+@pytest.mark.parametrize("layout", sorted(AC_LAYOUTS))
+def test_recompute_swap_releases_what_nobody_else_holds(runs, layout):
+    """hyper-parallel's checkpoint(..., swap_inputs=True), through torch's CheckpointWrapper and non-reentrant
+    checkpoint, the layers chained with full backward hooks: the hidden state entering each layer is saved
+    for the recompute and released after the next layer. Nothing but the layer's own machinery holds it then
+    (the backward hooks hand the layer a view of it, whose base is the job's tensor), so the guard lets it
+    go: the saved bytes left on device at the end of forward are the stand-in's own. In the newest layout
+    hyper-parallel's pack hook hands autograd a detached alias of the input and swaps that: the job's
+    tensor is gone, the alias autograd holds for the layer's backward is the layer's own."""
+    alone_name, safe_name, _, own_kind = AC_LAYOUTS[layout]
+    base, alone, safe = runs["torch-ac-noswap"], runs[alone_name], runs[safe_name]
     for r in (base, alone, safe):
         assert r.rc == 0 and r.result is not None, r.why()
     assert safe.result["losses"] == base.result["losses"] == alone.result["losses"]
@@ -416,23 +468,29 @@ def test_recompute_swap_releases_what_nobody_else_holds(runs):
     for got, own in zip(safe.result["held"], alone.result["held"]):
         assert got <= own * 1.01, "saved bytes on device at the end of forward: %s, the stand-in alone %s" % (
             safe.result["held"], alone.result["held"])
-    assert "released args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; no other holder" \
-        in safe.stderr, safe.why()
+    assert "released args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; no other holder but " \
+        "the layer's own (%s)" % own_kind in safe.stderr, safe.why()
     g = safe.report()[0]["guard"]
-    assert [(k["arg"], k["reason"], k["saves"]) for k in g["released_unheld"]] == [("args[0]", "input", 14)], g
+    assert [(k["arg"], k["reason"], k["saves"], k.get("own_holders")) for k in g["released_unheld"]] == [
+        ("args[0]", "input", 14, [own_kind])], g
     assert g["kept"] == [] and g["releases_kept"] == 0, g
 
 
-def test_recompute_swap_keeps_inputs_the_job_holds(runs):
+@pytest.mark.parametrize("layout", sorted(AC_LAYOUTS))
+def test_recompute_swap_keeps_inputs_the_job_holds(runs, layout):
     """The same job keeping every layer's input (as output_hidden_states=True does): each release is
     refused, the holder counted, and the results stay bit-identical."""
-    base, r = runs["torch-ac-noswap"], runs["torch-ac-keep-safe"]
+    base, r = runs["torch-ac-noswap"], runs[AC_LAYOUTS[layout][2]]
     assert r.rc == 0 and r.result is not None, r.why()
     assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
     assert r.result["released"] == 0, r.why()
-    assert "kept args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; held by 1 reference(s) " \
+    # layer 0's input is the embedding's output, held by the job's list; every later one is a layer's output as
+    # its full backward hook hands it on (a view), held by the list, and the tensor it views, held by that view
+    assert "kept args[0] (input) in swap_group_0..swap_group_6: 14 saves, 56.0 KiB; held by 2 reference(s) " \
         "outside its saved tensors" in r.stderr, r.why()
     assert "1 references outside its saved tensors still hold it" in r.stderr, r.why()
+    g = r.report()[0]["guard"]
+    assert g["released_unheld"] == [] and [(k["arg"], k["held_by"]) for k in g["kept"]] == [("args[0]", 2)], g
 
 
 def test_nested_wrappers_one_group_per_hyper_parallel_group(runs):

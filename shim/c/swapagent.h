@@ -170,9 +170,9 @@ struct swapagent_call {
  * the agent moves itself stay, whatever the count. A storage no live group saved is allowed: not the agent's
  * to decide. *token (if not NULL) gets the handle an allowed release is recorded under (0 when none).
  * With n >= 2 (additive), counts[1] says how many of the counts[0] references are the layer's own machinery,
- * there only to serve its backward or recompute (a checkpoint frame's arguments, the swap code's records, the
- * base of a view its hooks made), and counts[2] (n >= 3) which kinds they are (SWAPAGENT_OWN_* bits): those
- * keep nothing; an own count above counts[0] is no evidence at all. */
+ * there only to serve its backward or recompute (the base of a view its backward hooks made, the value its
+ * swap's pack hook handed autograd), and counts[2] (n >= 3) which kinds they are (SWAPAGENT_OWN_* bits):
+ * those keep nothing; an own count above counts[0] is no evidence at all. */
 #define SWAPAGENT_CALL_GUARD_RELEASE 11 /* group or NULL, ptr, nbytes, counts (or NULL), n, token */
 /* GUARD_RESTORE: the framework gave a storage it released (GUARD_RELEASE allowed it; handle is the token that
  * gave) memory again: ptr is its base now. Addresses are reused, so the token, not the old base, names it. */
@@ -185,9 +185,8 @@ struct swapagent_call {
 
 /* The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed): references that exist only to serve
  * the layer's own backward or recompute. */
-#define SWAPAGENT_OWN_VIEW_BASE 1u   /* the base of a view made of the saved tensor (a backward hook's alias), held by it only */
-#define SWAPAGENT_OWN_CHECKPOINT 2u  /* a checkpoint's record of the layer's arguments, for its recompute */
-#define SWAPAGENT_OWN_SWAP_RECORD 4u /* the swap code's own record of the tensor (its swap tensor, storage, group) */
+#define SWAPAGENT_OWN_VIEW_BASE 1u /* the tensor the saved one is a view of (a backward hook's view), held by that view only */
+#define SWAPAGENT_OWN_PACKED 2u    /* the value the swap's pack hook handed autograd for the layer's backward */
 
 /* Results of SWAPAGENT_CALL_GUARD_RELEASE. */
 #define SWAPAGENT_RELEASE_KEEP 0   /* keep the storage on device: skip the release */

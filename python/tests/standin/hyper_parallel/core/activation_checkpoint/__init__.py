@@ -40,27 +40,16 @@ def checkpoint(function, *args, swap_inputs=False, policy_fn=None, **kwargs):
                                                  **kwargs)
 
 
-def checkpoint_wrapper(module, policy_fn=None, swap_inputs=False, **_kwargs):
-    """A torch module runs under checkpoint(); anything else (MindSpore: recompute is not modelled) is
-    returned as it is."""
+def checkpoint_wrapper(module, policy_fn=None, swap_inputs=False, **kwargs):
+    """A torch module wrapped by torch's own CheckpointWrapper with checkpoint() as its checkpoint_fn, as
+    hyper-parallel's torch platform wraps it (its ckpt_wrapper); anything else (MindSpore: recompute is not
+    modelled) is returned as it is."""
     import sys
     torch = sys.modules.get("torch")
     if torch is None or not isinstance(module, torch.nn.Module):
         return module
-    return _CheckpointWrapper(module, policy_fn, swap_inputs)
-
-
-def _CheckpointWrapper(module, policy_fn, swap_inputs):  # noqa: N802 - a class made on first use (torch)
-    import torch
-
-    class CheckpointWrapper(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.module = module
-
-        def forward(self, *args, **kwargs):
-            return checkpoint(self.module, *args, swap_inputs=swap_inputs, policy_fn=policy_fn, **kwargs)
-    return CheckpointWrapper()
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper as torch_wrapper
+    return torch_wrapper(module, checkpoint_fn=checkpoint, policy_fn=policy_fn, swap_inputs=swap_inputs, **kwargs)
 
 
 def checkpoint_exclude_wrapper(module, *args, **kwargs):

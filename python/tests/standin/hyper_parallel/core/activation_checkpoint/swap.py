@@ -158,10 +158,25 @@ class SwapManager:
 def _install(manager, platform, layer):
     """One pre-hook and one forward hook per layer, whatever it was wired as: the forward hook launches the
     layer's own offload, then waits for the offload of the group it prefetches with (hyper-parallel's
-    order), and hooks the output's gradient to load them back in backward."""
+    order). In backward, the layer loads its own group and launches the load of the group before it: from a
+    full backward pre-hook where the platform has one (torch, as hyper-parallel registers it: torch then
+    hands the layer a view of each positional input tensor, whose base is the caller's tensor), else from the
+    gradient of the layer's output."""
     if getattr(layer, "_swap_hooked", False):
         return
     platform.set_attr(layer, "_swap_hooked", True)
+    backward_pre_hook = getattr(platform, "backward_pre_hook", None)
+
+    def backward():
+        name = getattr(layer, "_swap_group_name", None)
+        prev = getattr(layer, "_swap_prev_group", None)
+        if prev is not None:
+            manager.launch_load(prev)
+        if name is not None:
+            manager.launch_load(name)
+            manager.wait_load(name)
+    if backward_pre_hook is not None:
+        backward_pre_hook(layer, backward)
 
     def pre(_module, _args):
         name = getattr(layer, "_swap_group_name", None)
@@ -178,10 +193,10 @@ def _install(manager, platform, layer):
             if protect is not None:
                 protect(name, output)
             manager.launch_offload(name)
-            platform.on_grad(output, lambda: (manager.launch_load(name), manager.wait_load(name)))
         if prev is not None:
             manager.wait_offload(prev)
-            platform.on_grad(output, lambda: manager.launch_load(prev))
+        if backward_pre_hook is None and (name is not None or prev is not None):
+            platform.on_grad(output, backward)
 
     layer.register_forward_pre_hook(pre, prepend=True)
     layer.register_forward_hook(post)

@@ -1,0 +1,1 @@
+"""hyper_parallel.core.activation_memory (stand-in): the newest layout (api, wrapper, swap, checkpoint)."""

@@ -3,7 +3,7 @@
 SwapWrapper runs its layer under AsyncSaveOnCpu, a saved_tensors_hooks whose pack makes a SwapTensor of
 each eligible saved tensor (on device, not a parameter, not empty, not MUST_SAVE by the policy) and
 returns its index (the older versions' shape); unpack returns SwapTensor.get_val(). Backward loads come
-from gradient hooks on the layers' outputs, the moments hyper-parallel's backward pre-hooks run at."""
+from full backward pre-hooks on the chained layers, as hyper-parallel registers them."""
 
 import torch
 
@@ -59,6 +59,12 @@ def swap_wrapper(module, policy_fn=None):
 
 
 set_attr = setattr
+
+
+def backward_pre_hook(layer, fn):
+    """fn() before the layer's backward: a full backward pre-hook, first in line, as hyper-parallel's torch
+    platform registers its load schedule."""
+    layer.register_full_backward_pre_hook(lambda _m, _grad_output: fn(), prepend=True)
 
 
 def on_grad(outputs, fn):
