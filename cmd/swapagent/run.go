@@ -37,8 +37,27 @@ Exit: CMD's own; 128+N if CMD died of signal N; 126 if CMD cannot be run, 127 if
 2 on bad usage or a missing agent library.`,
 }
 
-// forwarded are the signals run passes on to CMD.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+// forwarded are the signals run passes on to CMD, each unless run inherited it ignored (catchForwarded).
+var forwarded = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// catchForwarded relays to ch the signals to forward to CMD (run's and probe's). One ignored when this
+// process started (SIGHUP under nohup, SIGINT and SIGQUIT in a background job of a non-interactive shell)
+// stays ignored: it is neither caught nor forwarded, and CMD inherits SIG_IGN through exec (Go resets
+// only the signals it handles to the default in the child), so CMD gets what it would have got without
+// run in front of it.
+func catchForwarded(ch chan<- os.Signal) {
+	var sigs []os.Signal
+	for _, s := range forwarded {
+		if ignoredAtStart(s) {
+			signal.Ignore(s) // SIGQUIT and SIGTERM had the runtime's handler: back to SIG_IGN
+			continue
+		}
+		sigs = append(sigs, s)
+	}
+	if len(sigs) > 0 { // Notify with no signal would catch every signal
+		signal.Notify(ch, sigs...)
+	}
+}
 
 func cmdRun(args []string) int {
 	c := runCmd
@@ -111,7 +130,7 @@ func cmdRun(args []string) int {
 	cmd.Env = env
 	// Catch the signals before the child exists so none is lost in between; they are sent on after Start.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	catchForwarded(sigs)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		code := 126 // found but not runnable, as a shell says
