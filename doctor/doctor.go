@@ -326,7 +326,7 @@ func (f *Fault) brief() string {
 }
 
 func parseFile(path string) ([]acllog.Record, error) {
-	f, err := os.Open(path)
+	f, err := trace.Open(path) // the readers' rule: a FIFO named *.log is refused, not waited on
 	if err != nil {
 		return nil, err
 	}

@@ -380,7 +380,7 @@ func summarise(dir string, before map[string]bool, began time.Time, python bool)
 }
 
 func startedAfter(file string, t time.Time) bool {
-	f, err := os.Open(file)
+	f, err := trace.Open(file)
 	if err != nil {
 		return false
 	}
