@@ -74,26 +74,25 @@ func cmdRun(args []string) int {
 	if len(argv) == 0 {
 		return c.UsageError(os.Stderr, "missing CMD")
 	}
-	// The agent's own rule (offload.ParsePolicy: exact, lower-case names), so run never accepts a name
-	// the agent would then refuse, nor refuses one it accepts.
+	// The flags by the agent's own rules (offload.ParsePolicy: exact, lower-case names; agent.PythonMode), so
+	// run never accepts a value the agent would then refuse, nor refuses one it accepts. The same settings
+	// in the environment are checked with the others below.
 	if flags.Changed("policy") {
 		if _, err := offload.ParsePolicy(*policy); err != nil {
 			return c.UsageError(os.Stderr, "bad --policy %q (want safe, outputs-only or off, in lower case)", *policy)
 		}
-	} else if env, ok := os.LookupEnv("SWAPAGENT_POLICY"); ok && env != "" {
-		if _, err := offload.ParsePolicy(env); err != nil {
-			return c.UsageError(os.Stderr, "bad SWAPAGENT_POLICY %q in the environment (want safe, outputs-only or off, in lower case)", env)
-		}
 	}
-
 	pyMode := *python
-	if !flags.Changed("python") {
-		pyMode = os.Getenv("SWAPAGENT_PYTHON")
-	}
-	switch pyMode {
-	case "", "auto", "off":
-	default:
-		return c.UsageError(os.Stderr, "bad --python %q (want auto or off)", pyMode)
+	if flags.Changed("python") {
+		var ok bool
+		if pyMode, ok = agent.PythonMode(pyMode); !ok {
+			return c.UsageError(os.Stderr, "bad --python %q (want auto or off)", *python)
+		}
+	} else if env := os.Getenv(agent.EnvPython); env != "" {
+		pyMode = env // as it is: a bad one is refused below
+		if m, ok := agent.PythonMode(env); ok {
+			pyMode = m
+		}
 	}
 
 	libPath, err := agentLibrary(*lib)
@@ -113,10 +112,12 @@ func cmdRun(args []string) int {
 	}
 
 	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir(), pyMode)
-	// Every setting the agent reads, by the agent's own rule: a bad one refused now, not warned of in every
-	// process of the job.
+	// Every setting the agent and its companions read (agent.Settings), by their one rule: each bad one
+	// named on its own line now, and nothing run, rather than warned of in every process of the job.
 	if ps := agent.CheckEnv(func(k string) (string, bool) { v := getenv(env, k); return v, v != "" }); len(ps) > 0 {
-		c.Errorf(os.Stderr, "%s", ps[0].Refusal())
+		for _, p := range ps {
+			c.Errorf(os.Stderr, "%s", p.Refusal())
+		}
 		return exitUsage
 	}
 	if warn != "" {
