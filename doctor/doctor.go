@@ -144,9 +144,17 @@ func findLogs(dir string) ([]logFile, []string, error) {
 		}
 		var out []logFile
 		for _, e := range es {
-			if accept(e.Name()) && isFile(filepath.Join(d, e.Name()), e) {
-				p := filepath.Join(d, e.Name())
+			p := filepath.Join(d, e.Name())
+			switch {
+			case !accept(e.Name()) || e.IsDir():
+			case isFile(p, e):
 				out = append(out, logFile{path: p, rank: rankOf(p)})
+			default: // a FIFO, socket or device with a log's name: named, never opened to wait on
+				if f, err := trace.Open(p); err != nil {
+					notes = append(notes, "skipped "+oneLine(err))
+				} else {
+					f.Close()
+				}
 			}
 		}
 		return out

@@ -655,3 +655,34 @@ func TestAgentLogBesideLaterSegment(t *testing.T) {
 		t.Errorf("logs %v, want train.log and not node-1.31200.log", res.Logs)
 	}
 }
+
+// TestFIFOLogIsANote: a FIFO with a job log's name beside real logs is named in one note and never opened
+// to wait on; the real logs are diagnosed.
+func TestFIFOLogIsANote(t *testing.T) {
+	root := t.TempDir()
+	copyFixture(t, root)
+	fifo := filepath.Join(root, "worker_9.log")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Result, 1)
+	go func() {
+		res, err := Diagnose(root)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if res == nil {
+			return
+		}
+		if len(res.Faults) != 2 || slices.Contains(res.Logs, "worker_9.log") ||
+			!slices.Contains(res.Notes, "skipped "+fifo+": a named pipe (FIFO), not a regular file") {
+			t.Errorf("faults %d logs %v notes %q", len(res.Faults), res.Logs, res.Notes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("doctor did not return within 5 s with a FIFO among the logs")
+	}
+}
