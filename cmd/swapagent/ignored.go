@@ -1,9 +1,8 @@
-//go:build cgo
-
 // ignored.go records which signals this process inherited ignored (SIG_IGN), before the Go runtime
 // starts: the runtime keeps an inherited SIG_IGN only for SIGHUP and SIGINT (signal.Ignored sees those)
 // and installs its own handler for SIGQUIT and SIGTERM whatever it found, so their inherited
-// disposition is lost by the time main runs. A C constructor runs before the runtime and keeps it.
+// disposition is lost by the time main runs. A C constructor runs before the runtime and keeps it (the
+// command needs cgo anyway: replay/aclrt).
 package main
 
 /*
