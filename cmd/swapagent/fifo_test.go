@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -54,6 +55,28 @@ func TestReadersRefuseSpecialFiles(t *testing.T) {
 		})
 		t.Run(c.name+" FIFO in a directory", func(t *testing.T) {
 			refused(t, run(append(c.args, dir)...), fifo, "a named pipe (FIFO)")
+		})
+	}
+	// Beside a readable trace the FIFO is skipped with its one line, and the rest is read (exit 3).
+	mixed := t.TempDir()
+	good, err := os.ReadFile(testenv.Path(t, "trace/testdata/v1.swtrace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mixed, "a.swtrace"), good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mixedFIFO := filepath.Join(mixed, "b.swtrace")
+	if err := syscall.Mkfifo(mixedFIFO, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"report", "replay"} {
+		t.Run(cmd+" FIFO beside a trace", func(t *testing.T) {
+			r := run(cmd, mixed)
+			if r.Code != exitPartial || !strings.Contains(r.Stdout, "a.swtrace") {
+				t.Errorf("exit %d stdout %q, want %d and the trace read", r.Code, r.Stdout, exitPartial)
+			}
+			oneLine(t, r, "skipped "+mixedFIFO+": a named pipe (FIFO), not a regular file")
 		})
 	}
 	t.Run("report socket", func(t *testing.T) { refused(t, run("report", sock), sock, "a socket") })
