@@ -25,8 +25,9 @@ const (
 	EnvPrefetch = "SWAPAGENT_PREFETCH"
 	EnvMinBytes = "SWAPAGENT_MIN_BYTES"
 	EnvLog      = "SWAPAGENT_LOG"
-	EnvPython   = "SWAPAGENT_PYTHON" // auto or off: the Python bootstrap of `swapagent run`
-	EnvTrace    = "SWAPAGENT_TRACE"  // all, memory or off: what the trace records (tracelevel.go)
+	EnvPython   = "SWAPAGENT_PYTHON"   // auto or off: the Python bootstrap of `swapagent run`
+	EnvTrace    = "SWAPAGENT_TRACE"    // all, memory or off: what the trace records (tracelevel.go)
+	EnvCompiled = "SWAPAGENT_COMPILED" // auto, 0 or 1: the companions' compiled hot path
 	// EnvTraceLimit is the bytes of trace a process keeps (2M, 512MiB, 1G, a plain count; 0: no limit): the
 	// newest segments within it, the oldest deleted (trace/segment.go).
 	EnvTraceLimit = "SWAPAGENT_TRACE_LIMIT"
@@ -56,6 +57,8 @@ type Config struct {
 	RankSet  bool
 	// Python is SWAPAGENT_PYTHON: "" when unset (the bootstrap was not offered), auto or off.
 	Python string
+	// Compiled is SWAPAGENT_COMPILED, one of CompiledModes ("" when unset): read by the Python companions.
+	Compiled string
 	// TraceLimit is SWAPAGENT_TRACE_LIMIT in bytes (trace.DefaultLimit when unset; 0: no limit).
 	TraceLimit int64
 	// Trace is SWAPAGENT_TRACE, one of TraceLevels: what the trace records (tracelevel.go's rule; "" is
@@ -106,78 +109,112 @@ func CheckEnv(lookup func(string) (string, bool)) []Problem {
 	return ps
 }
 
+// Setting is one SWAPAGENT_* variable the agent reads, with its rule: what it wants, the default a bad
+// value falls back to, and parse, which takes a good value into the configuration (false for a bad one).
+// Settings is the one list: the agent reads it at load (a bad value: one line, the default), and
+// `swapagent run` checks it before it starts a job (a bad value: one line each, nothing run).
+type Setting struct {
+	Name, Want, Default string
+	parse               func(v string, c *Config) bool
+}
+
+// Settings are every setting the agent and its companions read from the environment, in the order
+// their problems are reported. SWAPAGENT_COMPILED is read by the Python companions (core.hot_module,
+// which follows the same rule); the agent checks it so that a bad value is named once, up front.
+var Settings = []Setting{
+	{EnvPolicy, "one of " + strings.Join(Policies, ", "), DefaultPolicy, func(v string, c *Config) bool {
+		// offload.ParsePolicy: the exact, lower-case names, as run --policy and replay --policy take them.
+		if _, err := offload.ParsePolicy(v); err != nil {
+			return false
+		}
+		c.Policy = v
+		return true
+	}},
+	{EnvOut, "a directory", DefaultOut, func(v string, c *Config) bool { c.Out = v; return true }},
+	{EnvPrefetch, "an integer from 0 to 1024", strconv.Itoa(DefaultPrefetch), func(v string, c *Config) bool {
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		c.Prefetch = n
+		return err == nil && n >= 0 && n <= 1024
+	}},
+	{EnvMinBytes, "a byte count (64K, 64KiB, 1M, or a number of bytes)", "64K", func(v string, c *Config) bool {
+		n, ok := bytesize.Parse(v)
+		c.MinBytes = n
+		return ok
+	}},
+	{EnvTrace, "one of " + strings.Join(TraceLevels, ", "), DefaultTrace, func(v string, c *Config) bool {
+		c.Trace = word(v)
+		return contains(TraceLevels, c.Trace)
+	}},
+	// Below one smallest segment the limit could keep nothing whole.
+	{EnvTraceLimit, "a byte count of at least 16K (2M, 512MiB, 1G), or 0 for no limit", "1G", func(v string, c *Config) bool {
+		n, ok := bytesize.Parse(v)
+		c.TraceLimit = int64(n)
+		return ok && (n == 0 || n >= trace.MinLimit)
+	}},
+	{EnvLog, "one of debug, info, warn, error", "warn", func(v string, c *Config) bool {
+		l, ok := logLevels[word(v)]
+		c.Level = l
+		return ok
+	}},
+	{EnvPython, "auto or off", "auto", func(v string, c *Config) bool {
+		c.Python = word(v)
+		return c.Python == "auto" || c.Python == "off"
+	}},
+	{EnvCompiled, "one of " + strings.Join(CompiledModes, ", "), "auto", func(v string, c *Config) bool {
+		c.Compiled = word(v)
+		return contains(CompiledModes, c.Compiled)
+	}},
+}
+
+// CompiledModes are the values SWAPAGENT_COMPILED takes: auto takes the compiled hot path when it loads,
+// 0 never, 1 insists (docs/companions.md, "The compiled hot path").
+var CompiledModes = []string{"auto", "0", "1"}
+
+var logLevels = map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel,
+	"warn": zapcore.WarnLevel, "warning": zapcore.WarnLevel, "error": zapcore.ErrorLevel}
+
+// word is a value of a setting that names one of a few words: blanks around it and case do not matter.
+func word(v string) string { return strings.ToLower(strings.TrimSpace(v)) }
+
+// PythonMode is SWAPAGENT_PYTHON's rule for `swapagent run --python`: the mode, and whether v is one.
+func PythonMode(v string) (string, bool) {
+	var c Config
+	ok := settingNamed(EnvPython).parse(v, &c)
+	return c.Python, ok
+}
+
+func settingNamed(name string) Setting {
+	for _, s := range Settings {
+		if s.Name == name {
+			return s
+		}
+	}
+	panic("agent: no setting " + name)
+}
+
 func load(lookup func(string) (string, bool)) (Config, []Problem) {
-	c := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
+	def := Config{Policy: DefaultPolicy, Out: DefaultOut, Prefetch: DefaultPrefetch, MinBytes: DefaultMinBytes,
 		Trace: DefaultTrace, TraceLimit: trace.DefaultLimit, Level: zapcore.WarnLevel, Rank: -1}
+	c := def
 	c.InjectPanic, _ = lookup("SWAPAGENT_TEST_PANIC")
 	c.InjectHang, _ = lookup("SWAPAGENT_TEST_HANG")
 	if v, _ := lookup("SWAPAGENT_TEST_UNORDERED"); v == "1" {
 		c.TestUnordered = true
 	}
 	var problems []Problem
-	bad := func(name, val, want, def string) {
-		problems = append(problems, Problem{name, val, want, def})
-	}
-	if v, ok := lookup(EnvPolicy); ok && v != "" {
-		if p := strings.ToLower(strings.TrimSpace(v)); contains(Policies, p) {
-			c.Policy = p
-		} else {
-			bad(EnvPolicy, v, "one of "+strings.Join(Policies, ", "), DefaultPolicy)
+	for _, s := range Settings {
+		v, ok := lookup(s.Name)
+		if !ok || v == "" {
+			continue
 		}
-	}
-	if v, ok := lookup(EnvOut); ok && v != "" {
-		c.Out = v
-	}
-	if v, ok := lookup(EnvPrefetch); ok && v != "" {
-		if n, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && n >= 0 && n <= 1024 {
-			c.Prefetch = n
-		} else {
-			bad(EnvPrefetch, v, "an integer from 0 to 1024", strconv.Itoa(DefaultPrefetch))
+		try := c
+		if s.parse(v, &try) {
+			c = try
+			continue
 		}
-	}
-	if v, ok := lookup(EnvMinBytes); ok && v != "" {
-		if n, ok := bytesize.Parse(v); ok {
-			c.MinBytes = n
-		} else {
-			bad(EnvMinBytes, v, "a byte count (64K, 64KiB, 1M, or a number of bytes)", "64K")
-		}
-	}
-	if v, ok := lookup(EnvTrace); ok && v != "" {
-		if l := strings.ToLower(strings.TrimSpace(v)); contains(TraceLevels, l) {
-			c.Trace = l
-		} else {
-			bad(EnvTrace, v, "one of "+strings.Join(TraceLevels, ", "), DefaultTrace)
-		}
-	}
-	if v, ok := lookup(EnvTraceLimit); ok && v != "" {
-		// Below one smallest segment the limit could keep nothing whole.
-		if n, ok := bytesize.Parse(v); ok && (n == 0 || n >= trace.MinLimit) {
-			c.TraceLimit = int64(n)
-		} else {
-			bad(EnvTraceLimit, v, "a byte count of at least 16K (2M, 512MiB, 1G), or 0 for no limit", "1G")
-		}
-	}
-	if v, ok := lookup(EnvLog); ok && v != "" {
-		switch strings.ToLower(strings.TrimSpace(v)) {
-		case "debug":
-			c.Level = zapcore.DebugLevel
-		case "info":
-			c.Level = zapcore.InfoLevel
-		case "warn", "warning":
-			c.Level = zapcore.WarnLevel
-		case "error":
-			c.Level = zapcore.ErrorLevel
-		default:
-			bad(EnvLog, v, "one of debug, info, warn, error", "warn")
-		}
-	}
-	if v, ok := lookup(EnvPython); ok && v != "" {
-		switch p := strings.ToLower(strings.TrimSpace(v)); p {
-		case "auto", "off":
-			c.Python = p
-		default:
-			bad(EnvPython, v, "auto or off", "auto")
-			c.Python = "auto"
+		problems = append(problems, Problem{s.Name, v, s.Want, s.Default})
+		if s.Name == EnvPython {
+			c.Python = "auto" // the bootstrap was offered: a bad mode is taken as auto
 		}
 	}
 	c.Role, _ = lookup("MS_ROLE")

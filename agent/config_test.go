@@ -105,3 +105,50 @@ func TestTraceLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestEverySettingOneRule: each setting the agent and its companions read is in Settings and checked by
+// it: a bad value is one problem naming the variable, the value and what it wants, and the default stays;
+// SWAPAGENT_COMPILED included. Policy names are exact (offload.ParsePolicy), as run and replay take them.
+func TestEverySettingOneRule(t *testing.T) {
+	bad := map[string]string{EnvPolicy: "SAFE", EnvPrefetch: "x", EnvMinBytes: "lots", EnvTrace: "calls",
+		EnvTraceLimit: "1", EnvLog: "loud", EnvPython: "maybe", EnvCompiled: "2"}
+	names := map[string]bool{}
+	for _, s := range Settings {
+		names[s.Name] = true
+	}
+	for name := range bad {
+		if !names[name] {
+			t.Errorf("%s is not in Settings", name)
+		}
+	}
+	def, _ := LoadConfig(func(string) (string, bool) { return "", false })
+	for name, v := range bad {
+		c, problems := LoadConfig(func(k string) (string, bool) {
+			if k == name {
+				return v, true
+			}
+			return "", false
+		})
+		want := fmt.Sprintf("%s=%q is not ", name, v)
+		if len(problems) != 1 || !strings.HasPrefix(problems[0], want) || strings.Contains(problems[0], "\n") {
+			t.Errorf("%s=%q: problems %q, want one starting %q", name, v, problems, want)
+		}
+		if name != EnvPython && fmt.Sprint(c) != fmt.Sprint(def) {
+			t.Errorf("%s=%q: config %+v, want the defaults %+v", name, v, c, def)
+		}
+	}
+	// All at once: one problem each, in Settings' order.
+	c, problems := LoadConfig(func(k string) (string, bool) { v, ok := bad[k]; return v, ok })
+	if len(problems) != len(bad) || c.Policy != DefaultPolicy || c.Compiled != "" {
+		t.Errorf("all bad: %d problems %q, policy %q compiled %q", len(problems), problems, c.Policy, c.Compiled)
+	}
+	for _, good := range []struct{ name, v string }{{EnvCompiled, "auto"}, {EnvCompiled, " 1 "}, {EnvCompiled, "0"},
+		{EnvPolicy, "outputs-only"}, {EnvPython, "OFF"}} {
+		if _, problems := LoadConfig(func(k string) (string, bool) { return good.v, k == good.name }); len(problems) != 0 {
+			t.Errorf("%s=%q: problems %q", good.name, good.v, problems)
+		}
+	}
+	if m, ok := PythonMode(" Off "); !ok || m != "off" {
+		t.Errorf("PythonMode: %q %v", m, ok)
+	}
+}

@@ -30,6 +30,8 @@ type Result struct {
 	Traces []string `json:"traces"` // trace files read
 	Faults []Fault  `json:"faults"` // one per fault record, in rank order
 	Notes  []string `json:"notes,omitempty"`
+	// tracesFound counts the trace files found, read or not (those not read are notes).
+	tracesFound int
 }
 
 // Diagnosed reports whether any fault was found.
@@ -142,9 +144,17 @@ func findLogs(dir string) ([]logFile, []string, error) {
 		}
 		var out []logFile
 		for _, e := range es {
-			if accept(e.Name()) && isFile(filepath.Join(d, e.Name()), e) {
-				p := filepath.Join(d, e.Name())
+			p := filepath.Join(d, e.Name())
+			switch {
+			case !accept(e.Name()) || e.IsDir():
+			case isFile(p, e):
 				out = append(out, logFile{path: p, rank: rankOf(p)})
+			default: // a FIFO, socket or device with a log's name: named, never opened to wait on
+				if f, err := trace.Open(p); err != nil {
+					notes = append(notes, "skipped "+oneLine(err))
+				} else {
+					f.Close()
+				}
 			}
 		}
 		return out
@@ -173,14 +183,17 @@ func findLogs(dir string) ([]logFile, []string, error) {
 }
 
 // agentLog says whether name in dir is the agent's own log (<host>[.rank<R>].<pid>.log beside its trace),
-// not a log of the job: it repeats the faults the trace holds.
+// not a log of the job: it repeats the faults the trace holds. Any segment of that trace is beside it
+// (trace.FirstSegment's rule: <stem>+<k>.swtrace), whether or not the first was dropped under a limit.
 func agentLog(dir, name string) bool {
-	stem := filepath.Join(dir, strings.TrimSuffix(name, ".log"))
-	if _, err := os.Stat(stem + ".swtrace"); err == nil {
-		return true
+	first := filepath.Join(dir, strings.TrimSuffix(name, ".log")) + trace.FileSuffix
+	es, _ := os.ReadDir(dir)
+	for _, e := range es {
+		if strings.HasSuffix(e.Name(), trace.FileSuffix) && trace.FirstSegment(filepath.Join(dir, e.Name())) == first {
+			return true
+		}
 	}
-	segs, _ := filepath.Glob(stem + ".*.swtrace")
-	return len(segs) > 0
+	return false
 }
 
 // subdirs lists the directories in d, sorted, leaving out where traces live (swapagent-out) and hidden ones.
@@ -215,10 +228,11 @@ func Diagnose(dir string) (*Result, error) {
 	}
 	res := &Result{Dir: dir, Notes: notes, Faults: []Fault{}, Traces: []string{}, Logs: []string{}}
 	if len(logs) == 0 { // a trace directory (swapagent run --out): the traces alone
-		traces := loadTraces(dir, nil, res)
-		if len(traces) == 0 {
+		traces, found := loadTraces(dir, nil, res)
+		if found == 0 { // traces that cannot be read are notes: diagnosed, not bad input
 			return nil, fmt.Errorf("%s: no log files (expected worker_<rank>.log or scheduler.log) and no traces", dir)
 		}
+		res.tracesFound = found
 		attachTraces(res, traces, nil)
 		res.finish()
 		return res, nil
@@ -256,7 +270,8 @@ func Diagnose(dir string) (*Result, error) {
 		return nil, fmt.Errorf("%s: none of the %d log files could be read", dir, len(logs))
 	}
 
-	traces := loadTraces(dir, logs, res)
+	traces, found := loadTraces(dir, logs, res)
+	res.tracesFound = found
 	attachTraces(res, traces, infos)
 	res.finish()
 	return res, nil
@@ -264,6 +279,11 @@ func Diagnose(dir string) (*Result, error) {
 
 // finish explains every fault, folds those of one cause (fold) and puts them in rank order.
 func (r *Result) finish() {
+	defer func() {
+		if r.Faults == nil {
+			r.Faults = []Fault{} // JSON: an empty list, not null
+		}
+	}()
 	for i := range r.Faults {
 		explain(&r.Faults[i])
 	}
@@ -326,7 +346,7 @@ func (f *Fault) brief() string {
 }
 
 func parseFile(path string) ([]acllog.Record, error) {
-	f, err := os.Open(path)
+	f, err := trace.Open(path) // the readers' rule: a FIFO named *.log is refused, not waited on
 	if err != nil {
 		return nil, err
 	}
@@ -398,8 +418,7 @@ func traceDirs(dir string, logs []logFile) []string {
 	return out
 }
 
-func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
-	var out []*traceIndex
+func loadTraces(dir string, logs []logFile, res *Result) (out []*traceIndex, found int) {
 	seen := map[string]bool{}
 	for _, d := range traceDirs(dir, logs) {
 		paths, err := findTraces(d)
@@ -416,6 +435,7 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 				continue
 			}
 			seen[key] = true
+			found++
 			ix, err := loadTrace(p)
 			if err != nil {
 				res.Notes = append(res.Notes, "skipped trace: "+oneLine(err))
@@ -429,7 +449,7 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 			out = append(out, ix)
 		}
 	}
-	return out
+	return out, found
 }
 
 // logInfo is one log as matching needs it.

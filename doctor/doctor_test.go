@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -543,5 +545,144 @@ func TestDescribedTrace(t *testing.T) {
 	rank0, _, _ := strings.Cut(out.String(), "rank 3 (") // rank 3 has no trace: its size is a guess
 	if strings.Contains(rank0, "guessed") {
 		t.Errorf("a described storage's size is guessed:\n%s", rank0)
+	}
+}
+
+// TestUnreadableTracesAreNotes: a directory holding only traces that cannot be read (empty, garbage, cut
+// inside the header, a FIFO) is diagnosed, not refused: exit 0, the clean line saying none of them could
+// be read, and one note naming each. A FIFO is refused at once, never waited on.
+func TestUnreadableTracesAreNotes(t *testing.T) {
+	root := t.TempDir()
+	good := filepath.Join(t.TempDir(), "good.swtrace")
+	writeRopeTrace(t, good, 0, false)
+	b, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"empty.swtrace": nil, "garbage.swtrace": []byte("not a trace at all"),
+		"cut.swtrace": b[:10]}
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(root, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo.swtrace"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		code      int
+		out, errs string
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		code, out, errs := runMain(t, root)
+		done <- outcome{code, out, errs}
+	}()
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("doctor did not return within 5 s on a directory with a FIFO")
+	}
+	if o.code != ExitClean || o.errs != "" {
+		t.Fatalf("exit %d stderr %q, want 0 and nothing on stderr\n%s", o.code, o.errs, o.out)
+	}
+	lines := strings.Split(strings.TrimSuffix(o.out, "\n"), "\n")
+	if lines[0] != "no null-address or aicore faults found in 0 of 4 traces (no job logs; 4 could not be read)" {
+		t.Errorf("first line %q", lines[0])
+	}
+	for _, name := range []string{"empty.swtrace", "garbage.swtrace", "cut.swtrace", "fifo.swtrace"} {
+		n := 0
+		for _, l := range lines[1:] {
+			if strings.HasPrefix(l, "note: ") && strings.Contains(l, name) {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Errorf("%d note lines name %s, want 1:\n%s", n, name, o.out)
+		}
+	}
+	if !strings.Contains(o.out, "fifo.swtrace: a named pipe (FIFO), not a regular file") {
+		t.Errorf("the FIFO's note does not say what it is:\n%s", o.out)
+	}
+	// A readable trace beside them is read and counted.
+	if err := os.WriteFile(filepath.Join(root, "good.swtrace"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runMain(t, root)
+	if code != ExitClean || !strings.HasPrefix(out, "no null-address or aicore faults found in 1 of 5 traces (no job logs; 4 could not be read)\n") {
+		t.Errorf("exit %d\n%s", code, out)
+	}
+	// JSON: faults is an empty list, not null.
+	code, out, _ = runMain(t, "--format", "json", root)
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || code != ExitClean {
+		t.Fatalf("json: exit %d, %v\n%s", code, err, out)
+	}
+	if f, ok := doc["faults"].([]any); !ok || len(f) != 0 {
+		t.Errorf("json faults %v, want []", doc["faults"])
+	}
+}
+
+// TestAgentLogBesideLaterSegment: the agent's own log (<host>.<pid>.log) is never a job log, also when the
+// first segment of its trace was dropped under SWAPAGENT_TRACE_LIMIT and only <host>.<pid>+<k>.swtrace is
+// left beside it. A log with no trace of its name beside it stays a job log.
+func TestAgentLogBesideLaterSegment(t *testing.T) {
+	root := t.TempDir()
+	writeRopeTrace(t, filepath.Join(root, "node-1.31200+3.swtrace"), 0, false)
+	agentLine := "2026-01-01T10:00:01.000Z\tWARN\tswapagent\tsomething the agent said\n"
+	if err := os.WriteFile(filepath.Join(root, "node-1.31200.log"), []byte(agentLine), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := Diagnose(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Logs) != 0 {
+		t.Errorf("the agent's own log was read as a job log: logs %v", res.Logs)
+	}
+	if len(res.Traces) != 1 {
+		t.Errorf("traces %v, want the one segment", res.Traces)
+	}
+	job := filepath.Join(root, "train.log")
+	if err := os.WriteFile(job, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = Diagnose(root); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(res.Logs, "train.log") || slices.Contains(res.Logs, "node-1.31200.log") {
+		t.Errorf("logs %v, want train.log and not node-1.31200.log", res.Logs)
+	}
+}
+
+// TestFIFOLogIsANote: a FIFO with a job log's name beside real logs is named in one note and never opened
+// to wait on; the real logs are diagnosed.
+func TestFIFOLogIsANote(t *testing.T) {
+	root := t.TempDir()
+	copyFixture(t, root)
+	fifo := filepath.Join(root, "worker_9.log")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *Result, 1)
+	go func() {
+		res, err := Diagnose(root)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	select {
+	case res := <-done:
+		if res == nil {
+			return
+		}
+		if len(res.Faults) != 2 || slices.Contains(res.Logs, "worker_9.log") ||
+			!slices.Contains(res.Notes, "skipped "+fifo+": a named pipe (FIFO), not a regular file") {
+			t.Errorf("faults %d logs %v notes %q", len(res.Faults), res.Logs, res.Notes)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("doctor did not return within 5 s with a FIFO among the logs")
 	}
 }

@@ -7,13 +7,13 @@ package doctor
 import (
 	"bufio"
 	"io"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
 	"time"
 
 	"swapagent/acllog"
+	"swapagent/trace"
 )
 
 var (
@@ -35,7 +35,7 @@ type logMeta struct {
 // scanLogMeta reads the log at path once more for pids and times; recTimes maps each record's first
 // line to the first time stamped inside it (else the last one before it).
 func scanLogMeta(path string, recs []acllog.Record) (*logMeta, error) {
-	f, err := os.Open(path)
+	f, err := trace.Open(path)
 	if err != nil {
 		return nil, err
 	}

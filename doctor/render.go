@@ -247,7 +247,15 @@ func orUnknown(s string) string {
 func (r *Result) Render(out io.Writer) {
 	w := cli.Terminal(out)
 	if !r.Diagnosed() {
-		fmt.Fprintf(w, "no null-address or aicore faults found in %d logs\n", len(r.Logs))
+		switch {
+		case len(r.Logs) > 0:
+			fmt.Fprintf(w, "no null-address or aicore faults found in %d logs\n", len(r.Logs))
+		case len(r.Traces) == r.tracesFound:
+			fmt.Fprintf(w, "no null-address or aicore faults found in %s (no job logs)\n", plural(len(r.Traces), "trace"))
+		default: // what was lost is in the notes
+			fmt.Fprintf(w, "no null-address or aicore faults found in %d of %s (no job logs; %d could not be read)\n",
+				len(r.Traces), plural(r.tracesFound, "trace"), r.tracesFound-len(r.Traces))
+		}
 		r.renderNotes(w)
 		return
 	}

@@ -47,7 +47,8 @@ func Inputs(path string) (files []string, found string, err error) {
 
 // Load summarizes every trace under path (see Inputs), sorted by file name. A file named by path itself
 // that cannot be read is an error; in a directory such a file is skipped (skipped holds one line for
-// each, naming the file) and only a directory where no trace could be read is an error. found is as
+// each, naming the file) and only a directory where no trace could be read is an error (that file's own
+// error when it holds one trace file, else one line for the directory after the skipped). found is as
 // Inputs says. keep is what the summaries keep beyond the figures (LoadFile).
 func Load(path string, keep *Keep) (sums []*Summary, skipped []error, found string, err error) {
 	files, found, err := Inputs(path)
@@ -70,6 +71,9 @@ func Load(path string, keep *Keep) (sums []*Summary, skipped []error, found stri
 		sums = append(sums, s)
 	}
 	if len(sums) == 0 {
+		if len(skipped) == 1 { // one file, unreadable: its own line, as when it is named
+			return nil, nil, found, skipped[0]
+		}
 		return nil, skipped, found, fmt.Errorf("%s: none of the %d trace files could be read", path, len(files))
 	}
 	return sums, skipped, found, nil

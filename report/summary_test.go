@@ -356,12 +356,20 @@ func TestLoadDirectory(t *testing.T) {
 	if err != nil || len(sums) != 1 || found != out {
 		t.Errorf("msrun log dir: %d summaries, found %q, %v", len(sums), found, err)
 	}
-	// Only bad files: an error.
+	// Only bad files: an error; one bad file is that file's error alone (one line, as when it is named).
 	bad := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bad, "x.1.swtrace"), []byte("junk"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, skipped, _, err := Load(bad, nil); err == nil || len(skipped) != 1 {
+	if _, skipped, _, err := Load(bad, nil); err == nil || len(skipped) != 0 ||
+		!strings.Contains(err.Error(), "x.1.swtrace: not a readable trace") {
+		t.Errorf("directory of one bad file: %v, skipped %v", err, skipped)
+	}
+	if err := os.WriteFile(filepath.Join(bad, "x.2.swtrace"), []byte("junk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, skipped, _, err := Load(bad, nil); err == nil || len(skipped) != 2 ||
+		!strings.Contains(err.Error(), "none of the 2 trace files could be read") {
 		t.Errorf("directory of bad files: %v, skipped %v", err, skipped)
 	}
 }

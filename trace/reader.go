@@ -216,7 +216,7 @@ func (r *Reader) load(count uint32) string {
 // error that stopped it: nil at a clean end, or one matching ErrTruncated or ErrCorrupt (a
 // process killed while writing leaves ErrTruncated at worst). A bad header gives ErrFormat.
 func ReadFile(path string) (Header, []Event, error) {
-	f, err := os.Open(path)
+	f, err := Open(path)
 	if err != nil {
 		return Header{}, nil, err
 	}

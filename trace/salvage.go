@@ -471,7 +471,7 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 
 // headerOf reads the header of the trace at path.
 func headerOf(path string) (Header, error) {
-	in, err := os.Open(path)
+	in, err := Open(path)
 	if err != nil {
 		return Header{}, err
 	}
@@ -485,20 +485,18 @@ func headerOf(path string) (Header, error) {
 
 // scanOne is read on one file.
 func scanOne(path string, emit func(*Event)) (*File, error) {
-	fi, err := os.Stat(path)
+	in, err := Open(path) // a regular file or an anonymous pipe
+	if err != nil {
+		return nil, err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
 	switch {
 	case err != nil:
 		return nil, PathError(path, err)
-	case fi.IsDir():
-		return nil, fmt.Errorf("%s: is a directory", path)
 	case fi.Mode().IsRegular() && fi.Size() == 0: // a pipe has no size: read it
 		return nil, &traceError{kind: ErrFormat, msg: path + ": empty, not a trace"}
 	}
-	in, err := os.Open(path)
-	if err != nil {
-		return nil, PathError(path, err)
-	}
-	defer in.Close()
 	f, err := read(path, in, emit)
 	if err == nil {
 		f.Bytes = fi.Size()

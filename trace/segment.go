@@ -64,6 +64,13 @@ func splitSegment(path string) (first string, k int) {
 	return base[:i] + FileSuffix, n
 }
 
+// FirstSegment is the path of the first segment of the trace whose segment path is (path itself when it
+// is a first segment, or no segment name at all): <dir>/<base>+<k>.swtrace gives <dir>/<base>.swtrace.
+func FirstSegment(path string) string {
+	first, _ := splitSegment(path)
+	return first
+}
+
 // segmentsOf lists the segment files of the trace path belongs to that exist beside it, by index.
 func segmentsOf(path string) []string {
 	first, _ := splitSegment(path)

@@ -321,12 +321,42 @@ func TestRunUsage(t *testing.T) {
 		{"bad policy", nil, []string{"run", "--lib", lib, "--policy", "yolo", "--", "true"}, `bad --policy "yolo"`},
 		// Policy names are lower case everywhere: the agent, run and replay reject the same names.
 		{"policy in capitals", nil, []string{"run", "--lib", lib, "--policy", "SAFE", "--", "true"}, `bad --policy "SAFE"`},
-		{"policy in capitals in the environment", []string{"SWAPAGENT_POLICY=Safe"}, []string{"run", "--lib", lib, "--", "true"},
-			`bad SWAPAGENT_POLICY "Safe"`},
+		{"bad python mode", nil, []string{"run", "--lib", lib, "--python", "maybe", "--", "true"}, `bad --python "maybe"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			usageErr(t, swapagent(t, c.env, c.args...), "run", c.want)
+		})
+	}
+	// A bad setting in the environment is not bad usage: one line each (agent.Settings' rule), no usage,
+	// exit 2, and CMD is not run.
+	out := t.TempDir()
+	ran := filepath.Join(out, "ran")
+	for _, c := range []struct {
+		name string
+		env  []string
+		want []string
+	}{
+		{"policy in capitals", []string{"SWAPAGENT_POLICY=Safe"}, []string{`bad SWAPAGENT_POLICY "Safe" in the environment (want one of safe, outputs-only, off)`}},
+		{"compiled 2", []string{"SWAPAGENT_COMPILED=2"}, []string{`bad SWAPAGENT_COMPILED "2" in the environment (want one of auto, 0, 1)`}},
+		{"python mode", []string{"SWAPAGENT_PYTHON=maybe"}, []string{`bad SWAPAGENT_PYTHON "maybe" in the environment (want auto or off)`}},
+		{"three at once", []string{"SWAPAGENT_POLICY=yolo", "SWAPAGENT_LOG=loud", "SWAPAGENT_COMPILED=yes"}, []string{
+			`bad SWAPAGENT_POLICY "yolo"`, `bad SWAPAGENT_LOG "loud"`, `bad SWAPAGENT_COMPILED "yes"`}},
+	} {
+		t.Run("environment "+c.name, func(t *testing.T) {
+			r := swapagent(t, c.env, "run", "--lib", lib, "--out", out, "--", "touch", ran)
+			lines := strings.Split(strings.TrimSuffix(r.Stderr, "\n"), "\n")
+			if r.Code != 2 || r.Stdout != "" || len(lines) != len(c.want) {
+				t.Fatalf("exit %d stdout %q stderr %q: want 2 and %d lines", r.Code, r.Stdout, r.Stderr, len(c.want))
+			}
+			for i, w := range c.want {
+				if !strings.HasPrefix(lines[i], "swapagent run: "+w) {
+					t.Errorf("line %d %q, want %q", i, lines[i], w)
+				}
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Errorf("CMD ran")
+			}
 		})
 	}
 	r0 := swapagent(t, nil, "run", "--lib", "/nonexistent/libswapagent.so", "--", "true")

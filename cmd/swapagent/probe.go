@@ -80,7 +80,7 @@ func cmdProbe(args []string) int {
 	}
 
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	catchForwarded(sigs)
 	defer signal.Stop(sigs)
 
 	var cmd *exec.Cmd

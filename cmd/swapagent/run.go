@@ -37,8 +37,27 @@ Exit: CMD's own; 128+N if CMD died of signal N; 126 if CMD cannot be run, 127 if
 2 on bad usage or a missing agent library.`,
 }
 
-// forwarded are the signals run passes on to CMD.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+// forwarded are the signals run passes on to CMD, each unless run inherited it ignored (catchForwarded).
+var forwarded = []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// catchForwarded relays to ch the signals to forward to CMD (run's and probe's). One ignored when this
+// process started (SIGHUP under nohup, SIGINT and SIGQUIT in a background job of a non-interactive shell)
+// stays ignored: it is neither caught nor forwarded, and CMD inherits SIG_IGN through exec (Go resets
+// only the signals it handles to the default in the child), so CMD gets what it would have got without
+// run in front of it.
+func catchForwarded(ch chan<- os.Signal) {
+	var sigs []os.Signal
+	for _, s := range forwarded {
+		if ignoredAtStart(s) {
+			signal.Ignore(s) // SIGQUIT and SIGTERM had the runtime's handler: back to SIG_IGN
+			continue
+		}
+		sigs = append(sigs, s)
+	}
+	if len(sigs) > 0 { // Notify with no signal would catch every signal
+		signal.Notify(ch, sigs...)
+	}
+}
 
 func cmdRun(args []string) int {
 	c := runCmd
@@ -55,26 +74,25 @@ func cmdRun(args []string) int {
 	if len(argv) == 0 {
 		return c.UsageError(os.Stderr, "missing CMD")
 	}
-	// The agent's own rule (offload.ParsePolicy: exact, lower-case names), so run never accepts a name
-	// the agent would then refuse, nor refuses one it accepts.
+	// The flags by the agent's own rules (offload.ParsePolicy: exact, lower-case names; agent.PythonMode), so
+	// run never accepts a value the agent would then refuse, nor refuses one it accepts. The same settings
+	// in the environment are checked with the others below.
 	if flags.Changed("policy") {
 		if _, err := offload.ParsePolicy(*policy); err != nil {
 			return c.UsageError(os.Stderr, "bad --policy %q (want safe, outputs-only or off, in lower case)", *policy)
 		}
-	} else if env, ok := os.LookupEnv("SWAPAGENT_POLICY"); ok && env != "" {
-		if _, err := offload.ParsePolicy(env); err != nil {
-			return c.UsageError(os.Stderr, "bad SWAPAGENT_POLICY %q in the environment (want safe, outputs-only or off, in lower case)", env)
-		}
 	}
-
 	pyMode := *python
-	if !flags.Changed("python") {
-		pyMode = os.Getenv("SWAPAGENT_PYTHON")
-	}
-	switch pyMode {
-	case "", "auto", "off":
-	default:
-		return c.UsageError(os.Stderr, "bad --python %q (want auto or off)", pyMode)
+	if flags.Changed("python") {
+		var ok bool
+		if pyMode, ok = agent.PythonMode(pyMode); !ok {
+			return c.UsageError(os.Stderr, "bad --python %q (want auto or off)", *python)
+		}
+	} else if env := os.Getenv(agent.EnvPython); env != "" {
+		pyMode = env // as it is: a bad one is refused below
+		if m, ok := agent.PythonMode(env); ok {
+			pyMode = m
+		}
 	}
 
 	libPath, err := agentLibrary(*lib)
@@ -94,10 +112,12 @@ func cmdRun(args []string) int {
 	}
 
 	env, warn := agentEnv(os.Environ(), libPath, outDir, *policy, flags.Changed("policy"), companionDir(), pyMode)
-	// Every setting the agent reads, by the agent's own rule: a bad one refused now, not warned of in every
-	// process of the job.
+	// Every setting the agent and its companions read (agent.Settings), by their one rule: each bad one
+	// named on its own line now, and nothing run, rather than warned of in every process of the job.
 	if ps := agent.CheckEnv(func(k string) (string, bool) { v := getenv(env, k); return v, v != "" }); len(ps) > 0 {
-		c.Errorf(os.Stderr, "%s", ps[0].Refusal())
+		for _, p := range ps {
+			c.Errorf(os.Stderr, "%s", p.Refusal())
+		}
 		return exitUsage
 	}
 	if warn != "" {
@@ -111,7 +131,7 @@ func cmdRun(args []string) int {
 	cmd.Env = env
 	// Catch the signals before the child exists so none is lost in between; they are sent on after Start.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
+	catchForwarded(sigs)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		code := 126 // found but not runnable, as a shell says
@@ -361,7 +381,7 @@ func summarise(dir string, before map[string]bool, began time.Time, python bool)
 }
 
 func startedAfter(file string, t time.Time) bool {
-	f, err := os.Open(file)
+	f, err := trace.Open(file)
 	if err != nil {
 		return false
 	}

@@ -116,16 +116,22 @@ def load_hot(path):
     return mod
 
 
+COMPILED_MODES = ("auto", "0", "1")  # agent.CompiledModes
+
+
 def hot_module():
     """The compiled hot path (_hot.c), or None for the pure-Python one, decided once per process.
     SWAPAGENT_COMPILED: unset or "auto" takes it when it loads; "0" never; "1" insists (AgentError when it does
-    not load). The choice is noted in the trace (companion_path), so the run's summary says which path ran."""
+    not load). The choice is noted in the trace (companion_path), so the run's summary says which path ran.
+    The value is read by the agent's rule for every setting (agent.Settings): blanks and case do not matter,
+    and a bad value is "auto", the default, which the agent has named in its one line at load (`swapagent
+    run` refuses it before the job starts)."""
     global _hot, _hot_path_ran
     if _hot_path_ran is not None:
         return _hot
-    want = os.environ.get("SWAPAGENT_COMPILED", "auto").strip().lower() or "auto"
-    if want not in ("auto", "0", "1"):
-        raise AgentError("swapagent: SWAPAGENT_COMPILED=%s: want auto, 0 or 1" % want)
+    want = os.environ.get("SWAPAGENT_COMPILED", "").strip().lower() or "auto"
+    if want not in COMPILED_MODES:
+        want = "auto"
     why = "SWAPAGENT_COMPILED=0"
     if want != "0":
         candidates = hot_candidates()

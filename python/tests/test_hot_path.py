@@ -78,10 +78,18 @@ def test_compiled_required_but_missing_is_a_clear_error(fresh_core, tmp_path, mo
         fresh_core.hot_module()
 
 
-def test_bad_setting_is_a_clear_error(fresh_core, monkeypatch):
-    monkeypatch.setenv("SWAPAGENT_COMPILED", "yes")
-    with pytest.raises(fresh_core.AgentError, match="SWAPAGENT_COMPILED=yes: want auto, 0 or 1"):
-        fresh_core.hot_module()
+def test_bad_setting_is_the_default(fresh_core, tmp_path, monkeypatch):
+    """A bad SWAPAGENT_COMPILED is auto, the default, by the agent's rule for every setting (the agent names
+    it at load; `swapagent run` refuses it): the compiled path is looked for, and its absence is no error."""
+    monkeypatch.setattr(fresh_core, "hot_candidates", lambda: [str(tmp_path / "none.so")])
+    for bad in ("yes", "2"):
+        monkeypatch.setattr(fresh_core, "_hot_path_ran", None)
+        monkeypatch.setenv("SWAPAGENT_COMPILED", bad)
+        assert fresh_core.hot_module() is None
+        assert fresh_core._hot_path_ran.startswith("python: swapagent_hot"), fresh_core._hot_path_ran
+    monkeypatch.setattr(fresh_core, "_hot_path_ran", None)
+    monkeypatch.setenv("SWAPAGENT_COMPILED", " 0 ")
+    assert fresh_core.hot_module() is None and fresh_core._hot_path_ran == "python: SWAPAGENT_COMPILED=0"
 
 
 def test_compiled_module_loads_and_packs(fresh_core, monkeypatch):

@@ -13,7 +13,7 @@ def _bootstrap():
 
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
-    mode = os.environ.get("SWAPAGENT_PYTHON", "auto")
+    mode = os.environ.get("SWAPAGENT_PYTHON", "").strip().lower()  # the agent's rule (agent.Settings)
     state = "off" if mode == "off" else "attached"
     try:
         if state == "attached":

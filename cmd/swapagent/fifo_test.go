@@ -1,0 +1,110 @@
+package main
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"swapagent/internal/testenv"
+)
+
+// TestReadersRefuseSpecialFiles: every reader opens only regular files (and anonymous pipes: `-`,
+// process substitution). A FIFO named *.swtrace, on the command line or alone in a directory, is refused
+// at once with one line; testenv.Run fails the test when a command has not returned within 5 s (it would
+// wait for a writer forever). A socket and a device on the command line get the same one line.
+func TestReadersRefuseSpecialFiles(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "h.1.swtrace")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sockDir := t.TempDir()
+	sock := filepath.Join(sockDir, "s.swtrace")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	cli := testenv.Path(t, testenv.CLI)
+	run := func(args ...string) result {
+		t.Helper()
+		return testenv.Run(t, 5*time.Second, testenv.CleanEnv(), cli, args...)
+	}
+	refused := func(t *testing.T, r result, path, what string) {
+		t.Helper()
+		if r.Code != exitUsage || r.Stdout != "" {
+			t.Errorf("exit %d stdout %q, want %d and nothing", r.Code, r.Stdout, exitUsage)
+		}
+		oneLine(t, r, path+": "+what+", not a regular file")
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"report", []string{"report"}},
+		{"report json", []string{"report", "--format", "json"}},
+		{"replay", []string{"replay"}},
+		{"plan", []string{"plan", "--budget", "1G"}},
+	} {
+		t.Run(c.name+" FIFO named", func(t *testing.T) {
+			refused(t, run(append(c.args, fifo)...), fifo, "a named pipe (FIFO)")
+		})
+		t.Run(c.name+" FIFO in a directory", func(t *testing.T) {
+			refused(t, run(append(c.args, dir)...), fifo, "a named pipe (FIFO)")
+		})
+	}
+	// Beside a readable trace the FIFO is skipped with its one line, and the rest is read (exit 3).
+	mixed := t.TempDir()
+	good, err := os.ReadFile(testenv.Path(t, "trace/testdata/v1.swtrace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mixed, "a.swtrace"), good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mixedFIFO := filepath.Join(mixed, "b.swtrace")
+	if err := syscall.Mkfifo(mixedFIFO, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"report", "replay"} {
+		t.Run(cmd+" FIFO beside a trace", func(t *testing.T) {
+			r := run(cmd, mixed)
+			if r.Code != exitPartial || !strings.Contains(r.Stdout, "a.swtrace") {
+				t.Errorf("exit %d stdout %q, want %d and the trace read", r.Code, r.Stdout, exitPartial)
+			}
+			oneLine(t, r, "skipped "+mixedFIFO+": a named pipe (FIFO), not a regular file")
+		})
+	}
+	t.Run("report socket", func(t *testing.T) { refused(t, run("report", sock), sock, "a socket") })
+	t.Run("report device", func(t *testing.T) { refused(t, run("report", "/dev/null"), "/dev/null", "a character device") })
+	// doctor takes a directory: there a FIFO is a trace that cannot be read, one note.
+	t.Run("doctor FIFO in a directory", func(t *testing.T) {
+		r := run("doctor", dir)
+		if r.Code != 0 || r.Stderr != "" || strings.Count(r.Stdout, "h.1.swtrace") != 1 ||
+			!strings.Contains(r.Stdout, "\nnote: skipped trace: "+fifo+": a named pipe (FIFO), not a regular file\n") {
+			t.Errorf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
+		}
+	})
+	t.Run("doctor FIFO named", func(t *testing.T) {
+		r := run("doctor", fifo)
+		if r.Code != 2 || r.Stdout != "" {
+			t.Errorf("exit %d stdout %q", r.Code, r.Stdout)
+		}
+		oneLine(t, r, fifo+": not a directory")
+	})
+}
+
+// TestReadersReadAnonymousPipes: what refusing FIFOs must not take away: a trace on standard input and
+// through /dev/fd/N (process substitution) is read.
+func TestReadersReadAnonymousPipes(t *testing.T) {
+	tr := testenv.Path(t, "trace/testdata/v1.swtrace")
+	r := testenv.Run(t, 30*time.Second, testenv.CleanEnv(), "bash", "-c",
+		`"$1" report <(cat "$2") && "$1" report - < <(cat "$2")`, "bash", testenv.Path(t, testenv.CLI), tr)
+	if r.Code != 0 || strings.Count(r.Stdout, "process 1234 on host-a") != 2 || !strings.Contains(r.Stdout, "trace: /dev/fd/") {
+		t.Errorf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
+	}
+}
