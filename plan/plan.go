@@ -39,6 +39,9 @@ type Layer struct {
 	// layer's, in bytes per step to the host and to the device: they share the link with swap's.
 	CopiesAfterForward  [2]uint64 `json:"copies_after_forward_bytes"`
 	CopiesAfterBackward [2]uint64 `json:"copies_after_backward_bytes"`
+	// Undeclared: a layer of the model the recording did not declare (Options.NumLayers beyond the
+	// declared): never a candidate; its times are the declared layers' medians, for the time model.
+	Undeclared bool `json:"undeclared,omitempty"`
 }
 
 // Profile is what the recording says a plan needs beyond the simulation.
@@ -50,6 +53,9 @@ type Profile struct {
 	// "measured from N copies", or "assumed").
 	LinkBps  float64
 	LinkFrom string
+	// NumLayers is the model's layer count (MindFormers' num_layers): Options.NumLayers, else the highest
+	// declared index plus one.
+	NumLayers int
 	// JobSwaps: the job's own swap moves the layers (the guard declared them), wired as MindFormers'
 	// apply_swap wires it: layer i with layer i + prefetch, which must be a layer of the model.
 	JobSwaps bool
@@ -103,6 +109,9 @@ type Options struct {
 	LinkBps     float64 // 0: measured from the recording, else DefaultLink
 	// Recompute adds full recompute of each contiguous range as a candidate beside its swap.
 	Recompute bool
+	// NumLayers is the model's layer count when the recording declared fewer (MindFormers' profiling
+	// recipe cannot declare its last layer); 0: the highest declared index plus one.
+	NumLayers int
 }
 
 // Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax.
@@ -114,13 +123,16 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	if opt.LinkBps > 0 {
 		prof.LinkBps, prof.LinkFrom = opt.LinkBps, "--link"
 	}
+	if err := prof.extend(opt.NumLayers); err != nil {
+		return nil, err
+	}
 	p := &Plan{Budget: opt.Budget, Profile: *prof}
 	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
 		Swap: func(string) bool { return false }})
 	p.NoSwapPeak, p.PoolStep, p.Footprint = none.PeakSimulated, none.PoolStep, none.Footprint
 	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated, Released: none.ReleasedByArg})
 	p.Simulations = 1
-	n := len(prof.Layers)
+	n := prof.declared()
 	lowest := 0
 	if prof.JobSwaps { // MindFormers' default_prefetch: the layer whose forward waits for the release
 		lowest = 1
@@ -158,13 +170,13 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 				p.Ranked = append(p.Ranked, c)
 			}
 			for pf := lowest; pf <= max(opt.PrefetchMax, lowest); pf++ {
-				if prof.JobSwaps && b+pf >= n {
+				if prof.JobSwaps && prof.Layers[b].Index+pf >= prof.NumLayers {
 					break // layer b + pf is not in the model: the job's wiring would fail
 				}
 				r := simulate(pf)
 				c := Candidate{Layers: slices.Clone(indices), Prefetch: pf, PeakBytes: r.PeakSimulated,
 					Released: r.ReleasedByArg}
-				moved := make([]uint64, n) // bytes per step of each layer
+				moved := make([]uint64, len(prof.Layers)) // bytes per step of each layer
 				for i := a; i <= b; i++ {
 					if r.Stats != nil {
 						moved[i] = r.Stats.Groups[prof.Layers[i].Group].OffloadedBytes / uint64(max(prof.Steps, 1))
@@ -174,6 +186,17 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 				c.ExposedNS = prof.exposed(moved, pf)
 				p.Ranked = append(p.Ranked, c)
 			}
+		}
+	}
+	if undeclared := len(prof.Layers) - n; undeclared > 0 && p.Footprint == "saved" {
+		// A footprint of saved storages counts only what the declared layers saved: each layer the recording
+		// did not declare is taken to save the declared layers' mean at the peak without swap (what they
+		// share, counted once there, makes it err high), held at the end of the forward (the peak) by every
+		// candidate, as none swaps it. (A device footprint holds their memory already.)
+		extra := uint64(undeclared) * (p.NoSwapPeak / uint64(max(n, 1)))
+		p.NoSwapPeak += extra
+		for i := range p.Ranked {
+			p.Ranked[i].PeakBytes += extra
 		}
 	}
 	p.LowestPeak = p.Ranked[0].PeakBytes
@@ -274,6 +297,47 @@ func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 		job(p.Layers[k].CopiesAfterBackward)
 	}
 	return exposed
+}
+
+// declared is the number of layers the recording declared (the first of Layers; undeclared ones follow).
+func (p *Profile) declared() int {
+	n := 0
+	for _, l := range p.Layers {
+		if !l.Undeclared {
+			n++
+		}
+	}
+	return n
+}
+
+// extend sets the model's layer count: numLayers, or 0 for the highest declared index plus one. Layers the
+// recording did not declare (MindFormers' profiling recipe cannot declare its last one: every listed layer i
+// needs layer i + default_prefetch) are appended after the declared ones with the declared layers' median
+// forward and backward times and none of their copies, for the time model; their memory is in the
+// recording already (declared or not, a layer's saves are allocated and held), and they are never swapped.
+func (p *Profile) extend(numLayers int) error {
+	top := 0
+	for _, l := range p.Layers {
+		top = max(top, l.Index+1)
+	}
+	if numLayers == 0 {
+		p.NumLayers = top
+		return nil
+	}
+	if numLayers < top {
+		return fmt.Errorf("--num-layers %d: the recording declares layer %d", numLayers, top-1)
+	}
+	p.NumLayers = numLayers
+	var fwd, bwd []int64
+	for _, l := range p.Layers {
+		fwd, bwd = append(fwd, l.ForwardNS), append(bwd, l.BackwardNS)
+	}
+	for i := top; i < numLayers; i++ {
+		// median leaves the first value out as a warm-up: prepend one it can drop
+		p.Layers = append(p.Layers, Layer{Index: i, Group: "", Undeclared: true,
+			ForwardNS: median(append([]int64{0}, fwd...)), BackwardNS: median(append([]int64{0}, bwd...))})
+	}
+	return nil
 }
 
 // profile reads the layers, their times and the link's rate from the recording.

@@ -15,21 +15,26 @@ import (
 
 // planJSON is what the test reads of `plan --format json`.
 type planJSON struct {
-	Feasible   bool              `json:"feasible"`
-	Budget     uint64            `json:"budget_bytes"`
-	Peak       uint64            `json:"predicted_peak_bytes"`
-	Layers     []int             `json:"swap_layers"`
-	Prefetch   int               `json:"prefetch"`
-	Moved      uint64            `json:"bytes_moved_per_step"`
-	NoSwapPeak uint64            `json:"no_swap_peak_bytes"`
-	Lowest     uint64            `json:"lowest_reachable_peak_bytes"`
-	PoolStep   uint64            `json:"pool_step_bytes"`
-	YAML       string            `json:"mindformers_yaml"`
-	SimArgs    []string          `json:"decoder_sim_args"`
-	Env        map[string]string `json:"environment"`
-	Recompute  bool              `json:"recompute"`
-	Exposed    int64             `json:"predicted_exposed_ns"`
-	Recorded   []struct {
+	Feasible   bool   `json:"feasible"`
+	Budget     uint64 `json:"budget_bytes"`
+	Peak       uint64 `json:"predicted_peak_bytes"`
+	Layers     []int  `json:"swap_layers"`
+	Prefetch   int    `json:"prefetch"`
+	Moved      uint64 `json:"bytes_moved_per_step"`
+	NoSwapPeak uint64 `json:"no_swap_peak_bytes"`
+	Lowest     uint64 `json:"lowest_reachable_peak_bytes"`
+	PoolStep   uint64 `json:"pool_step_bytes"`
+	YAML       string `json:"mindformers_yaml"`
+	MF         struct {
+		Feasible bool  `json:"feasible"`
+		Layers   []int `json:"swap_layers"`
+		Prefetch int   `json:"prefetch"`
+	} `json:"mindformers"`
+	SimArgs   []string          `json:"decoder_sim_args"`
+	Env       map[string]string `json:"environment"`
+	Recompute bool              `json:"recompute"`
+	Exposed   int64             `json:"predicted_exposed_ns"`
+	Recorded  []struct {
 		Index     int   `json:"index"`
 		ForwardNS int64 `json:"forward_ns"`
 	} `json:"layers"`
@@ -86,8 +91,11 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 			t.Errorf("budget %d: exit %d, %+v", budget, r.Code, p)
 			continue
 		}
-		if !strings.Contains(p.YAML, "layer_swap:") || !strings.Contains(p.YAML, fmt.Sprintf("%d]", p.Layers[len(p.Layers)-1])) {
-			t.Errorf("budget %d: the YAML does not name the planned layers %v:\n%s", budget, p.Layers, p.YAML)
+		// MindFormers' form: its own best (python/tests/test_plan_mindformers.py runs MindFormers' validation)
+		if !p.MF.Feasible || !strings.Contains(p.YAML, "layer_swap:") || len(p.MF.Layers) == 0 ||
+			!strings.Contains(p.YAML, fmt.Sprintf("default_prefetch: %d\n", p.MF.Prefetch)) ||
+			!strings.Contains(p.YAML, fmt.Sprintf("%d']", p.MF.Layers[len(p.MF.Layers)-1])) {
+			t.Errorf("budget %d: the YAML does not name MindFormers' layers %v:\n%s", budget, p.MF.Layers, p.YAML)
 		}
 		got := measuredPeak(t, p)
 		fmt.Printf("plan: budget %d: layers %v prefetch %d, predicted peak %d, measured %d (%+.1f%%)\n", budget,
@@ -121,7 +129,7 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 	}
 	if r.Code != 0 || !rc.Feasible || !rc.Recompute || rc.Peak > mid || rc.Moved != 0 || len(rc.Layers) == 0 ||
 		rc.Exposed != forward || rc.SimArgs != nil || !strings.Contains(rc.YAML, "mode: full") ||
-		!strings.Contains(rc.YAML, fmt.Sprintf("full_recompute_layer: [%d", rc.Layers[0])) {
+		!strings.Contains(rc.YAML, fmt.Sprintf("full_recompute_layer: ['%d", rc.Layers[0])) {
 		t.Errorf("--recompute over a slow link: exit %d, %+v (the layers' forward: %d ns)", r.Code, rc, forward)
 	}
 	if fast, r := runPlan(t, rec, mid, "--recompute"); r.Code != 0 || fast.Recompute || fast.Moved == 0 {
