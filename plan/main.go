@@ -38,20 +38,27 @@ var Command = cli.Command{
 recording: a run with every candidate layer declared and nothing released (--policy off; docs/plan.md says
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
 with replay's engine for its peak and the bytes it moves; the transfer it cannot hide is modelled from the
-layers' recorded times and the link's bandwidth (measured from recorded copies, else --link, else 25 GB/s).
+layers' recorded times and the link's bandwidth (--link when given, else measured from the recording's
+copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
+is refused (exit 2; the refusal gives the link a swapping run measured, for --link); a one-step recording
+is planned with a warning (its times are the warm-up's).
 --recompute adds full recompute of each range as a candidate: the same
 peak as its swap without prefetch, costed by the layers' recorded forward times, nothing moved. The plan
 is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section,
 hyper-parallel's calls, the companions' layer_swap and decoder-sim's flags. Each form states the best
 candidate it can express, never another rewritten: MindFormers needs a prefetch of at least 1 and layer
 i + prefetch in the model (--num-layers N: the model's layers, when the recording declared fewer), and
-with none of its candidates fitting, --format yaml writes nothing and exits 1. A directory holds one process's trace. --verify then runs
-CMD under the agent as planned (policy safe, the plan's prefetch, --swap-layers SET appended: decoder-sim's
-flag) and prints the measured peak, waits and step time beside the prediction.
+with none of its candidates fitting, --format yaml writes nothing and exits 1. A directory holds one
+process's trace. --verify then runs CMD under the agent as planned (policy safe, the plan's prefetch,
+--swap-layers SET appended: decoder-sim's flag) and prints the measured peak, waits and step time beside
+the prediction; a run whose layers or shapes differ from the profile's (a layer it declared that the
+profile did not, other bytes saved by a layer, other kernels launched a step) is refused, naming the
+difference.
 
 Exit: 0 planned (--verify: and the run peaked within the budget, its pool step as tolerance); 1 no
 configuration fits the budget (the lowest reachable peak is printed), or the verified run did not fit;
-2 bad usage or input, or the verified run failed; 3 planned, but the trace was damaged.`,
+2 bad usage or input (a recording with faults or one that moved data), or the verified run failed or is
+not the profiled job; 3 planned, but the trace was damaged.`,
 }
 
 // Main runs `swapagent plan` with args (the words after "plan") and returns the exit code.
@@ -60,7 +67,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := c.Flags()
 	budget := &bytesize.Flag{}
 	fs.Var(budget, "budget", "device-memory budget `BYTES`: 64M, 1.5G, 1GiB or a number of bytes (required)")
-	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s` (default: measured from the recording, else 25)")
+	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s`; given, it wins over a measured one (default: measured from the recording's copies, else 25)")
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
 	verify := cli.Switch(fs, "verify", "run CMD (after --) as planned and print what it measured beside the plan")
@@ -119,6 +126,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		c.Errorf(stderr, "%s: %v", files[0], err)
 		return ExitBadInput
 	}
+	if p.Profile.Steps < 2 {
+		c.Errorf(stderr, "warning: the recording has %d step: its layer times are the warm-up's (caches, the "+
+			"allocator's growth); record 3 or more", p.Profile.Steps)
+	}
 	switch *format {
 	case "json":
 		err = writeJSON(stdout, files[0], p)
@@ -147,6 +158,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		check, err := Verify(p, argv, stderr)
 		if err != nil {
 			c.Errorf(stderr, "%v", err)
+			return ExitBadInput
+		}
+		if why := p.Profile.differs(check.Run); why != "" {
+			c.Errorf(stderr, "--verify: the command is not the profiled job (%s): its peak says nothing of the plan", why)
 			return ExitBadInput
 		}
 		writeCheck(cli.Terminal(stdout), p, check)

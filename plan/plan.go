@@ -18,6 +18,7 @@ import (
 
 	"swapagent/offload"
 	"swapagent/replay"
+	"swapagent/report"
 	"swapagent/timeline"
 	"swapagent/trace"
 )
@@ -39,6 +40,8 @@ type Layer struct {
 	// layer's, in bytes per step to the host and to the device: they share the link with swap's.
 	CopiesAfterForward  [2]uint64 `json:"copies_after_forward_bytes"`
 	CopiesAfterBackward [2]uint64 `json:"copies_after_backward_bytes"`
+	// SavedBytes is what its forward saved a step (its saves' sizes), to compare a run with the profile.
+	SavedBytes uint64 `json:"saved_bytes_per_step"`
 	// Undeclared: a layer of the model the recording did not declare (Options.NumLayers beyond the
 	// declared): never a candidate; its times are the declared layers' medians, for the time model.
 	Undeclared bool `json:"undeclared,omitempty"`
@@ -53,6 +56,15 @@ type Profile struct {
 	// "measured from N copies", or "assumed").
 	LinkBps  float64
 	LinkFrom string
+	// LaunchesPerStep is the kernels the job launched a step (between step starts after the first), to
+	// compare a run with the profile: another layer count launches another number.
+	LaunchesPerStep float64
+	// What makes a recording no profile (Search refuses it; see usable): the policy it was recorded under,
+	// the bytes it moved (copied out and back), its fault records and the first one's kernel.
+	Policy     string
+	MovedBytes uint64
+	Faults     int
+	FirstFault string
 	// NumLayers is the model's layer count (MindFormers' num_layers): Options.NumLayers, else the highest
 	// declared index plus one.
 	NumLayers int
@@ -118,6 +130,9 @@ type Options struct {
 func Search(f *trace.File, opt Options) (*Plan, error) {
 	prof, err := profile(f)
 	if err != nil {
+		return nil, err
+	}
+	if err := prof.usable(); err != nil {
 		return nil, err
 	}
 	if opt.LinkBps > 0 {
@@ -299,6 +314,54 @@ func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 	return exposed
 }
 
+// usable refuses a recording that is no profile: one with faults (a faulted run's saves and times are not
+// the job's: its backward may never have run), or one whose policy moved data (its layer times include the
+// transfer it waited for, which the time model would then count twice; its own measured link is given in
+// the refusal, for --link).
+func (p *Profile) usable() error {
+	switch {
+	case p.Faults > 0:
+		return fmt.Errorf("the recording has %d fault record(s) (the first at %s): a faulted run is no profile; "+
+			"record one that runs clean under --policy off", p.Faults, p.FirstFault)
+	case p.MovedBytes > 0:
+		link := ""
+		if p.LinkFrom != assumedLink {
+			link = fmt.Sprintf(", and give the link it measured with --link %.4g", p.LinkBps/1e9)
+		}
+		return fmt.Errorf("the recording was made under policy %s, which moved %s: its layer times include the "+
+			"transfer; record the profile under --policy off%s", p.Policy, report.Bytes(p.MovedBytes), link)
+	}
+	return nil
+}
+
+// differs names how a run's recording (run) differs from the profile's job, or "" when it does not: a layer
+// the run declared that the profile did not, a layer that saved other bytes a step (another shape), or
+// another number of kernels launched a step (other layers).
+func (p *Profile) differs(run *Profile) string {
+	byGroup := map[string]Layer{}
+	for _, l := range p.Layers {
+		if !l.Undeclared {
+			byGroup[l.Group] = l
+		}
+	}
+	off := func(a, b float64) bool { return a > 1.01*b || b > 1.01*a }
+	for _, l := range run.Layers {
+		want, ok := byGroup[l.Group]
+		switch {
+		case !ok:
+			return fmt.Sprintf("the run declared layer %q, which the profile did not", l.Group)
+		case off(float64(l.SavedBytes), float64(want.SavedBytes)):
+			return fmt.Sprintf("layer %q saved %s a step, %s in the profile: other shapes", l.Group,
+				report.Bytes(l.SavedBytes), report.Bytes(want.SavedBytes))
+		}
+	}
+	if p.LaunchesPerStep > 0 && run.LaunchesPerStep > 0 && off(run.LaunchesPerStep, p.LaunchesPerStep) {
+		return fmt.Sprintf("the run launched %.0f kernels a step, the profile %.0f: other layers", run.LaunchesPerStep,
+			p.LaunchesPerStep)
+	}
+	return ""
+}
+
 // declared is the number of layers the recording declared (the first of Layers; undeclared ones follow).
 func (p *Profile) declared() int {
 	n := 0
@@ -346,7 +409,9 @@ func profile(f *trace.File) (*Profile, error) {
 	type times struct {
 		spans  [2][]int64   // forward (region enter to exit), backward (backward enter to exit)
 		copies [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
+		saved  uint64       // bytes its forward saved, over the steps
 	}
+	var launches []int64 // when each kernel was launched
 	per := map[uint32]*times{}
 	var order []uint32
 	opened := [2]map[uint32]int64{{}, {}} // forward, backward: when each group's open span began
@@ -378,7 +443,14 @@ func profile(f *trace.File) (*Profile, error) {
 				per[ev.Group].spans[phase] = append(per[ev.Group].spans[phase], ev.TS-at)
 				delete(opened[phase], ev.Group)
 			}
+		case trace.KindSave:
+			if t := per[ev.Group]; t != nil {
+				t.saved += ev.Args[1]
+			}
 		case trace.KindCall:
+			if ev.Ret == 0 && tl.Class(ev.Fn) == trace.ClassLaunch {
+				launches = append(launches, ev.TS)
+			}
 			// aclrtMemcpyAsync: Args dst, src, count, kind (1 to the device, 2 to the host)
 			if kind := ev.Args[3]; last != nil && steps > 1 && ev.Ret == 0 && (kind == 1 || kind == 2) &&
 				tl.Class(ev.Fn) == trace.ClassCopyAsync {
@@ -393,9 +465,26 @@ func profile(f *trace.File) (*Profile, error) {
 	// The link's rate: the bytes of the agent's timed copies over the time they held its stream (its stats:
 	// the runtime mover times them with events). A copy's states in the trace say when the engine saw it
 	// end, which is later (it waits for a group's copies at the next group's exit), so they are not used.
-	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink, JobSwaps: len(tl.Guard.Groups) > 0}
+	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink, JobSwaps: len(tl.Guard.Groups) > 0,
+		Policy: tl.Meta[trace.MetaPolicy], Faults: len(tl.Faults)}
+	if len(tl.Faults) > 0 {
+		p.FirstFault = fmt.Sprintf("kernel %q", tl.Faults[0].Record.Kernel)
+	}
 	var st trace.Stats
-	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 {
+	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil {
+		p.MovedBytes = st.OffloadedBytes + st.RestoredBytes
+	}
+	if len(tl.Steps) >= 2 { // launches between the second step's start and the last's, a step
+		from, to := tl.Steps[min(1, len(tl.Steps)-2)], tl.Steps[len(tl.Steps)-1]
+		n := 0
+		for _, ts := range launches {
+			if ts >= from && ts < to {
+				n++
+			}
+		}
+		p.LaunchesPerStep = float64(n) / float64(len(tl.Steps)-1-min(1, len(tl.Steps)-2))
+	}
+	if tl.HasStats && st.DeviceCopyNS > 0 {
 		bytes := st.DeviceCopyBytes
 		if bytes == 0 { // a trace from before the stats counted them: every copy, timed or not
 			bytes = st.OffloadedBytes + st.RestoredBytes
@@ -408,7 +497,8 @@ func profile(f *trace.File) (*Profile, error) {
 	}
 	for pos, g := range order {
 		name := tl.GroupName(g)
-		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].spans[0]), BackwardNS: median(per[g].spans[1])}
+		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].spans[0]), BackwardNS: median(per[g].spans[1]),
+			SavedBytes: per[g].saved / uint64(max(len(per[g].spans[0]), 1))}
 		for dir := range 2 {
 			l.CopiesAfterForward[dir] = per[g].copies[0][dir] / uint64(max(steps-1, 1))
 			l.CopiesAfterBackward[dir] = per[g].copies[1][dir] / uint64(max(steps-1, 1))

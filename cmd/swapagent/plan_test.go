@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -152,25 +154,82 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 	}
 }
 
-// The link's rate a swapping run measured (its timed copies' bytes over the time they held the mover's
-// stream) is the emulated link's at most: bytes of copies not timed, counted over the time of the others,
-// would make it faster than the link can be. Gaps between copies on a loaded machine only slow it.
-func TestPlanMeasuresTheLinkItsCopiesSaw(t *testing.T) {
+// A swapping run is no profile (its layer times include the transfer it waited for): plan refuses it, exit 2,
+// in one line that gives the link's rate its copies measured (their bytes over the time they held the
+// mover's stream) for --link. That rate is the emulated link's at most: bytes of copies not timed, counted
+// over the time of the others, would make it faster than the link can be; gaps between copies on a loaded
+// machine only slow it.
+func TestPlanRefusesASwappingRunAndGivesItsLink(t *testing.T) {
 	rec := t.TempDir()
 	if r := swapagent(t, []string{"ACLSIM_COPY_GBPS=1"}, "run", "--policy", "safe", "--out", rec, "--",
 		testenv.Path(t, testenv.DecoderSim), "--swap-layers", "all", "--steps", "3"); r.Code != 0 {
 		t.Fatalf("swapping run: exit %d\n%s", r.Code, r.Stderr)
 	}
 	r := swapagent(t, nil, "plan", rec, "--budget", "1T", "--format", "json")
-	var p struct {
-		Link float64 `json:"link_bytes_per_second"`
-		From string  `json:"link_from"`
+	oneLine(t, r, "policy safe, which moved", "--policy off")
+	m := regexp.MustCompile(`--link ([0-9.e+-]+)`).FindStringSubmatch(r.Stderr)
+	if r.Code != 2 || r.Stdout != "" || m == nil {
+		t.Fatalf("plan of a swapping run: exit %d, stdout %q, stderr %q: want exit 2 and the measured link", r.Code,
+			r.Stdout, r.Stderr)
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &p); err != nil {
-		t.Fatalf("plan: exit %d, %v\n%s", r.Code, err, r.Stderr)
+	if gbps, err := strconv.ParseFloat(m[1], 64); err != nil || gbps > 1.01 || gbps < 0.05 {
+		t.Errorf("the link over a 1 GB/s emulated link: %s GB/s: want at most 1", m[1])
 	}
-	if !strings.HasPrefix(p.From, "measured") || p.Link > 1.01e9 || p.Link < 0.05e9 {
-		t.Errorf("the link over a 1 GB/s emulated link: %.3g B/s (%s): want measured, at most 1 GB/s", p.Link, p.From)
+}
+
+// Recordings that are no profile, and a --verify of another job: each refused with its exit code and a
+// line naming why; a one-step profile is planned with a warning.
+func TestPlanRefusals(t *testing.T) {
+	sim := testenv.Path(t, testenv.DecoderSim)
+	faulted := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "outputs-only", "--out", faulted, "--", sim, "--swap-layers", "all",
+		"--steps", "3"); r.Code == 0 {
+		t.Fatalf("outputs-only must fault:\n%s", r.Stderr)
+	}
+	r := swapagent(t, nil, "plan", faulted, "--budget", "1G")
+	oneLine(t, r, "fault record(s)", "no profile")
+	if r.Code != 2 || r.Stdout != "" {
+		t.Errorf("a faulted recording: exit %d, stdout %q", r.Code, r.Stdout)
+	}
+	one := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", one, "--", sim, "--swap-layers", "all", "--layers", "4",
+		"--seq", "1024", "--steps", "1"); r.Code != 0 {
+		t.Fatalf("one-step profile: exit %d\n%s", r.Code, r.Stderr)
+	}
+	r = swapagent(t, nil, "plan", one, "--budget", "1.5G") // the help's own example of a budget
+	oneLine(t, r, "warning: the recording has 1 step", "warm-up")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "budget 1.5 GiB") {
+		t.Errorf("a one-step profile at 1.5G: exit %d\n%s", r.Code, r.Stdout)
+	}
+	// --verify of a command that is not the profiled job: 4 layers at seq 1024 profiled (3 steps), then run
+	// with 5 layers (other layers), or at seq 2048 (other shapes).
+	prof := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", prof, "--", sim, "--swap-layers", "all", "--layers", "4",
+		"--seq", "1024", "--steps", "3"); r.Code != 0 {
+		t.Fatalf("profile: exit %d\n%s", r.Code, r.Stderr)
+	}
+	whole, _ := runPlan(t, prof, 1<<40)
+	budget := fmt.Sprint((whole.NoSwapPeak + whole.Lowest) / 2)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--layers", "5", "--seq", "1024"}, "other layers"},
+		{[]string{"--layers", "4", "--seq", "2048"}, "other shapes"},
+	} {
+		v := swapagent(t, nil, append([]string{"plan", prof, "--budget", budget, "--verify", "--", sim, "--steps", "3"},
+			c.args...)...)
+		lines := strings.Split(strings.TrimSuffix(v.Stderr, "\n"), "\n")
+		if last := lines[len(lines)-1]; v.Code != 2 || !strings.Contains(last, "not the profiled job") ||
+			!strings.Contains(last, c.want) || strings.Contains(v.Stdout, "verify: peak") {
+			t.Errorf("--verify %v: exit %d, last line %q, stdout %q: want exit 2 naming %q", c.args, v.Code, last,
+				v.Stdout, c.want)
+		}
+	}
+	v := swapagent(t, nil, "plan", prof, "--budget", budget, "--verify", "--", sim, "--steps", "3", "--layers", "4",
+		"--seq", "1024")
+	if v.Code != 0 || !strings.Contains(v.Stdout, "verify: peak predicted") {
+		t.Errorf("--verify of the profiled job: exit %d\n%s\n%s", v.Code, v.Stdout, testenv.Tail(v.Stderr, 5))
 	}
 }
 
