@@ -37,7 +37,9 @@ var Command = cli.Command{
 	About: `Finds the swap configuration that keeps device memory within BYTES at the least cost, from a profiling
 recording: a run with every candidate layer declared and nothing released (--policy off; docs/plan.md says
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
-with replay's engine for its peak and the bytes it moves; the transfer it cannot hide is modelled from the
+with replay's engine for its peak and the bytes it moves, then every set of layers with gaps (up to 16
+layers; the agent's forms only) is costed and the cheapest beating the best range are simulated until one
+fits; the transfer it cannot hide is modelled from the
 layers' recorded times and the link's bandwidth (--link when given, else measured from the recording's
 copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
 is refused (exit 2; the refusal gives the link a swapping run measured, for --link); a one-step recording
@@ -223,12 +225,20 @@ const (
 // i + default_prefetch, which must be a layer of the model: a swap without prefetch, or one whose last layer
 // plus the prefetch is past the model, has no MindFormers form. Its full recompute lists any layers.
 // hyper-parallel's calls chain a layer only where asked: without prefetch none is chained, and with one
-// every swapped layer is, so layer i + prefetch must exist.
+// every swapped layer is, so layer i + prefetch must exist. Both chain layer i with the layer prefetch after it
+// by index, where the agent's prefetch counts swapped layers: the same for a contiguous range, not for a
+// set with gaps, which the simulation models the agent's way; such a set is the agent's alone.
 func (t target) expresses(c Candidate, numLayers int) bool {
-	if t == forAgent || c.Recompute || len(c.Layers) == 0 || (t == forHyperParallel && c.Prefetch == 0) {
+	if t == forAgent || c.Recompute || len(c.Layers) == 0 {
 		return true
 	}
 	last := c.Layers[len(c.Layers)-1]
+	if last-c.Layers[0] != len(c.Layers)-1 {
+		return false // a set with gaps: MindFormers and hyper-parallel chain by index (searchSets)
+	}
+	if t == forHyperParallel && c.Prefetch == 0 {
+		return true
+	}
 	return c.Prefetch >= 1 && c.Prefetch <= numLayers-1 && last+c.Prefetch < numLayers
 }
 
@@ -349,6 +359,10 @@ func (p *Plan) targetJSON(t target) targetJSON {
 
 func writeJSON(w io.Writer, file string, p *Plan) error {
 	top := p.Ranked[:min(len(p.Ranked), 5)]
+	var bestRange *Candidate
+	if p.BestRange.Fits {
+		bestRange = &p.BestRange
+	}
 	out := struct {
 		File        string            `json:"file"`
 		Feasible    bool              `json:"feasible"`
@@ -371,11 +385,13 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 		Environment map[string]string `json:"environment"`
 		Candidates  []Candidate       `json:"candidates"`
 		Simulations int               `json:"simulations"`
+		Sets        string            `json:"sets_search,omitempty"`
+		BestRange   *Candidate        `json:"best_range,omitempty"`
 	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Footprint, p.Profile.LinkBps,
 		p.Profile.LinkFrom, p.Profile.Layers, p.Profile.NumLayers, p.targetJSON(forMindFormers), p.MindFormersYAML(),
 		p.targetJSON(forHyperParallel), p.HyperParallel(), p.Companions(),
 		p.DecoderSimArgs(), map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}, top,
-		p.Simulations}
+		p.Simulations, p.Sets, bestRange}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
@@ -387,6 +403,9 @@ func writeText(w io.Writer, file string, p *Plan) {
 		report.Bytes(p.Budget), report.Bytes(p.NoSwapPeak), report.Bytes(p.LowestPeak))
 	fmt.Fprintf(w, "  %d layers, %d steps recorded; link %.3g GB/s (%s); %d configurations simulated\n",
 		len(p.Profile.Layers), p.Profile.Steps, p.Profile.LinkBps/1e9, p.Profile.LinkFrom, p.Simulations)
+	if p.Sets != "" {
+		fmt.Fprintf(w, "  %s\n", p.Sets)
+	}
 	if p.Footprint == "saved" {
 		fmt.Fprintf(w, "  the trace records no device allocation: the peaks are the bytes of the storages saved for backward\n")
 	}
@@ -441,7 +460,7 @@ func writeTarget(w io.Writer, p *Plan, t target, name, text string) {
 			report.Bytes(c.PeakBytes))
 		return
 	case c.Recompute != p.Best.Recompute || c.Prefetch != p.Best.Prefetch || !slices.Equal(c.Layers, p.Best.Layers):
-		fmt.Fprintf(w, "\n  %s cannot state the plan (no prefetch, or layer i + prefetch past its %d layers); "+
+		fmt.Fprintf(w, "\n  %s cannot state the plan (no prefetch, layer i + prefetch past its %d layers, or a set with gaps); "+
 			"its best: layers %s, prefetch %d: peak %s, %v of transfer not hidden:\n", name, p.Profile.NumLayers,
 			span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes), time.Duration(c.ExposedNS).Round(time.Microsecond))
 	default:

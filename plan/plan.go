@@ -1,10 +1,10 @@
 // Package plan turns a recorded run into the swap configuration that fits a device-memory budget at the
 // least cost (`swapagent plan`). The recording is a profile: every candidate layer declared, nothing
-// released (policy off). Each candidate configuration (a contiguous range of layers swapped, a prefetch
-// depth) is simulated with replay's engine (the same offload.Engine and timeline fold as `replay`, no
-// second memory model) for its peak device bytes and the bytes it moves; its time is modelled from the
-// recording itself: each layer's recorded forward and backward time and the link's bandwidth (measured from
-// recorded copies, or given). docs/plan.md says what it models and what it cannot see.
+// released (policy off). Each candidate configuration (a contiguous range of layers swapped, or a set with
+// gaps (sets.go), and a prefetch depth) is simulated with replay's engine (the same offload.Engine and
+// timeline fold as `replay`, no second memory model) for its peak device bytes and the bytes it moves; its
+// time is modelled from the recording itself: each layer's recorded forward and backward time and the
+// link's bandwidth (given with --link, else measured from recorded copies). docs/plan.md says what it models and what it cannot see.
 package plan
 
 import (
@@ -84,7 +84,7 @@ func (p *Profile) Indices() []int {
 
 // Candidate is one configuration and what the model predicts for it.
 type Candidate struct {
-	Layers    []int  `json:"swap_layers"` // layer indices swapped (contiguous in forward order); empty: none
+	Layers    []int  `json:"swap_layers"` // layer indices swapped, ascending; empty: none
 	Prefetch  int    `json:"prefetch"`
 	PeakBytes uint64 `json:"predicted_peak_bytes"`
 	// MovedBytes is the bytes copied out and back per step; ExposedNS the transfer time per step the model
@@ -112,6 +112,11 @@ type Plan struct {
 	Footprint   string      // what the peaks count: replay's Result.Footprint ("device" or "saved")
 	Profile     Profile
 	Simulations int
+	// Sets says how far the search of sets of layers with gaps went (searchSets); BestRange is the best
+	// contiguous range that fits, which a set with gaps must beat (zero when none fits or sets were not
+	// searched).
+	Sets      string
+	BestRange Candidate
 }
 
 // Options are the search's settings.
@@ -126,7 +131,8 @@ type Options struct {
 	NumLayers int
 }
 
-// Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax.
+// Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax,
+// then the sets with gaps (searchSets).
 func Search(f *trace.File, opt Options) (*Plan, error) {
 	prof, err := profile(f)
 	if err != nil {
@@ -148,16 +154,22 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated, Released: none.ReleasedByArg})
 	p.Simulations = 1
 	n := prof.declared()
+	// A footprint of saved storages counts only what the declared layers saved: each layer the recording did
+	// not declare is taken to save the declared layers' mean at the peak without swap (what they share,
+	// counted once there, makes it err high), held at the end of the forward (the peak) by every candidate,
+	// as none swaps it. (A device footprint holds their memory already.)
+	var extra uint64
+	if undeclared := len(prof.Layers) - n; undeclared > 0 && p.Footprint == "saved" {
+		extra = uint64(undeclared) * (p.NoSwapPeak / uint64(max(n, 1)))
+	}
 	lowest := 0
 	if prof.JobSwaps { // MindFormers' default_prefetch: the layer whose forward waits for the release
 		lowest = 1
 	}
 	for a := 0; a < n; a++ {
 		for b := a; b < n; b++ {
-			swapped := map[string]int{}
 			var indices []int
 			for i := a; i <= b; i++ {
-				swapped[prof.Layers[i].Group] = i
 				indices = append(indices, prof.Layers[i].Index)
 			}
 			var noPrefetch *replay.Result // shared by recompute and the swap without prefetch
@@ -166,8 +178,7 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 					return noPrefetch
 				}
 				p.Simulations++
-				r := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
-					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
+				r := prof.simulateSwap(f, positions(a, b), pf)
 				if pf == 0 {
 					noPrefetch = r
 				}
@@ -188,31 +199,16 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 				if prof.JobSwaps && prof.Layers[b].Index+pf >= prof.NumLayers {
 					break // layer b + pf is not in the model: the job's wiring would fail
 				}
-				r := simulate(pf)
-				c := Candidate{Layers: slices.Clone(indices), Prefetch: pf, PeakBytes: r.PeakSimulated,
-					Released: r.ReleasedByArg}
-				moved := make([]uint64, len(prof.Layers)) // bytes per step of each layer
-				for i := a; i <= b; i++ {
-					if r.Stats != nil {
-						moved[i] = r.Stats.Groups[prof.Layers[i].Group].OffloadedBytes / uint64(max(prof.Steps, 1))
-					}
-					c.MovedBytes += 2 * moved[i]
-				}
-				c.ExposedNS = prof.exposed(moved, pf)
-				p.Ranked = append(p.Ranked, c)
+				p.Ranked = append(p.Ranked, prof.swapCandidate(simulate(pf), positions(a, b), pf))
 			}
 		}
 	}
-	if undeclared := len(prof.Layers) - n; undeclared > 0 && p.Footprint == "saved" {
-		// A footprint of saved storages counts only what the declared layers saved: each layer the recording
-		// did not declare is taken to save the declared layers' mean at the peak without swap (what they
-		// share, counted once there, makes it err high), held at the end of the forward (the peak) by every
-		// candidate, as none swaps it. (A device footprint holds their memory already.)
-		extra := uint64(undeclared) * (p.NoSwapPeak / uint64(max(n, 1)))
-		p.NoSwapPeak += extra
-		for i := range p.Ranked {
-			p.Ranked[i].PeakBytes += extra
-		}
+	p.NoSwapPeak += extra
+	for i := range p.Ranked {
+		p.Ranked[i].PeakBytes += extra
+	}
+	if !prof.JobSwaps {
+		p.searchSets(f, opt, extra)
 	}
 	p.LowestPeak = p.Ranked[0].PeakBytes
 	for i := range p.Ranked {
@@ -223,6 +219,41 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	sort.SliceStable(p.Ranked, func(i, j int) bool { return better(p.Ranked[i], p.Ranked[j]) })
 	p.Best, p.Feasible = p.Ranked[0], p.Ranked[0].Fits
 	return p, nil
+}
+
+// positions are a, a+1, ..., b.
+func positions(a, b int) []int {
+	var out []int
+	for i := a; i <= b; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// swapCandidate is the candidate swapping the layers at positions (in Layers) with prefetch pf, from its
+// simulation r: its peak, the bytes each layer moved a step, and the exposed transfer they cost.
+func (p *Profile) swapCandidate(r *replay.Result, at []int, pf int) Candidate {
+	c := Candidate{Layers: []int{}, Prefetch: pf, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
+	moved := make([]uint64, len(p.Layers)) // bytes per step of each layer
+	for _, i := range at {
+		c.Layers = append(c.Layers, p.Layers[i].Index)
+		if r.Stats != nil {
+			moved[i] = r.Stats.Groups[p.Layers[i].Group].OffloadedBytes / uint64(max(p.Steps, 1))
+		}
+		c.MovedBytes += 2 * moved[i]
+	}
+	c.ExposedNS = p.exposed(moved, pf)
+	return c
+}
+
+// simulateSwap simulates the recording with the layers at positions swapped, prefetch pf, under safe.
+func (p *Profile) simulateSwap(f *trace.File, at []int, pf int) *replay.Result {
+	swapped := map[string]bool{}
+	for _, i := range at {
+		swapped[p.Layers[i].Group] = true
+	}
+	return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+		PrefetchSet: true, Swap: func(g string) bool { return swapped[g] }})
 }
 
 // better orders candidates: those that fit first, by exposed transfer, then bytes moved, then fewer layers

@@ -103,6 +103,8 @@ func TestTargetsExpress(t *testing.T) {
 		{swap(2, 8), true, false, false},
 		{swap(10, 0), true, false, false},
 		{Candidate{Recompute: true, Layers: []int{9}}, true, true, true},
+		{swap(1, 0, 2, 4), true, false, false},
+		{swap(0, 0, 2), true, false, false},
 	} {
 		for _, want := range []struct {
 			t  target

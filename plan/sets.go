@@ -1,0 +1,118 @@
+// sets.go owns the search beyond contiguous ranges: any set of the declared layers (what a layer list,
+// decoder-sim's --swap-layers or the companions' swap=, can name), each with a prefetch depth.
+package plan
+
+import (
+	"fmt"
+	"math/bits"
+	"sort"
+
+	"swapagent/trace"
+)
+
+const (
+	// maxSetLayers bounds the exhaustive search: 2^16 sets of each prefetch are costed, without simulation.
+	maxSetLayers = 16
+	// maxSetSimulations bounds the simulations of sets that are cheaper than the best contiguous range.
+	maxSetSimulations = 2048
+)
+
+// searchSets finds the least-cost set of layers with gaps, and prefetch, that fits the budget, where it is
+// cheaper than the best contiguous range that fits (those are all simulated already), and adds what it
+// simulated to Ranked. Exhaustive under the model: every set with gaps, at each prefetch, is costed by the
+// time model (Profile.exposed) from each layer's bytes moved a step, as its single-layer range's simulation
+// moved them (a layer's saves are the same whatever else is swapped); those that cannot fit are dropped by
+// a bound: swapping a set lowers the peak without swap by at most the bytes its layers move a step. The rest,
+// cheaper than the best contiguous range, are simulated cheapest first: the first that fits is the least-cost
+// configuration with gaps, its peak the simulation's. extra is added to every simulated peak (the undeclared
+// layers' saves, Search). A job whose own swap moves its layers is not searched: MindFormers chains layer
+// i with layer i + prefetch by index, which the simulation of a set with gaps does not model.
+func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
+	prof := &p.Profile
+	n := prof.declared()
+	switch {
+	case n < 3:
+		return // no set of fewer than 3 layers has a gap that a range does not cover
+	case n > maxSetLayers:
+		p.Sets = fmt.Sprintf("sets of layers with gaps not searched: %d layers, more than %d", n, maxSetLayers)
+		return
+	}
+	at := map[int]int{} // layer index -> position in Layers
+	for i := 0; i < n; i++ {
+		at[prof.Layers[i].Index] = i
+	}
+	bytes := make([]uint64, len(prof.Layers)) // each layer's bytes moved a step, either way
+	var best *Candidate                       // the best contiguous range that fits
+	for i := range p.Ranked {
+		c := p.Ranked[i]
+		c.Fits = c.PeakBytes <= opt.Budget
+		if !c.Recompute && len(c.Layers) == 1 {
+			bytes[at[c.Layers[0]]] = max(bytes[at[c.Layers[0]]], c.MovedBytes/2)
+		}
+		if c.Fits && (best == nil || better(c, *best)) {
+			best = &c
+		}
+	}
+	if best == nil {
+		// a set releases no more than all the layers, a range: what no range fits, no set does
+		p.Sets = "sets of layers with gaps not searched: no contiguous range fits, and a set moves no more than all layers"
+		return
+	}
+	p.BestRange = *best
+	var cheaper []Candidate
+	var pos [][]int
+	costed := 0
+	for mask := uint32(1); mask < 1<<n; mask++ {
+		if m := mask >> bits.TrailingZeros32(mask); m&(m+1) == 0 {
+			continue // contiguous: a range, already simulated
+		}
+		moved := make([]uint64, len(prof.Layers))
+		var layers, set []int
+		var sum uint64
+		for i := 0; i < n; i++ {
+			if mask&(1<<i) != 0 {
+				moved[i] = bytes[i]
+				sum += bytes[i]
+				layers = append(layers, prof.Layers[i].Index)
+				set = append(set, i)
+			}
+		}
+		if p.NoSwapPeak > opt.Budget+sum {
+			continue // cannot fit: it lowers the peak by at most the bytes it moves
+		}
+		for pf := 0; pf <= opt.PrefetchMax; pf++ {
+			costed++
+			c := Candidate{Layers: layers, Prefetch: pf, MovedBytes: 2 * sum, ExposedNS: prof.exposed(moved, pf), Fits: true}
+			if better(c, *best) {
+				cheaper = append(cheaper, c)
+				pos = append(pos, set)
+			}
+		}
+	}
+	order := make([]int, len(cheaper))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(i, j int) bool { return better(cheaper[order[i]], cheaper[order[j]]) })
+	simulated := 0
+	for _, k := range order {
+		if simulated == maxSetSimulations {
+			p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range, the "+
+				"cheapest %d simulated, none fits (the search stops there)", costed, len(cheaper), simulated)
+			return
+		}
+		simulated++
+		p.Simulations++
+		c := prof.swapCandidate(prof.simulateSwap(f, pos[k], cheaper[k].Prefetch), pos[k], cheaper[k].Prefetch)
+		c.PeakBytes += extra
+		p.Ranked = append(p.Ranked, c)
+		if c.PeakBytes <= opt.Budget {
+			p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, "+
+				"prefetch %d), %d simulated: the cheapest that fits is %s, prefetch %d", costed, len(cheaper),
+				span(best.Layers), best.Prefetch, simulated, span(c.Layers), c.Prefetch)
+			return
+		}
+	}
+	p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, prefetch %d), "+
+		"%d simulated, none fits", costed, len(cheaper), span(best.Layers), best.Prefetch, simulated)
+}
