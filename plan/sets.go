@@ -21,7 +21,9 @@ const (
 // cheaper than the best contiguous range that fits (those are all simulated already), and adds what it
 // simulated to Ranked. Exhaustive under the model: every set with gaps, at each prefetch, is costed by the
 // time model (Profile.exposed) from each layer's bytes moved a step, as its single-layer range's simulation
-// moved them (a layer's saves are the same whatever else is swapped); those that cannot fit are dropped by
+// moved them (a layer's saves are the same whatever else is swapped), and with Options.Recompute each set's
+// full recompute by its layers' forward times (its peak: the set swapped without prefetch, as for a range);
+// those that cannot fit are dropped by
 // a bound: swapping a set lowers the peak without swap by at most the bytes its layers move a step. The rest,
 // cheaper than the best contiguous range, are simulated cheapest first: the first that fits is the least-cost
 // configuration with gaps, its peak the simulation's. extra is added to every simulated peak (the undeclared
@@ -80,6 +82,17 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 		if p.NoSwapPeak > opt.Budget+sum {
 			continue // cannot fit: it lowers the peak by at most the bytes it moves
 		}
+		if opt.Recompute { // its cost is its layers' forward, run again: exact without simulation
+			costed++
+			c := Candidate{Recompute: true, Layers: layers, Fits: true}
+			for _, i := range set {
+				c.ExposedNS += prof.Layers[i].ForwardNS
+			}
+			if better(c, *best) {
+				cheaper = append(cheaper, c)
+				pos = append(pos, set)
+			}
+		}
 		for pf := 0; pf <= opt.PrefetchMax; pf++ {
 			costed++
 			c := Candidate{Layers: layers, Prefetch: pf, MovedBytes: 2 * sum, ExposedNS: prof.exposed(moved, pf), Fits: true}
@@ -103,16 +116,29 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 		}
 		simulated++
 		p.Simulations++
-		c := prof.swapCandidate(prof.simulateSwap(f, pos[k], cheaper[k].Prefetch), pos[k], cheaper[k].Prefetch)
+		r := prof.simulateSwap(f, pos[k], cheaper[k].Prefetch)
+		c := prof.swapCandidate(r, pos[k], cheaper[k].Prefetch)
+		if cheaper[k].Recompute { // the peak of its swap without prefetch, as for a range (Search)
+			c = Candidate{Recompute: true, Layers: c.Layers, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg,
+				ExposedNS: cheaper[k].ExposedNS}
+		}
 		c.PeakBytes += extra
 		p.Ranked = append(p.Ranked, c)
 		if c.PeakBytes <= opt.Budget {
 			p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, "+
-				"prefetch %d), %d simulated: the cheapest that fits is %s, prefetch %d", costed, len(cheaper),
-				span(best.Layers), best.Prefetch, simulated, span(c.Layers), c.Prefetch)
+				"%s), %d simulated: the cheapest that fits is %s, %s", costed, len(cheaper),
+				span(best.Layers), how(*best), simulated, span(c.Layers), how(c))
 			return
 		}
 	}
-	p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, prefetch %d), "+
-		"%d simulated, none fits", costed, len(cheaper), span(best.Layers), best.Prefetch, simulated)
+	p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, %s), "+
+		"%d simulated, none fits", costed, len(cheaper), span(best.Layers), how(*best), simulated)
+}
+
+// how says how a candidate spares its layers' memory: "recompute" or "prefetch N".
+func how(c Candidate) string {
+	if c.Recompute {
+		return "recompute"
+	}
+	return fmt.Sprintf("prefetch %d", c.Prefetch)
 }

@@ -141,6 +141,11 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 		!strings.Contains(rc.YAML, fmt.Sprintf("full_recompute_layer: ['%d", rc.Layers[0])) {
 		t.Errorf("--recompute over a slow link: exit %d, %+v (the layers' forward: %d ns)", r.Code, rc, forward)
 	}
+	// any set of layers may be recomputed: the plan costs no more than the best range that fits
+	if rc.BestRange != nil && rc.Exposed > rc.BestRange.Exposed {
+		t.Errorf("--recompute: the plan %v costs %d ns, more than the range %v (%d ns)", rc.Layers, rc.Exposed,
+			rc.BestRange.Layers, rc.BestRange.Exposed)
+	}
 	if fast, r := runPlan(t, rec, mid, "--recompute"); r.Code != 0 || fast.Recompute || fast.Moved == 0 {
 		t.Errorf("--recompute over the default link: exit %d, %+v: want a swap", r.Code, fast)
 	}

@@ -107,6 +107,14 @@ def test_plans_pass_mindformers_validation(profiles, tmp_path):
                 assert sc["enable"] is False and budget >= no_swap, (sc, budget)
             items.append({"yaml": r.stdout, "num_layers": layers})
             why.append((name, budget, mf["swap_layers"], mf["prefetch"]))
+        # Full recompute over a slow link (any set of layers, MindFormers' full_recompute_layer lists them)
+        mid = budgets[2]
+        r = swapagent("plan", prof, "--budget", str(mid), "--format", "yaml", "--recompute", "--link", "0.01", *more,
+                      check=0)
+        rc = yaml.safe_load(r.stdout)
+        assert rc["recompute"]["mode"] == "full" and rc["swap"]["enable"] is False, r.stdout
+        items.append({"yaml": r.stdout, "num_layers": layers})
+        why.append((name, mid, "recompute", layer_ids(rc["recompute"]["full_recompute_layer"])))
         # Below the tightest: no YAML in any format (exit 1 for --format yaml; JSON and text exit by the plan
         # in the agent's terms, which may still fit: a swap without prefetch, which MindFormers cannot state).
         r = swapagent("plan", prof, "--budget", str(tightest - 1), "--format", "yaml", *more)
