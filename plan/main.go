@@ -38,13 +38,12 @@ var Command = cli.Command{
 recording: a run with every candidate layer declared and nothing released (--policy off; docs/plan.md says
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
 with replay's engine for its peak and the bytes it moves, then every set of layers with gaps (up to 16
-layers; the agent's forms only) is costed and the cheapest beating the best range are simulated until one
-fits; the transfer it cannot hide is modelled from the
-layers' recorded times and the link's bandwidth (--link when given, else measured from the recording's
-copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
+layers) is costed and those cheaper than the best range are simulated, cheapest first, until one fits. The
+transfer a configuration cannot hide is modelled from the layers' recorded times and the link's bandwidth
+(--link when given, else measured from the recording's copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
 is refused (exit 2; the refusal gives the link a swapping run measured, for --link); a one-step recording
 is planned with a warning (its times are the warm-up's).
---recompute adds full recompute of each range as a candidate: the same
+--recompute adds full recompute of each range and set as a candidate: the same
 peak as its swap without prefetch, costed by the layers' recorded forward times, nothing moved. The plan
 is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section,
 hyper-parallel's calls, the companions' layer_swap and decoder-sim's flags. Each form states the best
@@ -73,7 +72,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
 	verify := cli.Switch(fs, "verify", "run CMD (after --) as planned and print what it measured beside the plan")
-	recompute := cli.Switch(fs, "recompute", "also try full recompute of each range of layers instead of its swap")
+	recompute := cli.Switch(fs, "recompute", "also try full recompute of each range or set of layers instead of its swap")
 	numLayers := fs.Int("num-layers", 0, "the model's layer count `N` when the recording declared fewer "+
 		"(MindFormers' profiling recipe leaves its last layer out; default: the last declared layer's index + 1)")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
@@ -316,7 +315,11 @@ func (p *Plan) HyperParallel() string {
 }
 
 // Companions is the plan as the companions' layer_swap call.
+// "" when no configuration fits: nothing that does not fit is written as a configuration.
 func (p *Plan) Companions() string {
+	if !p.Feasible {
+		return ""
+	}
 	if p.Best.Recompute {
 		return fmt.Sprintf("layer_swap(model.layers, swap=[])  # and layers [%s] under the framework's checkpoint",
 			ints(p.Best.Layers))
@@ -324,8 +327,14 @@ func (p *Plan) Companions() string {
 	return fmt.Sprintf("layer_swap(model.layers, swap=[%s], prefetch=%d)", ints(p.Best.Layers), p.Best.Prefetch)
 }
 
-// DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH).
-func (p *Plan) DecoderSimArgs() []string { return p.Best.decoderSimArgs() }
+// DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH). nil
+// when no configuration fits.
+func (p *Plan) DecoderSimArgs() []string {
+	if !p.Feasible {
+		return nil
+	}
+	return p.Best.decoderSimArgs()
+}
 
 // decoderSimArgs are decoder-sim's flags for candidate c; nil for recompute, which decoder-sim cannot do.
 func (c Candidate) decoderSimArgs() []string {
@@ -355,6 +364,14 @@ func (p *Plan) targetJSON(t target) targetJSON {
 	c, fits := p.bestFor(t)
 	c.Released = nil
 	return targetJSON{fits, c}
+}
+
+// environment is the agent's settings for the plan (none when no configuration fits).
+func environment(p *Plan) map[string]string {
+	if !p.Feasible {
+		return map[string]string{}
+	}
+	return map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}
 }
 
 func writeJSON(w io.Writer, file string, p *Plan) error {
@@ -390,7 +407,7 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Footprint, p.Profile.LinkBps,
 		p.Profile.LinkFrom, p.Profile.Layers, p.Profile.NumLayers, p.targetJSON(forMindFormers), p.MindFormersYAML(),
 		p.targetJSON(forHyperParallel), p.HyperParallel(), p.Companions(),
-		p.DecoderSimArgs(), map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}, top,
+		p.DecoderSimArgs(), environment(p), top,
 		p.Simulations, p.Sets, bestRange}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -493,7 +510,9 @@ func releasedText(by map[string]uint64) string {
 func indent(s, by string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i := range lines {
-		lines[i] = by + lines[i]
+		if lines[i] != "" { // no trailing blanks on an empty line
+			lines[i] = by + lines[i]
+		}
 	}
 	return strings.Join(lines, "\n") + "\n"
 }

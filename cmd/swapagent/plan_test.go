@@ -156,7 +156,8 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 	}
 	// Below what swap can reach: said so, with the lowest reachable peak, and exit 1.
 	low, r := runPlan(t, rec, all.Lowest/2)
-	if r.Code != 1 || low.Feasible || low.Lowest != all.Lowest || low.Peak != all.Lowest {
+	if r.Code != 1 || low.Feasible || low.Lowest != all.Lowest || low.Peak != all.Lowest || low.YAML != "" ||
+		low.SimArgs != nil || len(low.Env) != 0 {
 		t.Errorf("budget %d: exit %d, %+v: want exit 1, not feasible, the lowest peak %d", all.Lowest/2, r.Code, low,
 			all.Lowest)
 	}

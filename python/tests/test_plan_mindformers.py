@@ -122,6 +122,8 @@ def test_plans_pass_mindformers_validation(profiles, tmp_path):
         low, code = plan_json(prof, tightest - 1, more)
         assert low["mindformers_yaml"] == "" and not low["mindformers"]["feasible"], low["mindformers"]
         assert code == (0 if low["feasible"] else 1), (code, low["feasible"])
+        if not low["feasible"]:  # no form at all
+            assert low["hyper_parallel"] == low["companions"] == "" and low["decoder_sim_args"] is None, low
         ls = low["swap_layers"]  # a plan MindFormers cannot state: no prefetch, past the model, or with gaps
         assert not low["feasible"] or low["prefetch"] == 0 or ls[-1] + low["prefetch"] >= layers or \
             ls[-1] - ls[0] != len(ls) - 1, low
