@@ -5,6 +5,7 @@ package plan
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 
 	"swapagent/trace"
@@ -14,21 +15,23 @@ const (
 	// maxSetLayers bounds the exhaustive search: 2^16 sets of each prefetch are costed, without simulation.
 	maxSetLayers = 16
 	// maxSetSimulations bounds the simulations of sets that are cheaper than the best contiguous range.
-	maxSetSimulations = 2048
+	maxSetSimulations = 512
 )
 
 // searchSets finds the least-cost set of layers with gaps, and prefetch, that fits the budget, where it is
 // cheaper than the best contiguous range that fits (those are all simulated already), and adds what it
-// simulated to Ranked. Exhaustive under the model: every set with gaps, at each prefetch, is costed by the
-// time model (Profile.exposed) from each layer's bytes moved a step, as its single-layer range's simulation
-// moved them (a layer's saves are the same whatever else is swapped), and with Options.Recompute each set's
-// full recompute by its layers' forward times (its peak: the set swapped without prefetch, as for a range);
-// those that cannot fit are dropped by
-// a bound: swapping a set lowers the peak without swap by at most the bytes its layers move a step. The rest,
-// cheaper than the best contiguous range, are simulated cheapest first: the first that fits is the least-cost
-// configuration with gaps, its peak the simulation's. extra is added to every simulated peak (the undeclared
-// layers' saves, Search). A job whose own swap moves its layers is not searched: MindFormers chains layer
-// i with layer i + prefetch by index, which the simulation of a set with gaps does not model.
+// simulated to Ranked. Every set with gaps, at each prefetch, is costed by the time model (Profile.exposed)
+// from each layer's bytes moved a step as its single-layer range's simulation moved them (an estimate: a
+// storage two neighbouring layers save is moved once when both are swapped), and with Options.Recompute
+// each set's full recompute by its layers' forward times (its peak: the set swapped without prefetch, as for
+// a range). Sets that cannot fit are dropped by a bound: swapping a set lowers the peak without swap by at
+// most the bytes its layers move a step. The rest that cost less than the best range (cheaperThan) are
+// simulated cheapest first, but for subsets of a set already simulated at the same prefetch that did not
+// fit (swapping fewer of the same layers lowers no peak): the first that fits is the least-cost set with
+// gaps by the estimate, its peak and cost the simulation's. The search stops after maxSetSimulations, and
+// Plan.Sets says how far it went. extra is added to every simulated peak (the undeclared layers' saves,
+// Search). A job whose own swap moves its layers is not searched: MindFormers chains layer i with layer
+// i + prefetch by index, which the simulation of a set with gaps does not model.
 func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 	prof := &p.Profile
 	n := prof.declared()
@@ -63,6 +66,7 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 	p.BestRange = *best
 	var cheaper []Candidate
 	var pos [][]int
+	var masks []uint32
 	costed := 0
 	for mask := uint32(1); mask < 1<<n; mask++ {
 		if m := mask >> bits.TrailingZeros32(mask); m&(m+1) == 0 {
@@ -88,17 +92,19 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 			for _, i := range set {
 				c.ExposedNS += prof.Layers[i].ForwardNS
 			}
-			if better(c, *best) {
+			if cheaperThan(c, *best) {
 				cheaper = append(cheaper, c)
 				pos = append(pos, set)
+				masks = append(masks, mask)
 			}
 		}
 		for pf := 0; pf <= opt.PrefetchMax; pf++ {
 			costed++
 			c := Candidate{Layers: layers, Prefetch: pf, MovedBytes: 2 * sum, ExposedNS: prof.exposed(moved, pf), Fits: true}
-			if better(c, *best) {
+			if cheaperThan(c, *best) {
 				cheaper = append(cheaper, c)
 				pos = append(pos, set)
+				masks = append(masks, mask)
 			}
 		}
 	}
@@ -107,11 +113,22 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 		order[i] = i
 	}
 	sort.SliceStable(order, func(i, j int) bool { return better(cheaper[order[i]], cheaper[order[j]]) })
-	simulated := 0
+	simulated, pruned := 0, 0
+	type key struct {
+		recompute bool
+		prefetch  int
+	}
+	failed := map[key][]uint32{} // sets simulated that did not fit
 	for _, k := range order {
+		kk := key{cheaper[k].Recompute, cheaper[k].Prefetch}
+		if slices.ContainsFunc(failed[kk], func(f uint32) bool { return masks[k]&^f == 0 }) {
+			pruned++ // a subset of a set that did not fit, at the same prefetch: swapping less lowers no peak
+			continue
+		}
 		if simulated == maxSetSimulations {
 			p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range, the "+
-				"cheapest %d simulated, none fits (the search stops there)", costed, len(cheaper), simulated)
+				"cheapest %d simulated (%d left out as subsets of sets that did not fit), none fits (the search "+
+				"stops there)", costed, len(cheaper), simulated, pruned)
 			return
 		}
 		simulated++
@@ -124,16 +141,26 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 		}
 		c.PeakBytes += extra
 		p.Ranked = append(p.Ranked, c)
+		if c.PeakBytes > opt.Budget {
+			failed[kk] = append(failed[kk], masks[k])
+		}
 		if c.PeakBytes <= opt.Budget {
 			p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, "+
-				"%s), %d simulated: the cheapest that fits is %s, %s", costed, len(cheaper),
-				span(best.Layers), how(*best), simulated, span(c.Layers), how(c))
+				"%s), %d simulated (%d left out as subsets of sets that did not fit): the cheapest that fits is "+
+				"%s, %s", costed, len(cheaper), span(best.Layers), how(*best), simulated, pruned, span(c.Layers), how(c))
 			return
 		}
 	}
 	p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, %s), "+
-		"%d simulated, none fits", costed, len(cheaper), span(best.Layers), how(*best), simulated)
+		"%d simulated (%d left out as subsets of sets that did not fit), none fits", costed, len(cheaper),
+		span(best.Layers), how(*best), simulated, pruned)
 }
+
+// cheaperThan says whether a set with gaps, c, is worth simulating against the best range: less exposed
+// transfer (or recompute) by its estimate. A set that ties with the range would win only on the
+// tie-breaks (bytes moved, fewer layers, a shallower prefetch), which no step time shows, and its bytes are
+// only estimated.
+func cheaperThan(c, best Candidate) bool { return c.ExposedNS < best.ExposedNS }
 
 // how says how a candidate spares its layers' memory: "recompute" or "prefetch N".
 func how(c Candidate) string {
