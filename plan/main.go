@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ const (
 )
 
 // Usage is the synopsis for the CLI's help.
-const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--recompute] [--format text|yaml|json] [--verify -- CMD]"
+const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--num-layers N] [--recompute] [--format text|yaml|json] [--verify -- CMD]"
 
 // Command is how `swapagent plan` is called (internal/cli's conventions).
 var Command = cli.Command{
@@ -36,18 +37,29 @@ var Command = cli.Command{
 	About: `Finds the swap configuration that keeps device memory within BYTES at the least cost, from a profiling
 recording: a run with every candidate layer declared and nothing released (--policy off; docs/plan.md says
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
-with replay's engine for its peak and the bytes it moves; the transfer it cannot hide is modelled from the
-layers' recorded times and the link's bandwidth (measured from recorded copies, else --link, else 25 GB/s).
---recompute adds full recompute of each range as a candidate: the same
+with replay's engine for its peak and the bytes it moves, then every set of layers with gaps (up to 16
+layers) is costed and those cheaper than the best range are simulated, cheapest first, until one fits. The
+transfer a configuration cannot hide is modelled from the layers' recorded times and the link's bandwidth
+(--link when given, else measured from the recording's copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
+is refused (exit 2; the refusal gives the link a swapping run measured, for --link); a one-step recording
+is planned with a warning (its times are the warm-up's).
+--recompute adds full recompute of each range and set as a candidate: the same
 peak as its swap without prefetch, costed by the layers' recorded forward times, nothing moved. The plan
-is written in the job's own terms: MindFormers' YAML swap (or recompute) section, hyper-parallel's calls,
-the companions' layer_swap and decoder-sim's flags. A directory holds one process's trace. --verify then runs
-CMD under the agent as planned (policy safe, the plan's prefetch, --swap-layers SET appended: decoder-sim's
-flag) and prints the measured peak, waits and step time beside the prediction.
+is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section,
+hyper-parallel's calls, the companions' layer_swap and decoder-sim's flags. Each form states the best
+candidate it can express, never another rewritten: MindFormers needs a prefetch of at least 1 and layer
+i + prefetch in the model (--num-layers N: the model's layers, when the recording declared fewer), and
+with none of its candidates fitting, --format yaml writes nothing and exits 1. A directory holds one
+process's trace. --verify then runs CMD under the agent as planned (policy safe, the plan's prefetch,
+--swap-layers SET appended: decoder-sim's flag) and prints the measured peak, waits and step time beside
+the prediction; a run whose layers or shapes differ from the profile's (a layer it declared that the
+profile did not, other bytes saved by a layer, other kernels launched a step) is refused, naming the
+difference.
 
 Exit: 0 planned (--verify: and the run peaked within the budget, its pool step as tolerance); 1 no
 configuration fits the budget (the lowest reachable peak is printed), or the verified run did not fit;
-2 bad usage or input, or the verified run failed; 3 planned, but the trace was damaged.`,
+2 bad usage or input (a recording with faults or one that moved data), or the verified run failed or is
+not the profiled job; 3 planned, but the trace was damaged.`,
 }
 
 // Main runs `swapagent plan` with args (the words after "plan") and returns the exit code.
@@ -56,11 +68,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := c.Flags()
 	budget := &bytesize.Flag{}
 	fs.Var(budget, "budget", "device-memory budget `BYTES`: 64M, 1.5G, 1GiB or a number of bytes (required)")
-	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s` (default: measured from the recording, else 25)")
+	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s`; given, it wins over a measured one (default: measured from the recording's copies, else 25)")
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
 	verify := cli.Switch(fs, "verify", "run CMD (after --) as planned and print what it measured beside the plan")
-	recompute := cli.Switch(fs, "recompute", "also try full recompute of each range of layers instead of its swap")
+	recompute := cli.Switch(fs, "recompute", "also try full recompute of each range or set of layers instead of its swap")
+	numLayers := fs.Int("num-layers", 0, "the model's layer count `N` when the recording declared fewer "+
+		"(MindFormers' profiling recipe leaves its last layer out; default: the last declared layer's index + 1)")
 	if code, stop := c.Parse(fs, args, stdout, stderr); stop {
 		return code
 	}
@@ -80,6 +94,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return c.UsageError(stderr, "--budget is required and must be above 0")
 	case *link < 0:
 		return c.UsageError(stderr, "bad --link %g (must be > 0)", *link)
+	case *numLayers < 0:
+		return c.UsageError(stderr, "bad --num-layers %d", *numLayers)
 	case *prefetchMax < 0 || *prefetchMax > 8:
 		return c.UsageError(stderr, "bad --prefetch-max %d (0 to 8)", *prefetchMax)
 	case *format != "text" && *format != "yaml" && *format != "json":
@@ -105,16 +121,29 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	for _, w := range f.Warnings() {
 		c.Errorf(stderr, "%s", w)
 	}
-	p, err := Search(f, Options{Budget: budget.N, PrefetchMax: *prefetchMax, LinkBps: *link * 1e9, Recompute: *recompute})
+	p, err := Search(f, Options{Budget: budget.N, PrefetchMax: *prefetchMax, LinkBps: *link * 1e9, Recompute: *recompute,
+		NumLayers: *numLayers})
 	if err != nil {
 		c.Errorf(stderr, "%s: %v", files[0], err)
 		return ExitBadInput
+	}
+	if p.Profile.Steps < 2 {
+		c.Errorf(stderr, "warning: the recording has %d step: its layer times are the warm-up's (caches, the "+
+			"allocator's growth); record 3 or more", p.Profile.Steps)
 	}
 	switch *format {
 	case "json":
 		err = writeJSON(stdout, files[0], p)
 	case "yaml":
-		_, err = io.WriteString(stdout, p.MindFormersYAML())
+		y := p.MindFormersYAML()
+		if y == "" { // nothing enabled is written for a budget no MindFormers configuration meets
+			mf, _ := p.bestFor(forMindFormers)
+			c.Errorf(stderr, "no configuration MindFormers can express fits %s: the lowest it reaches is %s "+
+				"(layers %s, prefetch %d); no YAML written", report.Bytes(p.Budget), report.Bytes(mf.PeakBytes),
+				span(mf.Layers), mf.Prefetch)
+			return ExitNoFit
+		}
+		_, err = io.WriteString(stdout, y)
 	default:
 		writeText(cli.Terminal(stdout), files[0], p)
 	}
@@ -130,6 +159,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		check, err := Verify(p, argv, stderr)
 		if err != nil {
 			c.Errorf(stderr, "%v", err)
+			return ExitBadInput
+		}
+		if why := p.Profile.differs(check.Run); why != "" {
+			c.Errorf(stderr, "--verify: the command is not the profiled job (%s): its peak says nothing of the plan", why)
 			return ExitBadInput
 		}
 		writeCheck(cli.Terminal(stdout), p, check)
@@ -175,36 +208,118 @@ func ints(v []int) string {
 	return strings.Join(s, ", ")
 }
 
-// MindFormersYAML is the plan as MindFormers' `swap:` section (mindformers/pynative/config SwapConfig), or
-// its `recompute:` section (RecomputeConfig) with swap off for a recompute plan.
-func (p *Plan) MindFormersYAML() string {
-	b := p.Best
-	if b.Recompute {
-		return fmt.Sprintf("recompute:\n  mode: full\n  full_recompute_layer: [%s]\nswap:\n  enable: False\n", ints(b.Layers))
+// A target is a form the plan is written in, and which candidates that form can express: a candidate is
+// only offered in a form that says exactly it, never rewritten into another configuration.
+type target int
+
+const (
+	forAgent       target = iota // the agent, decoder-sim, the companions: any candidate
+	forMindFormers               // MindFormers 2.1.0 PyNative `swap:` (or `recompute:`)
+	forHyperParallel
+)
+
+// expresses says whether target t can state candidate c exactly, on a model of numLayers layers.
+// MindFormers 2.1.0 (mindformers/pynative/distributed/activation_checkpoint.py: _validate_swap_config, then
+// apply_swap) takes default_prefetch in [1, num_layers - 1] and chains every listed layer i with layer
+// i + default_prefetch, which must be a layer of the model: a swap without prefetch, or one whose last layer
+// plus the prefetch is past the model, has no MindFormers form. Its full recompute lists any layers.
+// hyper-parallel's calls chain a layer only where asked: without prefetch none is chained, and with one
+// every swapped layer is, so layer i + prefetch must exist. Both chain layer i with the layer prefetch after it
+// by index, where the agent's prefetch counts swapped layers: the same for a contiguous range, not for a
+// set with gaps, which the simulation models the agent's way; such a set is the agent's alone.
+func (t target) expresses(c Candidate, numLayers int) bool {
+	if t == forAgent || c.Recompute || len(c.Layers) == 0 {
+		return true
 	}
-	if len(b.Layers) == 0 {
-		return "swap:\n  enable: False\n"
+	last := c.Layers[len(c.Layers)-1]
+	if last-c.Layers[0] != len(c.Layers)-1 {
+		return false // a set with gaps: MindFormers and hyper-parallel chain by index (searchSets)
 	}
-	return fmt.Sprintf("swap:\n  enable: True\n  default_prefetch: %d\n  layer_swap:\n    - layers: [%s]\n",
-		max(b.Prefetch, 1), ints(b.Layers))
+	if t == forHyperParallel && c.Prefetch == 0 {
+		return true
+	}
+	return c.Prefetch >= 1 && c.Prefetch <= numLayers-1 && last+c.Prefetch < numLayers
 }
 
-// HyperParallel is the plan as hyper-parallel's calls.
-func (p *Plan) HyperParallel() string {
-	b := p.Best
-	if len(b.Layers) == 0 {
-		return "# nothing to swap"
+// bestFor is the best candidate target t can express, and whether it fits the budget (Ranked is best
+// first: the first that t expresses).
+func (p *Plan) bestFor(t target) (Candidate, bool) {
+	for _, c := range p.Ranked {
+		if t.expresses(c, p.Profile.NumLayers) {
+			return c, c.Fits
+		}
 	}
+	return Candidate{}, false // not reached: the empty candidate is always expressible
+}
+
+// specs writes layer indices as MindFormers' layer specs: quoted "a-b" ranges and single ids, ascending.
+func specs(layers []int) string {
+	if len(layers) == 0 {
+		return ""
+	}
+	parts := strings.Split(span(layers), ",")
+	for i := range parts {
+		parts[i] = "'" + parts[i] + "'"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// MindFormersYAML is the plan as MindFormers 2.1.0 PyNative's `swap:` section (mindformers.pynative.config
+// SwapConfig, validated by activation_checkpoint._validate_swap_config), or its `recompute:` section
+// (RecomputeConfig) with swap off for a recompute plan: the best candidate MindFormers can express. It is
+// empty when none of those fits the budget: no enabled configuration is written for a budget it misses.
+func (p *Plan) MindFormersYAML() string {
+	b, fits := p.bestFor(forMindFormers)
+	if !fits {
+		return ""
+	}
+	head := fmt.Sprintf("# MindFormers 2.1.0 PyNative (mindformers.pynative TrainConfig) for num_layers %d: "+
+		"swapagent plan, budget %s, predicted peak %s\n", p.Profile.NumLayers, report.Bytes(p.Budget),
+		report.Bytes(b.PeakBytes))
 	if b.Recompute {
-		return fmt.Sprintf("for i in [%s]:\n    model.layers[i] = checkpoint_wrapper(model.layers[i])", ints(b.Layers))
+		return head + fmt.Sprintf("recompute:\n  mode: full\n  full_recompute_layer: [%s]\nswap:\n  enable: False\n",
+			specs(b.Layers))
 	}
-	return fmt.Sprintf("for i in [%s]:\n    model.layers[i] = swap_wrapper(model.layers[i], policy_fn)\n"+
-		"for i in [%s]:\n    SwapManager().set_forward_prefetch_layer(model.layers[i], model.layers[i + %d])",
-		ints(b.Layers), ints(b.Layers), max(b.Prefetch, 1))
+	if len(b.Layers) == 0 {
+		return head + "swap:\n  enable: False\n"
+	}
+	return head + fmt.Sprintf("swap:\n  enable: True\n  default_prefetch: %d\n  layer_swap:\n    - layers: [%s]\n",
+		b.Prefetch, specs(b.Layers))
+}
+
+// HyperParallel is the plan as hyper-parallel's calls, complete: its imports, a policy_fn that swaps every
+// tensor a layer saves, each layer wrapped, and each chained with the layer prefetch after it (the best
+// candidate those calls can express); "" when none of those fits.
+func (p *Plan) HyperParallel() string {
+	b, fits := p.bestFor(forHyperParallel)
+	switch {
+	case !fits:
+		return ""
+	case len(b.Layers) == 0:
+		return "# nothing to swap"
+	case b.Recompute:
+		return fmt.Sprintf("from hyper_parallel.core.activation_checkpoint import checkpoint_wrapper\n"+
+			"for i in [%s]:  # model.layers: the job's %d decoder layers\n"+
+			"    model.layers[i] = checkpoint_wrapper(model.layers[i])", ints(b.Layers), p.Profile.NumLayers)
+	}
+	s := fmt.Sprintf("from hyper_parallel.core.activation_checkpoint import CheckpointPolicy, SwapManager, swap_wrapper\n\n"+
+		"def policy_fn(tensor):  # every tensor the layer saves goes to the host\n"+
+		"    return CheckpointPolicy.MUST_SWAP\n\n"+
+		"for i in [%s]:  # model.layers: the job's %d decoder layers\n"+
+		"    model.layers[i] = swap_wrapper(model.layers[i], policy_fn=policy_fn)", ints(b.Layers), p.Profile.NumLayers)
+	if b.Prefetch > 0 {
+		s += fmt.Sprintf("\nfor i in [%s]:\n    SwapManager().set_forward_prefetch_layer(model.layers[i], model.layers[i + %d])",
+			ints(b.Layers), b.Prefetch)
+	}
+	return s
 }
 
 // Companions is the plan as the companions' layer_swap call.
+// "" when no configuration fits: nothing that does not fit is written as a configuration.
 func (p *Plan) Companions() string {
+	if !p.Feasible {
+		return ""
+	}
 	if p.Best.Recompute {
 		return fmt.Sprintf("layer_swap(model.layers, swap=[])  # and layers [%s] under the framework's checkpoint",
 			ints(p.Best.Layers))
@@ -212,8 +327,14 @@ func (p *Plan) Companions() string {
 	return fmt.Sprintf("layer_swap(model.layers, swap=[%s], prefetch=%d)", ints(p.Best.Layers), p.Best.Prefetch)
 }
 
-// DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH).
-func (p *Plan) DecoderSimArgs() []string { return p.Best.decoderSimArgs() }
+// DecoderSimArgs are decoder-sim's flags for the plan; its prefetch is the agent's (SWAPAGENT_PREFETCH). nil
+// when no configuration fits.
+func (p *Plan) DecoderSimArgs() []string {
+	if !p.Feasible {
+		return nil
+	}
+	return p.Best.decoderSimArgs()
+}
 
 // decoderSimArgs are decoder-sim's flags for candidate c; nil for recompute, which decoder-sim cannot do.
 func (c Candidate) decoderSimArgs() []string {
@@ -232,8 +353,33 @@ func MeasuredLink(f *trace.File) float64 {
 	return prof.LinkBps
 }
 
+// targetJSON is the best candidate a target can express, and whether it fits: the configuration its
+// rendering (mindformers_yaml, hyper_parallel) states, which may differ from the plan's.
+type targetJSON struct {
+	Feasible  bool `json:"feasible"`
+	Candidate      // its configuration
+}
+
+func (p *Plan) targetJSON(t target) targetJSON {
+	c, fits := p.bestFor(t)
+	c.Released = nil
+	return targetJSON{fits, c}
+}
+
+// environment is the agent's settings for the plan (none when no configuration fits).
+func environment(p *Plan) map[string]string {
+	if !p.Feasible {
+		return map[string]string{}
+	}
+	return map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}
+}
+
 func writeJSON(w io.Writer, file string, p *Plan) error {
 	top := p.Ranked[:min(len(p.Ranked), 5)]
+	var bestRange *Candidate
+	if p.BestRange.Fits {
+		bestRange = &p.BestRange
+	}
 	out := struct {
 		File        string            `json:"file"`
 		Feasible    bool              `json:"feasible"`
@@ -246,17 +392,23 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 		LinkBps     float64           `json:"link_bytes_per_second"`
 		LinkFrom    string            `json:"link_from"`
 		Layers      []Layer           `json:"layers"`
+		NumLayers   int               `json:"num_layers"`
+		MindFormers targetJSON        `json:"mindformers"`
 		YAML        string            `json:"mindformers_yaml"`
+		HPPlan      targetJSON        `json:"hyper_parallel_plan"`
 		HP          string            `json:"hyper_parallel"`
 		Companions  string            `json:"companions"`
 		DecoderSim  []string          `json:"decoder_sim_args"`
 		Environment map[string]string `json:"environment"`
 		Candidates  []Candidate       `json:"candidates"`
 		Simulations int               `json:"simulations"`
+		Sets        string            `json:"sets_search,omitempty"`
+		BestRange   *Candidate        `json:"best_range,omitempty"`
 	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Footprint, p.Profile.LinkBps,
-		p.Profile.LinkFrom, p.Profile.Layers, p.MindFormersYAML(), p.HyperParallel(), p.Companions(),
-		p.DecoderSimArgs(), map[string]string{"SWAPAGENT_PREFETCH": strconv.Itoa(p.Best.Prefetch)}, top,
-		p.Simulations}
+		p.Profile.LinkFrom, p.Profile.Layers, p.Profile.NumLayers, p.targetJSON(forMindFormers), p.MindFormersYAML(),
+		p.targetJSON(forHyperParallel), p.HyperParallel(), p.Companions(),
+		p.DecoderSimArgs(), environment(p), top,
+		p.Simulations, p.Sets, bestRange}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
@@ -268,6 +420,9 @@ func writeText(w io.Writer, file string, p *Plan) {
 		report.Bytes(p.Budget), report.Bytes(p.NoSwapPeak), report.Bytes(p.LowestPeak))
 	fmt.Fprintf(w, "  %d layers, %d steps recorded; link %.3g GB/s (%s); %d configurations simulated\n",
 		len(p.Profile.Layers), p.Profile.Steps, p.Profile.LinkBps/1e9, p.Profile.LinkFrom, p.Simulations)
+	if p.Sets != "" {
+		fmt.Fprintf(w, "  %s\n", p.Sets)
+	}
 	if p.Footprint == "saved" {
 		fmt.Fprintf(w, "  the trace records no device allocation: the peaks are the bytes of the storages saved for backward\n")
 	}
@@ -301,8 +456,8 @@ func writeText(w io.Writer, file string, p *Plan) {
 		fmt.Fprintf(w, "  %-10s %-10s %8s %12s %12s %12v%s\n", how, span(c.Layers), pf, report.Bytes(c.PeakBytes),
 			report.Bytes(c.MovedBytes), time.Duration(c.ExposedNS).Round(time.Microsecond), mark)
 	}
-	fmt.Fprintf(w, "\n  MindFormers (YAML):\n%s", indent(p.MindFormersYAML(), "    "))
-	fmt.Fprintf(w, "  hyper-parallel:\n%s\n", indent(p.HyperParallel(), "    "))
+	writeTarget(w, p, forMindFormers, "MindFormers 2.1.0 PyNative (YAML)", p.MindFormersYAML())
+	writeTarget(w, p, forHyperParallel, "hyper-parallel", p.HyperParallel())
 	fmt.Fprintf(w, "  companions:    %s\n", p.Companions())
 	if b.Recompute {
 		fmt.Fprintf(w, "  decoder-sim:   has no recompute\n")
@@ -310,6 +465,25 @@ func writeText(w io.Writer, file string, p *Plan) {
 		fmt.Fprintf(w, "  decoder-sim:   SWAPAGENT_PREFETCH=%d swapagent run -- decoder-sim %s\n", b.Prefetch,
 			strings.Join(p.DecoderSimArgs(), " "))
 	}
+}
+
+// writeTarget writes target t's form of the plan, and says which configuration it states when t cannot
+// express the plan itself, or that none it can express fits.
+func writeTarget(w io.Writer, p *Plan, t target, name, text string) {
+	c, fits := p.bestFor(t)
+	switch {
+	case !fits:
+		fmt.Fprintf(w, "\n  %s: no configuration it can express fits (the lowest it reaches is %s)\n", name,
+			report.Bytes(c.PeakBytes))
+		return
+	case c.Recompute != p.Best.Recompute || c.Prefetch != p.Best.Prefetch || !slices.Equal(c.Layers, p.Best.Layers):
+		fmt.Fprintf(w, "\n  %s cannot state the plan (no prefetch, layer i + prefetch past its %d layers, or a set with gaps); "+
+			"its best: layers %s, prefetch %d: peak %s, %v of transfer not hidden:\n", name, p.Profile.NumLayers,
+			span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes), time.Duration(c.ExposedNS).Round(time.Microsecond))
+	default:
+		fmt.Fprintf(w, "\n  %s:\n", name)
+	}
+	fmt.Fprintf(w, "%s", indent(text, "    "))
 }
 
 // releasedText lists the released bytes by argument, largest first: "internal 120.0 KiB, args[0] 60.0 KiB".
@@ -336,7 +510,9 @@ func releasedText(by map[string]uint64) string {
 func indent(s, by string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	for i := range lines {
-		lines[i] = by + lines[i]
+		if lines[i] != "" { // no trailing blanks on an empty line
+			lines[i] = by + lines[i]
+		}
 	}
 	return strings.Join(lines, "\n") + "\n"
 }

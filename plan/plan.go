@@ -1,10 +1,10 @@
 // Package plan turns a recorded run into the swap configuration that fits a device-memory budget at the
 // least cost (`swapagent plan`). The recording is a profile: every candidate layer declared, nothing
-// released (policy off). Each candidate configuration (a contiguous range of layers swapped, a prefetch
-// depth) is simulated with replay's engine (the same offload.Engine and timeline fold as `replay`, no
-// second memory model) for its peak device bytes and the bytes it moves; its time is modelled from the
-// recording itself: each layer's recorded forward and backward time and the link's bandwidth (measured from
-// recorded copies, or given). docs/plan.md says what it models and what it cannot see.
+// released (policy off). Each candidate configuration (a contiguous range of layers swapped, or a set with
+// gaps (sets.go), and a prefetch depth) is simulated with replay's engine (the same offload.Engine and
+// timeline fold as `replay`, no second memory model) for its peak device bytes and the bytes it moves; its
+// time is modelled from the recording itself: each layer's recorded forward and backward time and the
+// link's bandwidth (given with --link, else measured from recorded copies). docs/plan.md says what it models and what it cannot see.
 package plan
 
 import (
@@ -18,6 +18,7 @@ import (
 
 	"swapagent/offload"
 	"swapagent/replay"
+	"swapagent/report"
 	"swapagent/timeline"
 	"swapagent/trace"
 )
@@ -39,6 +40,11 @@ type Layer struct {
 	// layer's, in bytes per step to the host and to the device: they share the link with swap's.
 	CopiesAfterForward  [2]uint64 `json:"copies_after_forward_bytes"`
 	CopiesAfterBackward [2]uint64 `json:"copies_after_backward_bytes"`
+	// SavedBytes is what its forward saved a step (its saves' sizes), to compare a run with the profile.
+	SavedBytes uint64 `json:"saved_bytes_per_step"`
+	// Undeclared: a layer of the model the recording did not declare (Options.NumLayers beyond the
+	// declared): never a candidate; its times are the declared layers' medians, for the time model.
+	Undeclared bool `json:"undeclared,omitempty"`
 }
 
 // Profile is what the recording says a plan needs beyond the simulation.
@@ -50,6 +56,18 @@ type Profile struct {
 	// "measured from N copies", or "assumed").
 	LinkBps  float64
 	LinkFrom string
+	// LaunchesPerStep is the kernels the job launched a step (between step starts after the first), to
+	// compare a run with the profile: another layer count launches another number.
+	LaunchesPerStep float64
+	// What makes a recording no profile (Search refuses it; see usable): the policy it was recorded under,
+	// the bytes it moved (copied out and back), its fault records and the first one's kernel.
+	Policy     string
+	MovedBytes uint64
+	Faults     int
+	FirstFault string
+	// NumLayers is the model's layer count (MindFormers' num_layers): Options.NumLayers, else the highest
+	// declared index plus one.
+	NumLayers int
 	// JobSwaps: the job's own swap moves the layers (the guard declared them), wired as MindFormers'
 	// apply_swap wires it: layer i with layer i + prefetch, which must be a layer of the model.
 	JobSwaps bool
@@ -66,7 +84,7 @@ func (p *Profile) Indices() []int {
 
 // Candidate is one configuration and what the model predicts for it.
 type Candidate struct {
-	Layers    []int  `json:"swap_layers"` // layer indices swapped (contiguous in forward order); empty: none
+	Layers    []int  `json:"swap_layers"` // layer indices swapped, ascending; empty: none
 	Prefetch  int    `json:"prefetch"`
 	PeakBytes uint64 `json:"predicted_peak_bytes"`
 	// MovedBytes is the bytes copied out and back per step; ExposedNS the transfer time per step the model
@@ -94,6 +112,11 @@ type Plan struct {
 	Footprint   string      // what the peaks count: replay's Result.Footprint ("device" or "saved")
 	Profile     Profile
 	Simulations int
+	// Sets says how far the search of sets of layers with gaps went (searchSets); BestRange is the best
+	// contiguous range that fits, which a set with gaps must beat (zero when none fits or sets were not
+	// searched).
+	Sets      string
+	BestRange Candidate
 }
 
 // Options are the search's settings.
@@ -103,16 +126,26 @@ type Options struct {
 	LinkBps     float64 // 0: measured from the recording, else DefaultLink
 	// Recompute adds full recompute of each contiguous range as a candidate beside its swap.
 	Recompute bool
+	// NumLayers is the model's layer count when the recording declared fewer (MindFormers' profiling
+	// recipe cannot declare its last layer); 0: the highest declared index plus one.
+	NumLayers int
 }
 
-// Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax.
+// Search plans for the recording f: every contiguous range of its layers, each with prefetch 0..PrefetchMax,
+// then the sets with gaps (searchSets).
 func Search(f *trace.File, opt Options) (*Plan, error) {
 	prof, err := profile(f)
 	if err != nil {
 		return nil, err
 	}
+	if err := prof.usable(); err != nil {
+		return nil, err
+	}
 	if opt.LinkBps > 0 {
 		prof.LinkBps, prof.LinkFrom = opt.LinkBps, "--link"
+	}
+	if err := prof.extend(opt.NumLayers); err != nil {
+		return nil, err
 	}
 	p := &Plan{Budget: opt.Budget, Profile: *prof}
 	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
@@ -120,17 +153,23 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	p.NoSwapPeak, p.PoolStep, p.Footprint = none.PeakSimulated, none.PoolStep, none.Footprint
 	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated, Released: none.ReleasedByArg})
 	p.Simulations = 1
-	n := len(prof.Layers)
+	n := prof.declared()
+	// A footprint of saved storages counts only what the declared layers saved: each layer the recording did
+	// not declare is taken to save the declared layers' mean at the peak without swap (what they share,
+	// counted once there, makes it err high), held at the end of the forward (the peak) by every candidate,
+	// as none swaps it. (A device footprint holds their memory already.)
+	var extra uint64
+	if undeclared := len(prof.Layers) - n; undeclared > 0 && p.Footprint == "saved" {
+		extra = uint64(undeclared) * (p.NoSwapPeak / uint64(max(n, 1)))
+	}
 	lowest := 0
 	if prof.JobSwaps { // MindFormers' default_prefetch: the layer whose forward waits for the release
 		lowest = 1
 	}
 	for a := 0; a < n; a++ {
 		for b := a; b < n; b++ {
-			swapped := map[string]int{}
 			var indices []int
 			for i := a; i <= b; i++ {
-				swapped[prof.Layers[i].Group] = i
 				indices = append(indices, prof.Layers[i].Index)
 			}
 			var noPrefetch *replay.Result // shared by recompute and the swap without prefetch
@@ -139,8 +178,7 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 					return noPrefetch
 				}
 				p.Simulations++
-				r := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
-					PrefetchSet: true, Swap: func(g string) bool { _, ok := swapped[g]; return ok }})
+				r := prof.simulateSwap(f, positions(a, b), pf)
 				if pf == 0 {
 					noPrefetch = r
 				}
@@ -158,23 +196,19 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 				p.Ranked = append(p.Ranked, c)
 			}
 			for pf := lowest; pf <= max(opt.PrefetchMax, lowest); pf++ {
-				if prof.JobSwaps && b+pf >= n {
+				if prof.JobSwaps && prof.Layers[b].Index+pf >= prof.NumLayers {
 					break // layer b + pf is not in the model: the job's wiring would fail
 				}
-				r := simulate(pf)
-				c := Candidate{Layers: slices.Clone(indices), Prefetch: pf, PeakBytes: r.PeakSimulated,
-					Released: r.ReleasedByArg}
-				moved := make([]uint64, n) // bytes per step of each layer
-				for i := a; i <= b; i++ {
-					if r.Stats != nil {
-						moved[i] = r.Stats.Groups[prof.Layers[i].Group].OffloadedBytes / uint64(max(prof.Steps, 1))
-					}
-					c.MovedBytes += 2 * moved[i]
-				}
-				c.ExposedNS = prof.exposed(moved, pf)
-				p.Ranked = append(p.Ranked, c)
+				p.Ranked = append(p.Ranked, prof.swapCandidate(simulate(pf), positions(a, b), pf))
 			}
 		}
+	}
+	p.NoSwapPeak += extra
+	for i := range p.Ranked {
+		p.Ranked[i].PeakBytes += extra
+	}
+	if !prof.JobSwaps {
+		p.searchSets(f, opt, extra)
 	}
 	p.LowestPeak = p.Ranked[0].PeakBytes
 	for i := range p.Ranked {
@@ -185,6 +219,41 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	sort.SliceStable(p.Ranked, func(i, j int) bool { return better(p.Ranked[i], p.Ranked[j]) })
 	p.Best, p.Feasible = p.Ranked[0], p.Ranked[0].Fits
 	return p, nil
+}
+
+// positions are a, a+1, ..., b.
+func positions(a, b int) []int {
+	var out []int
+	for i := a; i <= b; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// swapCandidate is the candidate swapping the layers at positions (in Layers) with prefetch pf, from its
+// simulation r: its peak, the bytes each layer moved a step, and the exposed transfer they cost.
+func (p *Profile) swapCandidate(r *replay.Result, at []int, pf int) Candidate {
+	c := Candidate{Layers: []int{}, Prefetch: pf, PeakBytes: r.PeakSimulated, Released: r.ReleasedByArg}
+	moved := make([]uint64, len(p.Layers)) // bytes per step of each layer
+	for _, i := range at {
+		c.Layers = append(c.Layers, p.Layers[i].Index)
+		if r.Stats != nil {
+			moved[i] = r.Stats.Groups[p.Layers[i].Group].OffloadedBytes / uint64(max(p.Steps, 1))
+		}
+		c.MovedBytes += 2 * moved[i]
+	}
+	c.ExposedNS = p.exposed(moved, pf)
+	return c
+}
+
+// simulateSwap simulates the recording with the layers at positions swapped, prefetch pf, under safe.
+func (p *Profile) simulateSwap(f *trace.File, at []int, pf int) *replay.Result {
+	swapped := map[string]bool{}
+	for _, i := range at {
+		swapped[p.Layers[i].Group] = true
+	}
+	return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+		PrefetchSet: true, Swap: func(g string) bool { return swapped[g] }})
 }
 
 // better orders candidates: those that fit first, by exposed transfer, then bytes moved, then fewer layers
@@ -276,13 +345,104 @@ func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
 	return exposed
 }
 
+// usable refuses a recording that is no profile: one with faults (a faulted run's saves and times are not
+// the job's: its backward may never have run), or one whose policy moved data (its layer times include the
+// transfer it waited for, which the time model would then count twice; its own measured link is given in
+// the refusal, for --link).
+func (p *Profile) usable() error {
+	switch {
+	case p.Faults > 0:
+		return fmt.Errorf("the recording has %d fault record(s) (the first at %s): a faulted run is no profile; "+
+			"record one that runs clean under --policy off", p.Faults, p.FirstFault)
+	case p.MovedBytes > 0:
+		link := ""
+		if p.LinkFrom != assumedLink {
+			link = fmt.Sprintf(", and give the link it measured with --link %.4g", p.LinkBps/1e9)
+		}
+		return fmt.Errorf("the recording was made under policy %s, which moved %s: its layer times include the "+
+			"transfer; record the profile under --policy off%s", p.Policy, report.Bytes(p.MovedBytes), link)
+	}
+	return nil
+}
+
+// differs names how a run's recording (run) differs from the profile's job, or "" when it does not: a layer
+// the run declared that the profile did not, a layer that saved other bytes a step (another shape), or
+// another number of kernels launched a step (other layers).
+func (p *Profile) differs(run *Profile) string {
+	byGroup := map[string]Layer{}
+	for _, l := range p.Layers {
+		if !l.Undeclared {
+			byGroup[l.Group] = l
+		}
+	}
+	off := func(a, b float64) bool { return a > 1.01*b || b > 1.01*a }
+	for _, l := range run.Layers {
+		want, ok := byGroup[l.Group]
+		switch {
+		case !ok:
+			return fmt.Sprintf("the run declared layer %q, which the profile did not", l.Group)
+		case off(float64(l.SavedBytes), float64(want.SavedBytes)):
+			return fmt.Sprintf("layer %q saved %s a step, %s in the profile: other shapes", l.Group,
+				report.Bytes(l.SavedBytes), report.Bytes(want.SavedBytes))
+		}
+	}
+	if p.LaunchesPerStep > 0 && run.LaunchesPerStep > 0 && off(run.LaunchesPerStep, p.LaunchesPerStep) {
+		return fmt.Sprintf("the run launched %.0f kernels a step, the profile %.0f: other layers", run.LaunchesPerStep,
+			p.LaunchesPerStep)
+	}
+	return ""
+}
+
+// declared is the number of layers the recording declared (the first of Layers; undeclared ones follow).
+func (p *Profile) declared() int {
+	n := 0
+	for _, l := range p.Layers {
+		if !l.Undeclared {
+			n++
+		}
+	}
+	return n
+}
+
+// extend sets the model's layer count: numLayers, or 0 for the highest declared index plus one. Layers the
+// recording did not declare (MindFormers' profiling recipe cannot declare its last one: every listed layer i
+// needs layer i + default_prefetch) are appended after the declared ones with the declared layers' median
+// forward and backward times and none of their copies, for the time model; their memory is in the
+// recording already (declared or not, a layer's saves are allocated and held), and they are never swapped.
+func (p *Profile) extend(numLayers int) error {
+	top := 0
+	for _, l := range p.Layers {
+		top = max(top, l.Index+1)
+	}
+	if numLayers == 0 {
+		p.NumLayers = top
+		return nil
+	}
+	if numLayers < top {
+		return fmt.Errorf("--num-layers %d: the recording declares layer %d", numLayers, top-1)
+	}
+	p.NumLayers = numLayers
+	var fwd, bwd []int64
+	for _, l := range p.Layers {
+		fwd, bwd = append(fwd, l.ForwardNS), append(bwd, l.BackwardNS)
+	}
+	for i := top; i < numLayers; i++ {
+		// median leaves the first value out as a warm-up: prepend one it can drop
+		p.Layers = append(p.Layers, Layer{Index: i, Group: "", Undeclared: true,
+			ForwardNS: median(append([]int64{0}, fwd...)), BackwardNS: median(append([]int64{0}, bwd...))})
+	}
+	return nil
+}
+
 // profile reads the layers, their times and the link's rate from the recording.
 func profile(f *trace.File) (*Profile, error) {
 	tl := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
 	type times struct {
 		spans  [2][]int64   // forward (region enter to exit), backward (backward enter to exit)
 		copies [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
+		saved  uint64       // bytes its forward saved, over the steps
 	}
+	var launches []int64 // when each kernel was launched
 	per := map[uint32]*times{}
 	var order []uint32
 	opened := [2]map[uint32]int64{{}, {}} // forward, backward: when each group's open span began
@@ -314,7 +474,14 @@ func profile(f *trace.File) (*Profile, error) {
 				per[ev.Group].spans[phase] = append(per[ev.Group].spans[phase], ev.TS-at)
 				delete(opened[phase], ev.Group)
 			}
+		case trace.KindSave:
+			if t := per[ev.Group]; t != nil {
+				t.saved += ev.Args[1]
+			}
 		case trace.KindCall:
+			if ev.Ret == 0 && tl.Class(ev.Fn) == trace.ClassLaunch {
+				launches = append(launches, ev.TS)
+			}
 			// aclrtMemcpyAsync: Args dst, src, count, kind (1 to the device, 2 to the host)
 			if kind := ev.Args[3]; last != nil && steps > 1 && ev.Ret == 0 && (kind == 1 || kind == 2) &&
 				tl.Class(ev.Fn) == trace.ClassCopyAsync {
@@ -329,9 +496,26 @@ func profile(f *trace.File) (*Profile, error) {
 	// The link's rate: the bytes of the agent's timed copies over the time they held its stream (its stats:
 	// the runtime mover times them with events). A copy's states in the trace say when the engine saw it
 	// end, which is later (it waits for a group's copies at the next group's exit), so they are not used.
-	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink, JobSwaps: len(tl.Guard.Groups) > 0}
+	p := &Profile{LinkBps: DefaultLink, LinkFrom: assumedLink, JobSwaps: len(tl.Guard.Groups) > 0,
+		Policy: tl.Meta[trace.MetaPolicy], Faults: len(tl.Faults)}
+	if len(tl.Faults) > 0 {
+		p.FirstFault = fmt.Sprintf("kernel %q", tl.Faults[0].Record.Kernel)
+	}
 	var st trace.Stats
-	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil && st.DeviceCopyNS > 0 {
+	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil {
+		p.MovedBytes = st.OffloadedBytes + st.RestoredBytes
+	}
+	if len(tl.Steps) >= 2 { // launches between the second step's start and the last's, a step
+		from, to := tl.Steps[min(1, len(tl.Steps)-2)], tl.Steps[len(tl.Steps)-1]
+		n := 0
+		for _, ts := range launches {
+			if ts >= from && ts < to {
+				n++
+			}
+		}
+		p.LaunchesPerStep = float64(n) / float64(len(tl.Steps)-1-min(1, len(tl.Steps)-2))
+	}
+	if tl.HasStats && st.DeviceCopyNS > 0 {
 		bytes := st.DeviceCopyBytes
 		if bytes == 0 { // a trace from before the stats counted them: every copy, timed or not
 			bytes = st.OffloadedBytes + st.RestoredBytes
@@ -344,7 +528,8 @@ func profile(f *trace.File) (*Profile, error) {
 	}
 	for pos, g := range order {
 		name := tl.GroupName(g)
-		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].spans[0]), BackwardNS: median(per[g].spans[1])}
+		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].spans[0]), BackwardNS: median(per[g].spans[1]),
+			SavedBytes: per[g].saved / uint64(max(len(per[g].spans[0]), 1))}
 		for dir := range 2 {
 			l.CopiesAfterForward[dir] = per[g].copies[0][dir] / uint64(max(steps-1, 1))
 			l.CopiesAfterBackward[dir] = per[g].copies[1][dir] / uint64(max(steps-1, 1))

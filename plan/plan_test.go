@@ -85,3 +85,37 @@ func TestSpanAndMedian(t *testing.T) {
 		t.Errorf("median = %d, want 4", m)
 	}
 }
+
+// Which forms state which candidates, on 10 layers: MindFormers needs a prefetch of 1 to 9 and layer
+// i + prefetch in the model; hyper-parallel chains nothing without prefetch; the agent takes any.
+func TestTargetsExpress(t *testing.T) {
+	swap := func(prefetch int, layers ...int) Candidate { return Candidate{Layers: layers, Prefetch: prefetch} }
+	for i, c := range []struct {
+		c             Candidate
+		agent, mf, hp bool
+	}{
+		{swap(0), true, true, true},
+		{swap(0, 0, 1, 2), true, false, true},
+		{swap(1, 0, 1, 2), true, true, true},
+		{swap(1, 7, 8), true, true, true},
+		{swap(1, 8, 9), true, false, false},
+		{swap(2, 7), true, true, true},
+		{swap(2, 8), true, false, false},
+		{swap(10, 0), true, false, false},
+		{Candidate{Recompute: true, Layers: []int{9}}, true, true, true},
+		{swap(1, 0, 2, 4), true, false, false},
+		{swap(0, 0, 2), true, false, false},
+	} {
+		for _, want := range []struct {
+			t  target
+			ok bool
+		}{{forAgent, c.agent}, {forMindFormers, c.mf}, {forHyperParallel, c.hp}} {
+			if got := want.t.expresses(c.c, 10); got != want.ok {
+				t.Errorf("case %d, target %d: expresses %+v = %v", i, want.t, c.c, got)
+			}
+		}
+	}
+	if got := specs([]int{0, 1, 2, 5, 7, 8}); got != "'0-2', '5', '7-8'" {
+		t.Errorf("specs = %s", got)
+	}
+}

@@ -26,6 +26,9 @@ type Check struct {
 	// step down, the closest to the run's own time.
 	LeastStepNS int64
 	Within      bool // the peak is within the budget, the allocator's step as tolerance
+	// Run is what the run's recording says of its job (layers, their saves, kernels a step), to compare
+	// with the profile's (Profile.differs).
+	Run *Profile
 }
 
 // Verify runs argv as planned under `swapagent run` (this executable) and measures it.
@@ -70,7 +73,15 @@ func Measure(cli, policy string, c Candidate, argv []string, stderr io.Writer) (
 	if s == nil || len(s.Steps) == 0 {
 		return nil, fmt.Errorf("the planned run's trace has no step (no layer was entered)")
 	}
-	m := &Check{PeakBytes: s.Stats.PeakDeviceBytes}
+	f, err := report.ReadTrace(s.Path)
+	if err != nil {
+		return nil, err
+	}
+	run, err := profile(f)
+	if err != nil {
+		return nil, fmt.Errorf("the planned run's trace: %v", err)
+	}
+	m := &Check{PeakBytes: s.Stats.PeakDeviceBytes, Run: run}
 	var st trace.Stats
 	if s.HasStats && json.Unmarshal(s.StatsJSON, &st) == nil {
 		m.WaitNS = int64(st.OffloadWaitNS+st.RestoreWaitNS+st.DeviceStallNS) / int64(len(s.Steps))

@@ -546,27 +546,31 @@ def test_shared_inputs_ignore_an_address_a_released_input_left():
 
 def test_plan_applied_as_mindformers_yaml(tmp_path):
     """`swapagent plan` on the stand-in (torch, 8 layers, RoPE as the keyword input): recorded under --policy
-    off with every layer in the YAML's layer_swap, planned for two budgets, each plan's YAML applied through
+    off with docs/plan.md's MindFormers recipe (every layer but the last in the YAML's layer_swap, prefetch 1:
+    what MindFormers accepts), planned with --num-layers 8 for two budgets, each plan's YAML applied through
     MindFormers' wiring (hp_job.py --swap-yaml) under safe. Each run is bit-identical to no swap, its saved
     bytes at the end of the forward (a census of every saved storage) fit the budget and are within 5% of
     the predicted peak, and neither the plan nor the run releases RoPE's tables."""
     need(CLI)
     steps = ("--layers", "8", "--steps", "3")
     every = tmp_path / "every.yaml"
-    every.write_text("swap:\n  enable: True\n  default_prefetch: 0\n  layer_swap:\n    - layers: [0-7]\n")
+    every.write_text("swap:\n  enable: True\n  default_prefetch: 1\n  layer_swap:\n    - layers: ['0-6']\n")
     prof = start(tmp_path, "profile", "torch", "swap", policy="off", extra=steps + ("--swap-yaml", str(every)))
     base = start(tmp_path, "base", "torch", "noswap", extra=steps)
     assert prof.rc == 0 and base.rc == 0 and prof.result["released"] == 0, prof.why()
     assert prof.result["losses"] == base.result["losses"]
 
     def plan(budget):
-        p = subprocess.run([CLI, "plan", os.path.join(prof.out, "trace"), "--budget", str(budget), "--format", "json"],
+        p = subprocess.run([CLI, "plan", os.path.join(prof.out, "trace"), "--budget", str(budget), "--format", "json",
+                            "--num-layers", "8"],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)
     whole = plan(1 << 40)
     no_swap, lowest = whole["no_swap_peak_bytes"], whole["lowest_reachable_peak_bytes"]
-    assert whole["footprint"] == "saved" and no_swap == max(prof.result["saved"]), (whole, prof.result["saved"])
+    # the layer the recipe cannot declare is predicted (the declared layers' mean), erring high
+    assert whole["footprint"] == "saved" and whole["layers"][-1]["undeclared"], whole
+    assert 1 <= no_swap / max(prof.result["saved"]) <= 1.05, (no_swap, prof.result["saved"])
     assert lowest < no_swap * 0.6, whole
     for budget in (lowest + (no_swap - lowest) * 2 // 3, lowest + (no_swap - lowest) // 4):
         got = plan(budget)
