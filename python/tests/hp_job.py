@@ -21,8 +21,9 @@ are the layers and the wrapped modules sit inside them.
 with checkpoint_wrapper(layer, policy_fn=MUST_SWAP for matmuls else MUST_RECOMPUTE, swap_inputs=True) and
 chained with set_forward_prefetch_layer(layer i, layer i+1), so the hidden state entering each layer is
 what the swap offloads. --keep-inputs keeps every layer's input in a list, as output_hidden_states=True
-does. result.json's "held" is, per step, the bytes of the stand-in's saved storages still on device at
-the end of the forward (a census of its SwapTensors).
+does, and reads them after the last layer (a small term of the loss). result.json's "held" is, per step,
+the bytes of the stand-in's saved storages still on device at the end of the forward (a census of its
+SwapTensors).
 
 Under msrun each worker writes into DIR/rank<R>. It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
 and writes DIR/result.json at the end: the losses, every gradient's bytes (hex) and the stand-in's count
@@ -236,6 +237,8 @@ def torch_parts(probe, bump=False, keep=None, census=None, embed=False, nested=F
         if census is not None:
             census([r() for r in plain])
         loss = ((h - target_t) ** 2).mean()
+        if keep:  # the hidden states the job kept, read after the last layer (as a model's output_hidden_states)
+            loss = loss + sum(t.mean() for t in keep) * 1e-3
         if bump:  # the job changes the RoPE table in place after the forward: backward reads the new bytes
             cos.data.mul_(1.5)
         for p in params:

@@ -111,10 +111,14 @@ RUNS += [
     ("torch-ac-noswap", "torch", "noswap", None, "checkpoint", None, None, AC),
     ("torch-ac-standin", "torch", "acswap", None, "checkpoint", None, None, AC),
     ("torch-ac-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC),
-    # the job keeps every layer's input (output_hidden_states=True): nothing it holds may go
+    # the job keeps every layer's input (output_hidden_states=True) and reads them after the last layer:
+    # nothing it holds may go (the stand-in alone releases them, and the read crashes)
+    ("torch-ac-keep-noswap", "torch", "noswap", None, "checkpoint", None, None, AC + ("--keep-inputs",)),
+    ("torch-ac-keep-standin", "torch", "acswap", None, "checkpoint", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-keep-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-newest-standin", "torch", "acswap", None, "memory", None, None, AC),
     ("torch-ac-newest-safe", "torch", "acswap", "safe", "memory", None, None, AC),
+    ("torch-ac-newest-keep-standin", "torch", "acswap", None, "memory", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-newest-keep-safe", "torch", "acswap", "safe", "memory", None, None, AC + ("--keep-inputs",)),
     # hyper-parallel's test_act_swap layout: swap_wrapper on each layer's attention, the layers chained
     ("torch-nested-noswap", "torch", "noswap", None, "checkpoint", None, None, ("--nested",)),
@@ -444,8 +448,11 @@ def test_guard_layers_names_layers_of_a_hand_written_swap(tmp_path):
     assert ("rotary_cos_sin[0]", "input") in kept, g
 
 
-AC_LAYOUTS = {"checkpoint": ("torch-ac-standin", "torch-ac-safe", "torch-ac-keep-safe", "view base"),
-              "memory": ("torch-ac-newest-standin", "torch-ac-newest-safe", "torch-ac-newest-keep-safe", "packed")}
+# layout -> (the stand-in alone, under safe, keeping its inputs alone and under safe, the own holders' kind)
+AC_LAYOUTS = {"checkpoint": ("torch-ac-standin", "torch-ac-safe", "torch-ac-keep-standin", "torch-ac-keep-safe",
+                             "view base"),
+              "memory": ("torch-ac-newest-standin", "torch-ac-newest-safe", "torch-ac-newest-keep-standin",
+                         "torch-ac-newest-keep-safe", "packed")}
 
 
 @pytest.mark.parametrize("layout", sorted(AC_LAYOUTS))
@@ -457,7 +464,7 @@ def test_recompute_swap_releases_what_nobody_else_holds(runs, layout):
     go: the saved bytes left on device at the end of forward are the stand-in's own. In the newest layout
     hyper-parallel's pack hook hands autograd a detached alias of the input and swaps that: the job's
     tensor is gone, the alias autograd holds for the layer's backward is the layer's own."""
-    alone_name, safe_name, _, own_kind = AC_LAYOUTS[layout]
+    alone_name, safe_name, _, _, own_kind = AC_LAYOUTS[layout]
     base, alone, safe = runs["torch-ac-noswap"], runs[alone_name], runs[safe_name]
     for r in (base, alone, safe):
         assert r.rc == 0 and r.result is not None, r.why()
@@ -478,9 +485,13 @@ def test_recompute_swap_releases_what_nobody_else_holds(runs, layout):
 
 @pytest.mark.parametrize("layout", sorted(AC_LAYOUTS))
 def test_recompute_swap_keeps_inputs_the_job_holds(runs, layout):
-    """The same job keeping every layer's input (as output_hidden_states=True does): each release is
+    """The same job keeping every layer's input (as output_hidden_states=True does) and reading them after
+    the last layer: the stand-in alone releases them and the read crashes; under safe each release is
     refused, the holder counted, and the results stay bit-identical."""
-    base, r = runs["torch-ac-noswap"], runs[AC_LAYOUTS[layout][2]]
+    _, _, alone_name, safe_name, _ = AC_LAYOUTS[layout]
+    base, alone, r = runs["torch-ac-keep-noswap"], runs[alone_name], runs[safe_name]
+    assert base.rc == 0 and base.result is not None, base.why()
+    assert alone.rc != 0 and alone.result is None, "the stand-in alone must release what the job reads:\n" + alone.why()
     assert r.rc == 0 and r.result is not None, r.why()
     assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
     assert r.result["released"] == 0, r.why()
