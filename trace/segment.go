@@ -188,8 +188,9 @@ func (s *SegmentedWriter) rotate() error {
 		return err
 	}
 	s.k++
+	snap := s.snap.events()
 	h := s.h
-	h.Segment = s.k
+	h.Segment, h.First, h.Lead = s.k, s.events, 1+len(snap)
 	w, err := NewWriter(out, h)
 	if err != nil {
 		_ = out.Close()
@@ -197,7 +198,6 @@ func (s *SegmentedWriter) rotate() error {
 	}
 	s.done += uint64(size) // the closed segment's bytes, now that cur is the next one
 	s.cur, s.out = w, out
-	snap := s.snap.events()
 	mark := Event{Kind: KindSegment, TS: s.snap.lastTS, Args: [6]uint64{uint64(s.k), uint64(len(snap))}}
 	for _, ev := range append([]*Event{&mark}, snap...) {
 		if err := w.Add(ev); err != nil {

@@ -117,7 +117,7 @@ func TestReplayExecAfterTheHeadWasDropped(t *testing.T) {
 }
 
 // A SIGKILL at a random moment, rotations included (a 64 KiB limit makes 16 KiB segments), leaves a trace
-// every command reads, 20 times out of 20.
+// every command reads, 20 times out of 20, and report says it was not closed.
 func TestSIGKILLAnytimeLeavesAReadableTrace(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -139,8 +139,10 @@ func TestSIGKILLAnytimeLeavesAReadableTrace(t *testing.T) {
 		if len(f.Events) == 0 {
 			t.Fatalf("trial %d: no events read", trial)
 		}
+		// Killed: the trace was never closed, and report says where its events end (exit 3).
 		rep := swapagent(t, nil, "report", out)
-		if rep.Code != 0 || !strings.Contains(rep.Stdout, "process ") {
+		if rep.Code != 3 || !strings.Contains(rep.Stdout, "process ") ||
+			!strings.Contains(rep.Stderr, "trace not closed (process killed?): events after #") {
 			t.Fatalf("trial %d: report exit %d (%d segments %v from %d)\n%s%s", trial, rep.Code, len(sizes), sizes,
 				f.Header.Segment, rep.Stdout, rep.Stderr)
 		}
