@@ -416,7 +416,7 @@ func loadTraces(dir string, logs []logFile, res *Result) []*traceIndex {
 				continue
 			}
 			seen[key] = true
-			ix, err := loadTrace(p)
+			ix, err := loadTrace(p, len(res.Faults) > 0)
 			if err != nil {
 				res.Notes = append(res.Notes, "skipped trace: "+oneLine(err))
 				continue
