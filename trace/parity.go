@@ -30,6 +30,11 @@ const (
 	maxRow      = 64 << 10  // a wider parity block is damage
 	parityGroup = 256 << 10 // bytes of blocks a parity block covers, at least (but at a frame's end)
 	parityHead  = 8         // version 4: a parity block's data starts with the group's length and the row's, u32 each
+	// repairBlock bounds how far past a group's bytes a repair reads ahead for the good block after the damage
+	// and for the group's parity, and the longest block it takes there: the writer's blocks stay far below
+	// it (a batch of 64 KiB, compressed), and it bounds what damage (garbage after a header) makes a reader
+	// hold. A group with a longer block is not repaired: its loss is counted.
+	repairBlock = 1 << 20
 	// maxStarts bounds the places mend tries for the start of a burst: damage that leaves some bytes as they
 	// were (a sector of zeros over data with zeros in it) shows clean columns inside the burst too.
 	maxStarts = 32
@@ -183,7 +188,7 @@ func (s *blockStream) repair() bool {
 				continue
 			}
 			end := pos + blockFrame + int(binary.LittleEndian.Uint32(win[pos+4:]))
-			if end-pos > blockFrame+maxBlock || !more(end) || !blockSound(win[pos:end]) {
+			if end-pos > blockFrame+repairBlock || !more(end) || !blockSound(win[pos:end]) {
 				continue
 			}
 			b := win[pos:end]
@@ -192,7 +197,7 @@ func (s *blockStream) repair() bool {
 		}
 		return nil
 	}
-	first := next(parityGroup + maxBlock)
+	first := next(parityGroup + repairBlock)
 	if first == nil {
 		// Nothing good after the damage: it may be the last parity block's own.
 		if s.lastParity(win) {
@@ -209,7 +214,7 @@ func (s *blockStream) repair() bool {
 	// Read on to the parity block of the damaged block's group: the first that covers its number.
 	par := first
 	for par != nil && !([4]byte(par) == parityMagic && (s.nextSeq-seqOf(par))&seqMask < countOf(par)) {
-		par = next(found + 2*parityGroup + maxBlock)
+		par = next(found + parityGroup + repairBlock + 2*(blockFrame+parityHead+maxRow))
 	}
 	if par != nil {
 		if r, ok := s.mend(win[:pos-len(par)], par); ok {

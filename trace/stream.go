@@ -19,12 +19,15 @@ import (
 )
 
 const (
-	blockFrame    = 20       // magic[4], data length u32, events u32, flags u32, CRC32C u32 of bytes 4..15 and the data
-	maxBlock      = 32 << 20 // a longer block is damage (the writer's stay near one batch's size)
-	flagNewStream = 1        // the block starts a zstd frame: a reader can start decoding here
-	flagEndFrame  = 2        // version 4: the block ends its zstd frame
-	flagClosed    = 4        // version 4: the writer's close mark, the file's last block
-	indexBytes    = 8        // version 4: a data block's data starts with the index of its first event, u64
+	blockFrame = 20       // magic[4], data length u32, events u32, flags u32, CRC32C u32 of bytes 4..15 and the data
+	maxBlock   = 32 << 20 // a longer block is damage (the writer's stay near one batch's size)
+	// maxBlockV4 is version 4's: its writer ends a batch at 64 KiB and after any event that large (at most
+	// MaxText and MaxPtrs pointers), so a block holds less, and a reader of damage holds no more.
+	maxBlockV4    = 8 << 20
+	flagNewStream = 1 // the block starts a zstd frame: a reader can start decoding here
+	flagEndFrame  = 2 // version 4: the block ends its zstd frame
+	flagClosed    = 4 // version 4: the writer's close mark, the file's last block
+	indexBytes    = 8 // version 4: a data block's data starts with the index of its first event, u64
 )
 
 // DefaultChunkBytes is how much batch data one zstd frame holds before the writer starts the next: the
@@ -258,7 +261,7 @@ func (s *blockStream) nextBlock(start bool, skipped *int) string {
 		size := binary.LittleEndian.Uint32(s.frame[4:])
 		events := binary.LittleEndian.Uint32(s.frame[8:])
 		flags := binary.LittleEndian.Uint32(s.frame[12:])
-		if size > maxBlock {
+		if size > maxBlock || s.indexed && size > maxBlockV4 {
 			s.unread(s.frame[1:])
 			return "block length beyond the limit"
 		}

@@ -108,7 +108,8 @@ func (w *Writer) Add(ev *Event) error {
 	w.c.appendEvent(&w.cols, ev)
 	w.n++
 	w.events++
-	if w.n%32 == 0 && w.cols.size() >= flushBytes {
+	if w.n%32 == 0 && w.cols.size() >= flushBytes || len(ev.Text)+8*len(ev.Ptrs) >= flushBytes {
+		// (An event that large ends its batch at once: a batch, and so a block, stays within maxBlockV4.)
 		return w.Flush()
 	}
 	return nil

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -131,6 +134,30 @@ func TestReportMemoryDoesNotGrowWithTraces(t *testing.T) {
 		}
 		if format != "text" {
 			continue
+		}
+		// 100 MB of garbage after a whole header (and its copy): what a reader holds searching damage for a good
+		// block is bounded by the longest block it accepts and a repair's look-ahead (docs/trace-format.md,
+		// "Limits"), not by the garbage.
+		hl := 2 * (20 + int(binary.LittleEndian.Uint32(data[12:])))
+		junk := make([]byte, 100<<20)
+		rng := rand.New(rand.NewPCG(7, 8))
+		for i := 0; i < len(junk); i += 8 {
+			binary.LittleEndian.PutUint64(junk[i:], rng.Uint64())
+		}
+		garbage := filepath.Join(t.TempDir(), "garbage"+trace.FileSuffix)
+		if err := os.WriteFile(garbage, append(bytes.Clone(data[:hl]), junk...), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(hop, cli, "report", garbage)
+		b, _ := cmd.Output()
+		var pg int64
+		var code int
+		if _, err := fmt.Sscan(string(b), &pg, &code); err != nil || code != 2 {
+			t.Fatalf("report of garbage: %v, output %q (want exit 2: no event)", err, b)
+		}
+		fmt.Printf("report of a header and 100 MB of garbage: peak RSS %d KB (+%d)\n", pg, pg-p0)
+		if pg-p0 > 4*8<<10+4<<10 {
+			t.Errorf("report of 100 MB of garbage: %d KB more than its own: beyond the bound", pg-p0)
 		}
 		for _, cmd := range []string{"replay", "doctor"} {
 			c1 := peak(cmd, one)
