@@ -436,7 +436,7 @@ func loadTraces(dir string, logs []logFile, res *Result) (out []*traceIndex, fou
 			}
 			seen[key] = true
 			found++
-			ix, err := loadTrace(p)
+			ix, err := loadTrace(p, len(res.Faults) > 0)
 			if err != nil {
 				res.Notes = append(res.Notes, "skipped trace: "+oneLine(err))
 				continue

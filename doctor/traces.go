@@ -49,13 +49,24 @@ type traceIndex struct {
 	warnings []string // what reading lost (trace.File.Warnings)
 }
 
-// loadTrace reads a trace by the read rule every command follows (trace.Load).
-func loadTrace(path string) (*traceIndex, error) {
-	f, err := trace.Load(path)
+// loadTrace reads a trace by the read rule every command follows (trace.Scan), folding its events as they are
+// read. Matching a fault to a storage needs the trace's history (its handles and who held what): for a log
+// fault (history set) or for the agent's own fault records. Without log faults the fold first drops each
+// handle once its group is done, so its memory does not grow with the trace's length, and the trace is read
+// again, whole, only when it holds fault records; one without them keeps its figures, not its history.
+func loadTrace(path string, history bool) (*traceIndex, error) {
+	t, f, err := foldTrace(path, history)
 	if err != nil {
 		return nil, err
 	}
-	t := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
+	if !history && t.Count(trace.KindFault) > 0 {
+		if t, f, err = foldTrace(path, true); err != nil {
+			return nil, err
+		}
+	}
+	if !history && t.Count(trace.KindFault) == 0 {
+		t.Forget()
+	}
 	t.Gaps, t.Truncated = f.Gaps, f.Truncated
 	ix := &traceIndex{Timeline: t, path: path, warnings: f.Warnings()}
 	for _, f := range t.Faults {
@@ -66,6 +77,22 @@ func loadTrace(path string) (*traceIndex, error) {
 		ix.faults = append(ix.faults, f.Record)
 	}
 	return ix, nil
+}
+
+// foldTrace folds the trace at path as it is read; without history each handle is dropped once its group is
+// done.
+func foldTrace(path string, history bool) (*timeline.Timeline, *trace.File, error) {
+	opt := timeline.Options{NoSeries: true}
+	if !history {
+		opt.Retire = func(*timeline.Handle) {}
+	}
+	t := timeline.New(trace.Header{}, opt)
+	f, err := trace.Scan(path, t.Add)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.Header = f.Header
+	return t, f, nil
 }
 
 func (ix *traceIndex) ref(h *timeline.Handle, by string) *StorageRef {

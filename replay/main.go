@@ -95,7 +95,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	partial := false
 	named := len(files) == 1 && found == "" // a file (or -) named on the command line
 	for _, f := range files {
-		t, notes, err := load(f)
+		r, t, notes, err := simulate(f, opts)
 		if err != nil {
 			if named {
 				return bad("%v", err)
@@ -108,7 +108,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			c.Errorf(stderr, "%s", n)
 		}
 		partial = partial || t.Damaged()
-		r := Simulate(t.Header, t.Events, opts)
 		r.File = f
 		r.Notes = append(notes, r.Notes...)
 		if len(r.Violations) > 0 {
@@ -137,6 +136,23 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		WriteText(tw, r)
 	}
 	return code
+}
+
+// simulate simulates one trace read the way report does (trace.Scan, twice: the memory does not grow with the
+// trace); standard input, which cannot be read twice, is loaded. notes are the trace's warnings.
+func simulate(file string, opts Options) (*Result, *trace.File, []string, error) {
+	if file == report.Stdin {
+		t, notes, err := load(file)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return Simulate(t.Header, t.Events, opts), t, notes, nil
+	}
+	r, t, err := SimulateFile(file, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return r, t, t.Warnings(), nil
 }
 
 // load reads one trace the way report does (report.ReadTrace: trace.Read's rule, damaged batches skipped,

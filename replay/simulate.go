@@ -192,7 +192,45 @@ type sim struct {
 
 // Simulate replays events (one trace, in file order) through a fresh engine under opts.
 func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
-	recorded := timeline.ScanMeta(events)
+	s := newSim(h, timeline.ScanMeta(events), opts)
+	for i := range events {
+		s.step(i, &events[i])
+	}
+	s.finish()
+	s.res.Events = len(events)
+	return s.res
+}
+
+// SimulateFile is Simulate on the trace at path, read twice as it is folded instead of kept (trace.Scan): once
+// for the recording's settings, once for the simulation, so the memory it needs does not grow with the
+// trace's length. It returns the trace as read (what was lost, its warnings) with the result; an error is
+// the reader's one line.
+func SimulateFile(path string, opts Options) (*Result, *trace.File, error) {
+	recorded := trace.Meta{}
+	f, err := trace.Scan(path, func(ev *trace.Event) {
+		if ev.Kind == trace.KindMeta {
+			recorded.Parse(ev.Text)
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, n := newSim(f.Header, recorded, opts), 0
+	f, err = trace.Scan(path, func(ev *trace.Event) {
+		s.step(n, ev)
+		n++
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	s.finish()
+	s.res.Events = n
+	return s.res, f, nil
+}
+
+// newSim is a simulation of a trace with header h, recorded under the settings recorded, ready for its events
+// (step, in order, then finish).
+func newSim(h trace.Header, recorded trace.Meta, opts Options) *sim {
 	cfg := offload.DefaultConfig()
 	cfg.Policy = opts.Policy
 	if v, ok := recorded.Prefetch(); ok {
@@ -209,10 +247,10 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 	}
 	s := &sim{
 		res: &Result{Argv: h.Argv, PID: h.PID, Policy: cfg.Policy.String(), Prefetch: cfg.Prefetch,
-			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"], Events: len(events),
+			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"],
 			ReleasedByArg: map[string]uint64{}},
 		ops:     &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
-		rec:     timeline.New(h, timeline.Options{NoSeries: true}),
+		rec:     timeline.New(h, timeline.Options{NoSeries: true, Retire: func(*timeline.Handle) {}}),
 		handles: map[int64]int64{}, guardTok: map[int64]int64{}, guarded: map[string]bool{},
 		swap: opts.Swap, unswapped: map[int64]bool{},
 		tensors: map[uint32][]tensorRec{},
@@ -223,11 +261,7 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 			s.pending = append(s.pending, ev)
 		}
 	}))
-	for i := range events {
-		s.step(i, &events[i])
-	}
-	s.finish()
-	return s.res
+	return s
 }
 
 func (s *sim) step(i int, ev *trace.Event) {

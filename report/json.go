@@ -23,6 +23,11 @@ type ProcessJSON struct {
 	Events      int      `json:"events"`
 	DurationNS  int64    `json:"duration_ns"`
 	Truncated   bool     `json:"truncated"`
+	// Closed: the writer's close mark was read (version 4 traces; false before). EndEvent: the index of the
+	// first event neither read nor counted in lost_ranges: without the close mark, the events from it on were
+	// never written.
+	Closed   bool   `json:"closed"`
+	EndEvent uint64 `json:"end_event"`
 	// TraceBytes is the trace file's size; per event and per second of the run it covers beside it.
 	TraceBytes          uint64  `json:"trace_bytes"`
 	TraceBytesPerEvent  float64 `json:"trace_bytes_per_event"`
@@ -90,6 +95,7 @@ func JSON(sums []*Summary) Report {
 		p := ProcessJSON{
 			Path: s.Path, PID: s.Header.PID, Rank: s.Header.Rank, Host: s.Header.Host, Argv: s.Header.Argv,
 			StartUnixNS: s.Header.StartUnix, Events: s.NumEvents, DurationNS: s.EndNS, Truncated: s.Truncated,
+			Closed: s.Closed, EndEvent: s.End,
 			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond,
 			TraceSegments: s.Segments, TraceFirstSegment: s.FirstSegment, TraceFromNS: s.FromNS, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,

@@ -126,11 +126,18 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 	}
 	t.Header = f.Header
 	s := summarize(file, t, hf, events, f.Truncated)
-	s.Gaps, s.Repairs, s.Warnings = f.Gaps, f.Repairs, f.Warnings()
+	s.Gaps, s.Repairs, s.Warnings, s.Damaged = f.Gaps, f.Repairs, f.Warnings(), f.Damaged()
+	s.Indexed, s.Closed, s.End = f.Indexed, f.Closed, f.End
 	if file != Stdin {
 		s.TraceBytes = uint64(f.Bytes)
 	}
 	s.Segments, s.FirstSegment, s.FromNS = len(f.Segments), f.Header.Segment, f.From
+	if f.Header.Segment > 0 && s.Mem.Partial == "" && wholeSteps(t.Steps, f.From) == 0 {
+		// The oldest segments were dropped: the peak the kept window shows is not the run's (its allocations
+		// before the window are known only as the snapshot's live set), so without a whole step in it no
+		// saving may be read from it.
+		s.Mem.Withhold(PartialWindow)
+	}
 	s.CallsLeft = left
 	if keep == nil {
 		t.Forget()
@@ -153,4 +160,15 @@ func displayPath(p string) string {
 		return "standard input"
 	}
 	return p
+}
+
+// wholeSteps counts the whole steps a trace shows from TS from on: the stretches between two step starts.
+func wholeSteps(steps []int64, from int64) int {
+	n := 0
+	for _, st := range steps {
+		if st >= from {
+			n++
+		}
+	}
+	return max(n-1, 0)
 }

@@ -42,8 +42,8 @@ type MemFigures struct {
 	// ReservedPeak is the most VMM address space reserved at once (aclrtReserveMemAddress): address space,
 	// not memory, so it is in none of the figures above.
 	ReservedPeak uint64 `json:"reserved_address_space_peak_bytes"`
-	// Partial says why no saving is claimed: the trace ends at a fault before a whole step ("" otherwise; the
-	// saving fields are then 0).
+	// Partial says why no saving is claimed: the trace ends at a fault before a whole step, or its kept window
+	// holds none ("" otherwise; the saving fields are then 0).
 	Partial string `json:"partial,omitempty"`
 }
 
@@ -138,8 +138,12 @@ func (m MemFigures) bound() string {
 		m.SavedAtLeast, Bytes(m.PoolStep))
 }
 
-// PartialRun is Withhold's reason for a trace that faulted before a whole step.
-const PartialRun = "the run faulted before a whole step"
+// PartialRun is Withhold's reason for a trace that faulted before a whole step; PartialWindow for a trace whose
+// oldest segments were dropped (SWAPAGENT_TRACE_LIMIT) and whose kept window holds no whole step.
+const (
+	PartialRun    = "the run faulted before a whole step"
+	PartialWindow = "the trace's kept window (SWAPAGENT_TRACE_LIMIT) holds no whole step"
+)
 
 // Withhold takes back the saving of a trace that faulted before a whole step (timeline.Coverage): its peak
 // is that of a run cut short, and the no-swap estimate that of the same partial run.

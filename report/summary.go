@@ -96,6 +96,12 @@ type Summary struct {
 
 	// Warnings are the lines to print about what reading lost (trace.File.Warnings; LoadFile sets them).
 	Warnings []string
+	// Damaged says reading met damage or a trace its writer did not close (trace.File.Damaged): exit 3.
+	Damaged bool
+	// Closed and End: the trace's close mark was read, and the index of the first event neither read nor
+	// counted lost (trace.File; version 4 traces, Indexed).
+	Indexed, Closed bool
+	End             uint64
 }
 
 // Summarize folds one trace's events (timeline.Fold) and derives the report's figures. It never fails:

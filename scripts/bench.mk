@@ -19,8 +19,9 @@ bench-trace: $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
 BENCHES += bench-report
 .PHONY: bench-report
 bench-report: $(BUILD)/bin/swapagent $(BUILD)/lib/libswapagent.so $(BUILD)/bin/decoder-sim
-	@echo "== report: peak RSS reading one decoder-sim --steps 20 trace, 50 copies of it and a 60-step one (text, JSON)"
-	@$(GO) test -count=1 -run TestReportMemoryDoesNotGrowWithTraces -v ./cmd/swapagent/ | grep -E '^report --format'
+	@echo "== report, replay, doctor: peak RSS reading one decoder-sim --steps 20 trace, 50 copies of it and a 200-step one;"
+	@echo "   report on a header followed by 100 MB of garbage"
+	@$(GO) test -count=1 -run TestReportMemoryDoesNotGrowWithTraces -v ./cmd/swapagent/ | grep -E '^(report --format|report of a header|replay|doctor)'
 
 BENCHES += bench-replay
 .PHONY: bench-replay

@@ -14,8 +14,12 @@ import (
 // Version is the format version this package writes. It reads every version from MinVersion on: version 1
 // is the uncompressed row format; version 2 compresses the batches (zstd) and lays each batch out in columns;
 // version 3 numbers the compressed blocks and follows every group of them with a parity block, so a reader
-// rebuilds one damaged block of a group instead of losing the rest of its zstd frame (stream.go).
-const Version = 3
+// rebuilds one damaged block of a group instead of losing the rest of its zstd frame (stream.go); version 4
+// says what it holds, so a reader counts exactly what it could not read: every block carries the index of its
+// first event, the header its segment's first event index and says how many events open it as a snapshot,
+// a copy of the header follows it, the writer's clean close is a block of its own, and a parity block is
+// written twice, a row wide, with the group's length (stream.go, parity.go).
+const Version = 4
 
 // MinVersion is the oldest format version this package reads.
 const MinVersion = 1
@@ -466,6 +470,10 @@ func appendHeader(b []byte, h *Header, version uint32) []byte {
 	if version >= 2 {
 		b = binary.AppendUvarint(b, uint64(h.Segment))
 	}
+	if version >= 4 {
+		b = binary.AppendUvarint(b, h.First)
+		b = binary.AppendUvarint(b, uint64(h.Lead))
+	}
 	return b
 }
 
@@ -495,6 +503,10 @@ func decodeHeader(p []byte, version uint32) (Header, string) {
 	}
 	if version >= 2 && d.err == "" {
 		h.Segment = int(d.uvarint(math.MaxInt32, "segment"))
+	}
+	if version >= 4 && d.err == "" {
+		h.First = d.raw("first event")
+		h.Lead = int(d.uvarint(math.MaxInt32, "snapshot events"))
 	}
 	if d.err == "" && d.i != len(p) {
 		d.fail(fmt.Sprintf("%d unexpected bytes after the header fields", len(p)-d.i))

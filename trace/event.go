@@ -95,6 +95,11 @@ type Header struct {
 	// Segment is the file's index among its process's segments, 0 for the first (version 2 on; see
 	// segment.go). A reader of a trace whose older segments were dropped starts at a later one.
 	Segment int
+	// First is the index, among every event the process wrote over all its segments, of the segment's first
+	// event after its snapshot; Lead the events that open the segment before it (its KindSegment record and
+	// snapshot; 0 for segment 0). Version 4 on: a reader counts the events of a missing segment from them.
+	First uint64
+	Lead  int
 }
 
 var kindNames = [...]string{

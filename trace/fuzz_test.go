@@ -46,7 +46,7 @@ func FuzzReader(f *testing.F) {
 			}
 			_, _ = enc.Write(batchBytes(data[1:], uint32(data[0])+1))
 			_ = enc.Close()
-			checkTrace(t, append(bytes.Clone(head2), appendBlock(nil, z.Bytes(), uint32(data[0])+1, flagNewStream)...))
+			checkTrace(t, append(bytes.Clone(head2), appendBlock(nil, nil, z.Bytes(), uint32(data[0])+1, flagNewStream)...))
 		}
 	})
 }

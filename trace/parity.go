@@ -20,10 +20,21 @@ import (
 var parityMagic = [4]byte{'S', 'W', 'Z', 'P'}
 
 const (
-	seqShift    = 8                    // a data block's flags hold its number from this bit on
-	seqMask     = 1<<(32-seqShift) - 1 // numbers count modulo 2^24
-	parityRow   = 4 << 10              // a parity block's width: the bursts of damage it undoes are shorter
-	parityGroup = 128 << 10            // bytes of blocks a parity block covers, at least (but at a frame's end)
+	seqShift  = 8                    // a data block's flags hold its number from this bit on
+	seqMask   = 1<<(32-seqShift) - 1 // numbers count modulo 2^24
+	parityRow = 4 << 10              // version 3's parity width: the bursts of damage it undoes are shorter
+	// parityRowV4 is version 4's: wider than a page by a margin, so a whole 4 KiB page of damage leaves clean
+	// columns that say where it starts, and a parity block is longer than a page, so one page cannot reach both
+	// a group's blocks and the second copy of its parity.
+	parityRowV4 = 4<<10 + 64
+	maxRow      = 64 << 10  // a wider parity block is damage
+	parityGroup = 256 << 10 // bytes of blocks a parity block covers, at least (but at a frame's end)
+	parityHead  = 8         // version 4: a parity block's data starts with the group's length and the row's, u32 each
+	// repairBlock bounds how far past a group's bytes a repair reads ahead for the good block after the damage
+	// and for the group's parity, and the longest block it takes there: the writer's blocks stay far below
+	// it (a batch of 64 KiB, compressed), and it bounds what damage (garbage after a header) makes a reader
+	// hold. A group with a longer block is not repaired: its loss is counted.
+	repairBlock = 1 << 20
 	// maxStarts bounds the places mend tries for the start of a burst: damage that leaves some bytes as they
 	// were (a sector of zeros over data with zeros in it) shows clean columns inside the burst too.
 	maxStarts = 32
@@ -34,10 +45,18 @@ const (
 
 // parity is the writer's open parity group: the blocks written since the last parity block.
 type parity struct {
+	v3    bool   // version 3's layout: rows of parityRow, no lengths (what a reader of version 3 rebuilds)
 	first uint32 // number of its first block
 	n     uint32 // blocks in it
 	bytes int    // their bytes
-	x     [parityRow]byte
+	x     [parityRowV4]byte
+}
+
+func (p *parity) row() int {
+	if p.v3 {
+		return parityRow
+	}
+	return parityRowV4
 }
 
 func (p *parity) add(seq uint32, block []byte) {
@@ -45,9 +64,10 @@ func (p *parity) add(seq uint32, block []byte) {
 		p.first = seq
 	}
 	p.n++
+	row := p.row()
 	for len(block) > 0 {
-		col := p.bytes % parityRow
-		k := min(parityRow-col, len(block))
+		col := p.bytes % row
+		k := min(row-col, len(block))
 		subtle.XORBytes(p.x[col:col+k], p.x[col:col+k], block[:k])
 		block, p.bytes = block[k:], p.bytes+k
 	}
@@ -57,20 +77,28 @@ func (p *parity) add(seq uint32, block []byte) {
 // the parity magic, the number of blocks covered where a block has its events, and the first one's number
 // in the flags; its data is the XOR of the rows, whitened, cut to the group's length when that is shorter
 // (the rest of a row is zeros).
+// Version 4 writes the group's length and the row's first, and always a whole row.
 func (p *parity) appendBlock(b []byte) []byte {
-	w := min(p.bytes, parityRow)
+	w, head := min(p.bytes, parityRow), 0
+	if !p.v3 {
+		w, head = parityRowV4, parityHead
+	}
 	start := len(b)
 	b = append(b, parityMagic[:]...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(w))
+	b = binary.LittleEndian.AppendUint32(b, uint32(head+w))
 	b = binary.LittleEndian.AppendUint32(b, p.n)
 	b = binary.LittleEndian.AppendUint32(b, p.first<<seqShift)
 	b = append(b, 0, 0, 0, 0)
+	if !p.v3 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(p.bytes))
+		b = binary.LittleEndian.AppendUint32(b, uint32(w))
+	}
 	for _, c := range p.x[:w] {
 		b = append(b, c^parityWhite)
 	}
 	crc := crc32.Update(0, castagnoli, b[start+4:start+16])
 	binary.LittleEndian.PutUint32(b[start+16:], crc32.Update(crc, castagnoli, b[start+blockFrame:]))
-	*p = parity{}
+	*p = parity{v3: p.v3}
 	return b
 }
 
@@ -160,7 +188,7 @@ func (s *blockStream) repair() bool {
 				continue
 			}
 			end := pos + blockFrame + int(binary.LittleEndian.Uint32(win[pos+4:]))
-			if end-pos > blockFrame+maxBlock || !more(end) || !blockSound(win[pos:end]) {
+			if end-pos > blockFrame+repairBlock || !more(end) || !blockSound(win[pos:end]) {
 				continue
 			}
 			b := win[pos:end]
@@ -169,7 +197,7 @@ func (s *blockStream) repair() bool {
 		}
 		return nil
 	}
-	first := next(parityGroup + maxBlock)
+	first := next(parityGroup + repairBlock)
 	if first == nil {
 		// Nothing good after the damage: it may be the last parity block's own.
 		if s.lastParity(win) {
@@ -186,7 +214,7 @@ func (s *blockStream) repair() bool {
 	// Read on to the parity block of the damaged block's group: the first that covers its number.
 	par := first
 	for par != nil && !([4]byte(par) == parityMagic && (s.nextSeq-seqOf(par))&seqMask < countOf(par)) {
-		par = next(found + 2*parityGroup + maxBlock)
+		par = next(found + parityGroup + repairBlock + 2*(blockFrame+parityHead+maxRow))
 	}
 	if par != nil {
 		if r, ok := s.mend(win[:pos-len(par)], par); ok {
@@ -200,7 +228,10 @@ func (s *blockStream) repair() bool {
 // lastParity reports whether rest, the file's bytes from the damaged block's second one to its end, is the
 // open group's parity block, damaged in a few bytes at most: then nothing was lost.
 func (s *blockStream) lastParity(rest []byte) bool {
-	var p parity
+	if s.indexed {
+		return false // version 4 ends with its close mark: the parity after it is never read
+	}
+	p := parity{v3: true}
 	for off := 0; off+blockFrame <= len(s.group); {
 		n := blockFrame + int(binary.LittleEndian.Uint32(s.group[off+4:]))
 		p.add(seqOf(s.group[off:]), s.group[off:min(off+n, len(s.group))])
@@ -221,7 +252,18 @@ func (s *blockStream) lastParity(rest []byte) bool {
 // damaged block's first one, up to the group's parity block par), queues their data and returns what it
 // mended; false when the damage is beyond the parity.
 func (s *blockStream) mend(rest, par []byte) (Repair, bool) {
-	if len(par)-blockFrame > parityRow {
+	xor, width, glen := par[blockFrame:], parityRow, -1
+	if s.indexed {
+		if len(xor) < parityHead {
+			return Repair{}, false
+		}
+		glen, width = int(binary.LittleEndian.Uint32(xor)), int(binary.LittleEndian.Uint32(xor[4:]))
+		xor = xor[parityHead:]
+		if width == 0 || width > maxRow || len(xor) != width {
+			return Repair{}, false
+		}
+	}
+	if len(xor) > width {
 		return Repair{}, false // no parity block this package writes
 	}
 	from := s.groupFrom(seqOf(par))
@@ -230,24 +272,45 @@ func (s *blockStream) mend(rest, par []byte) (Repair, bool) {
 	}
 	// The group's blocks from the first par covers; the damaged block's first byte is taken for granted: its
 	// magic's.
-	region := append(append(append([]byte(nil), s.group[from:]...), blockMagic[0]), rest...)
-	damagedAt := len(s.group) - from // where the damaged block starts in region
-	var syndrome [parityRow]byte
-	for i, c := range par[blockFrame:] {
+	all := append(append(append([]byte(nil), s.group[from:]...), blockMagic[0]), rest...)
+	fed := len(s.group) - from // the group's bytes already fed: the damaged block starts there
+	if glen < 0 {
+		return s.mendRegion(all, fed, xor, width, par)
+	}
+	// Version 4 says the group's length: the group ends where its parity starts, or a parity's length before
+	// when the parity found is the second copy (the first damaged), and starts glen bytes earlier; what lies
+	// before it (a damaged parity of the group before) is no part of it.
+	for _, end := range []int{len(all), len(all) - len(par)} {
+		start := end - glen
+		if start < 0 || fed > 0 && start != 0 {
+			continue
+		}
+		if r, ok := s.mendRegion(all[start:end], max(fed-start, 0), xor, width, par); ok {
+			return r, true
+		}
+	}
+	return Repair{}, false
+}
+
+// mendRegion puts right region, the group's bytes with the damage in them (damagedAt: where the blocks not yet
+// fed start), from its parity xor of the given width.
+func (s *blockStream) mendRegion(region []byte, damagedAt int, xor []byte, width int, par []byte) (Repair, bool) {
+	syndrome := make([]byte, width)
+	for i, c := range xor {
 		syndrome[i] = c ^ parityWhite
 	}
-	for off := 0; off < len(region); off += parityRow {
-		row := region[off:min(off+parityRow, len(region))]
+	for off := 0; off < len(region); off += width {
+		row := region[off:min(off+width, len(region))]
 		subtle.XORBytes(syndrome[:len(row)], syndrome[:len(row)], row)
 	}
-	starts := burstStarts(&syndrome)
+	starts := burstStarts(syndrome)
 	if len(starts) == 0 {
 		return s.groupSound(region, region, damagedAt, par) // only the magic was damaged
 	}
 	fixed := bytes.Clone(region)
 	for _, start := range starts {
-		for row := 0; row*parityRow < len(region); row++ {
-			if placeBurst(fixed, &syndrome, row, start) {
+		for row := 0; row*width < len(region); row++ {
+			if placeBurst(fixed, syndrome, row, start) {
 				if r, ok := s.groupSound(fixed, region, damagedAt, par); ok {
 					return r, true
 				}
@@ -261,16 +324,17 @@ func (s *blockStream) mend(rest, par []byte) (Repair, bool) {
 // burstStarts returns the columns where the damage the syndrome shows may start, most likely first: after
 // the longest runs of clean columns, counted around the row (a burst shorter than a row leaves one; bytes
 // the damage left as they were make others). At most maxStarts; none when every column is clean.
-func burstStarts(syndrome *[parityRow]byte) []int {
-	first := slices.IndexFunc(syndrome[:], func(b byte) bool { return b != 0 })
+func burstStarts(syndrome []byte) []int {
+	width := len(syndrome)
+	first := slices.IndexFunc(syndrome, func(b byte) bool { return b != 0 })
 	if first < 0 {
 		return nil
 	}
 	type run struct{ len, next int }
 	var runs []run
 	n := 0
-	for i := 1; i <= parityRow; i++ { // one lap from the first damaged column back to it
-		c := (first + i) % parityRow
+	for i := 1; i <= width; i++ { // one lap from the first damaged column back to it
+		c := (first + i) % width
 		if syndrome[c] == 0 {
 			n++
 			continue
@@ -294,14 +358,15 @@ func burstStarts(syndrome *[parityRow]byte) []int {
 // placeBurst applies the damage the syndrome shows to fixed as a burst starting at column start of the given row
 // (wrapping into the next row), which undoes it when that is where the damage is. False when it would reach
 // past the end.
-func placeBurst(fixed []byte, syndrome *[parityRow]byte, row, start int) bool {
+func placeBurst(fixed, syndrome []byte, row, start int) bool {
+	width := len(syndrome)
 	for c, d := range syndrome {
 		if d == 0 {
 			continue
 		}
-		at := row*parityRow + c
+		at := row*width + c
 		if c < start {
-			at += parityRow
+			at += width
 		}
 		if at >= len(fixed) {
 			return false
@@ -327,7 +392,7 @@ func (s *blockStream) groupSound(fixed, was []byte, from int, par []byte) (Repai
 			return Repair{}, false
 		}
 		if off >= from {
-			data = append(data, fixed[off+blockFrame:end])
+			data = append(data, fixed[off:end])
 		}
 		if !bytes.Equal(fixed[off:end], was[off:end]) || off == from {
 			r.Blocks++
@@ -338,7 +403,9 @@ func (s *blockStream) groupSound(fixed, was []byte, from int, par []byte) (Repai
 	if (seq-first)&seqMask != countOf(par) || len(data) == 0 {
 		return Repair{}, false
 	}
-	s.ready = append(s.ready, data...)
+	for _, b := range data {
+		s.ready = append(s.ready, s.take(b))
+	}
 	s.group, s.nextSeq = s.group[:0], seq
 	return r, true
 }

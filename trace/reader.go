@@ -4,6 +4,7 @@ package trace
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
@@ -36,58 +37,162 @@ type Reader struct {
 	bad       *damage         // the batch that failed, nil while reading is fine
 	delivered int             // events returned by Next
 	lastTS    int64           // TS of the last event returned
+
+	// Version 4: cur is the index of the event Next returns next (the blocks say each batch's first); a batch
+	// that starts past it leaves a gap of exactly the events between, kept in jumps until salvage takes them.
+	cur   uint64
+	jumps []Gap
+}
+
+// place takes the index of the batch just read from its block (version 4) and returns the events between the
+// last one read and it: lost.
+func (r *Reader) place() uint64 {
+	if r.stream == nil || !r.stream.indexed {
+		return 0
+	}
+	first, ok := r.stream.pop()
+	if !ok || first <= r.cur {
+		return 0
+	}
+	lost := first - r.cur
+	r.cur = first
+	return lost
 }
 
 // NewReader reads and checks the header. A file that is not a trace, a bad header or a version
-// other than Version gives an error that matches ErrFormat.
+// other than Version gives an error that matches ErrFormat. From version 4 on a copy of the header follows
+// it: when the first is damaged the copy is read instead, and when it is whole the copy is skipped unread.
 func NewReader(r io.Reader) (*Reader, error) {
 	br := bufio.NewReaderSize(r, 16<<10)
+	var seen []byte // the bytes read, for the search for the copy
+	h, n, err := readHeader(br, &seen)
+	if err != nil && len(seen) > 0 {
+		var hc fileHeader
+		var at int
+		var ok bool
+		if hc, at, seen, ok = findCopy(br, seen); ok {
+			h, n, err = hc, 0, nil
+			// The stream starts after the copy: put back what was read beyond it.
+			end := at + headerSize + hc.size
+			if end < len(seen) {
+				br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(seen[end:])), br), 16<<10)
+			}
+			n = int64(end)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	if h.Version >= 4 && n == headerSize+int64(h.size) {
+		// The whole first header: skip its copy, whatever it holds.
+		m, err := br.Discard(headerSize + h.size)
+		n += int64(m)
+		if err != nil && err != io.EOF {
+			return nil, fmt.Errorf("trace: read header: %w", err)
+		}
+	}
+	if h.Version == 1 {
+		return &Reader{r: br, h: h.Header, off: n}, nil
+	}
+	// Versions 2 and up: offsets from here on count the decompressed stream of batches.
+	bs, err := newBlockStream(br, n, h.Version)
+	if err != nil {
+		return nil, fmt.Errorf("trace: decompressor: %w", err)
+	}
+	return &Reader{r: bufio.NewReaderSize(bs, 4<<10), h: h.Header, stream: bs}, nil
+}
+
+// fileHeader is a header read and the length of its payload.
+type fileHeader struct {
+	Header
+	size int
+}
+
+// readHeader reads and checks one header from br, keeping the bytes it read in *seen; n is the bytes read.
+func readHeader(br *bufio.Reader, seen *[]byte) (fileHeader, int64, error) {
 	var fixed [headerSize]byte
 	n, err := io.ReadFull(br, fixed[:])
+	*seen = append(*seen, fixed[:n]...)
 	switch {
 	case n == 0 && err == io.EOF:
-		return nil, errorf(ErrFormat, "empty file")
+		return fileHeader{}, 0, errorf(ErrFormat, "empty file")
 	case err == io.ErrUnexpectedEOF && string(fixed[:n]) != string(fileMagic[:min(n, 8)]):
-		return nil, errorf(ErrFormat, "not a swapagent trace (bad magic)")
+		return fileHeader{}, 0, errorf(ErrFormat, "not a swapagent trace (bad magic)")
 	case err == io.ErrUnexpectedEOF:
-		return nil, errorf(ErrFormat, "file ends inside the header (%d of %d bytes)", n, headerSize)
+		return fileHeader{}, 0, errorf(ErrFormat, "file ends inside the header (%d of %d bytes)", n, headerSize)
 	case err != nil:
-		return nil, fmt.Errorf("trace: read header: %w", err)
-	case [8]byte(fixed[:8]) != fileMagic:
-		return nil, errorf(ErrFormat, "not a swapagent trace (bad magic)")
+		return fileHeader{}, 0, fmt.Errorf("trace: read header: %w", err)
+	}
+	h, bad := parseHeader(fixed[:], func(size int) ([]byte, error) {
+		payload := make([]byte, size)
+		m, err := io.ReadFull(br, payload)
+		*seen = append(*seen, payload[:m]...)
+		return payload, err
+	})
+	if bad != nil {
+		return fileHeader{}, 0, bad
+	}
+	return h, int64(headerSize + h.size), nil
+}
+
+// parseHeader checks the fixed part of a header and its payload, which payload reads.
+func parseHeader(fixed []byte, payload func(int) ([]byte, error)) (fileHeader, error) {
+	if [8]byte(fixed[:8]) != fileMagic {
+		return fileHeader{}, errorf(ErrFormat, "not a swapagent trace (bad magic)")
 	}
 	version := binary.LittleEndian.Uint32(fixed[8:])
 	if version < MinVersion || version > Version {
-		return nil, errorf(ErrFormat, "unsupported trace version %d (this build reads versions %d to %d)",
+		return fileHeader{}, errorf(ErrFormat, "unsupported trace version %d (this build reads versions %d to %d)",
 			version, MinVersion, Version)
 	}
 	size := binary.LittleEndian.Uint32(fixed[12:])
 	if size > maxHeader {
-		return nil, errorf(ErrFormat, "header length %d exceeds the %d-byte limit", size, maxHeader)
+		return fileHeader{}, errorf(ErrFormat, "header length %d exceeds the %d-byte limit", size, maxHeader)
 	}
-	payload := make([]byte, size)
-	if _, err := io.ReadFull(br, payload); err != nil {
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return nil, errorf(ErrFormat, "file ends inside the header")
-		}
-		return nil, fmt.Errorf("trace: read header: %w", err)
-	}
-	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(fixed[16:]) {
-		return nil, errorf(ErrFormat, "header checksum mismatch")
-	}
-	h, bad := decodeHeader(payload, version)
-	if bad != "" {
-		return nil, errorf(ErrFormat, "bad header: %s", bad)
-	}
-	if version == 1 {
-		return &Reader{r: br, h: h, off: headerSize + int64(size)}, nil
-	}
-	// Versions 2 and 3: offsets from here on count the decompressed stream of batches.
-	bs, err := newBlockStream(br, headerSize+int64(size), version)
+	p, err := payload(int(size))
 	if err != nil {
-		return nil, fmt.Errorf("trace: decompressor: %w", err)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return fileHeader{}, errorf(ErrFormat, "file ends inside the header")
+		}
+		return fileHeader{}, fmt.Errorf("trace: read header: %w", err)
 	}
-	return &Reader{r: bufio.NewReaderSize(bs, 4<<10), h: h, stream: bs}, nil
+	if crc32.Checksum(p, castagnoli) != binary.LittleEndian.Uint32(fixed[16:]) {
+		return fileHeader{}, errorf(ErrFormat, "header checksum mismatch")
+	}
+	h, bad := decodeHeader(p, version)
+	if bad != "" {
+		return fileHeader{}, errorf(ErrFormat, "bad header: %s", bad)
+	}
+	return fileHeader{h, int(size)}, nil
+}
+
+// findCopy searches the bytes after a damaged first header for its copy (version 4 on): a whole header that
+// passes its checks, within the longest two headers. It reads on from br into seen as it needs; at is the
+// copy's offset in seen.
+func findCopy(br *bufio.Reader, seen []byte) (fileHeader, int, []byte, bool) {
+	limit := 2 * (headerSize + maxHeader)
+	for at := 1; at+headerSize <= limit; at++ {
+		if at+headerSize > len(seen) {
+			var ok bool
+			if seen, ok = fill(br, seen, at+headerSize); !ok {
+				return fileHeader{}, 0, seen, false
+			}
+		}
+		if [8]byte(seen[at:at+8]) != fileMagic || binary.LittleEndian.Uint32(seen[at+8:]) < 4 {
+			continue
+		}
+		h, err := parseHeader(seen[at:at+headerSize], func(size int) ([]byte, error) {
+			var ok bool
+			if seen, ok = fill(br, seen, at+headerSize+size); !ok {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return seen[at+headerSize : at+headerSize+size], nil
+		})
+		if err == nil {
+			return h, at, seen, true
+		}
+	}
+	return fileHeader{}, 0, seen, false
 }
 
 // Header returns the file's header.
@@ -119,6 +224,7 @@ func (r *Reader) Next(ev *Event) error {
 		return r.err
 	}
 	r.delivered++
+	r.cur++
 	r.lastTS = ev.TS
 	return nil
 }
@@ -129,7 +235,18 @@ func (r *Reader) corrupt(why string) error {
 
 // readBatch reads and verifies the next frame and its payload, and resets the delta state.
 func (r *Reader) readBatch() error {
+	at := r.cur
 	err := r.readFrame()
+	if err == nil {
+		if lost := r.place(); lost > 0 {
+			g := Gap{Batch: r.batch - 1, Offset: r.stream.goodEnd, Events: int(lost), First: int64(at), After: r.delivered,
+				FromTS: r.lastTS, ToTS: -1, Err: errorf(ErrCorrupt, "%s", blocksMissing)}
+			if sg, ok := r.stream.takeGap(); ok {
+				g.Offset, g.Bytes, g.Err = sg.offset, max(sg.bytes, 1), errorf(ErrCorrupt, "%s", sg.why)
+			}
+			r.jumps = append(r.jumps, g)
+		}
+	}
 	if err != nil && err != io.EOF {
 		r.bad = &damage{start: r.off - int64(r.frN) - int64(len(r.buf)), batch: r.batch, events: -1}
 		if r.frN == frameSize && [4]byte(r.fr[:4]) == batchMagic {

@@ -13,12 +13,15 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sort"
 	"strings"
 )
 
-// Damaged reports whether reading f met damage, lost (Gaps) or repaired (Repairs): what the commands' exit
-// code 3 says.
-func (f *File) Damaged() bool { return len(f.Gaps) > 0 || len(f.Repairs) > 0 }
+// Damaged reports whether reading f met damage, lost (Gaps) or repaired (Repairs), a cut end, pieces refused,
+// or (version 4) no close mark: whether anything may be missing, what the commands' exit code 3 says.
+func (f *File) Damaged() bool {
+	return len(f.Gaps) > 0 || len(f.Repairs) > 0 || f.Truncated || f.Indexed && !f.Closed || f.Refused > 0
+}
 
 // damage describes the batch that made Next fail, for Resync.
 type damage struct {
@@ -35,9 +38,14 @@ type Gap struct {
 	Batch  int   // index of the first damaged batch
 	Offset int64 // file offset where the damage starts
 	Bytes  int64 // bytes skipped
-	// Events lost: the damaged batch's own count from its frame (which the failed checksum cannot vouch
-	// for), or -1 when its frame is unreadable or the skipped bytes are not exactly that batch.
+	// Events lost. Version 4: exactly, from the blocks' event indexes (-1 only for an unread tail, which the
+	// next segment's header, if any, counts). Before: the damaged batch's own count from its frame (which the
+	// failed checksum cannot vouch for), or -1 when its frame is unreadable or the skipped bytes are not
+	// exactly that batch.
 	Events int
+	// First is the index of the first event lost (version 4: among the file's events, or the process's once
+	// Scan has placed it); -1 where the file does not say.
+	First  int64
 	After  int   // events delivered before the gap: the index of the first event after it
 	FromTS int64 // TS of the last event before the gap (0 when none)
 	ToTS   int64 // TS of the first event after it, -1 when none followed (Salvage fills it)
@@ -50,8 +58,13 @@ type Gap struct {
 // String says what was lost and where, in one line.
 func (g Gap) String() string {
 	lost := "an unknown number of events"
-	if g.Events >= 0 {
+	switch {
+	case g.Events > 0 && g.First >= 0:
+		lost = fmt.Sprintf("%d events (#%d to #%d)", g.Events, g.First+1, g.First+int64(g.Events))
+	case g.Events >= 0:
 		lost = fmt.Sprintf("%d events", g.Events)
+	case g.First >= 0:
+		lost = fmt.Sprintf("the events after #%d", g.First)
 	}
 	var when string
 	switch {
@@ -105,7 +118,14 @@ func (r *Reader) Resync() (Gap, error) {
 	if r.err == nil || bad == nil || !(errors.Is(r.err, ErrCorrupt) || errors.Is(r.err, ErrTruncated)) {
 		return Gap{}, r.err
 	}
-	g := Gap{Batch: bad.batch, Offset: bad.start, Events: -1, After: r.delivered, FromTS: r.lastTS, ToTS: -1, Err: r.err}
+	g := Gap{Batch: bad.batch, Offset: bad.start, Events: -1, First: -1, After: r.delivered, FromTS: r.lastTS, ToTS: -1,
+		Err: r.err}
+	indexed := r.stream != nil && r.stream.indexed
+	if indexed {
+		// Everything the decoder gave before the damage has been read: what it was fed beyond is gone.
+		r.stream.dropOld()
+		g.First = int64(r.cur)
+	}
 	// data holds the bytes from base on that are not yet ruled out as the start of a good batch.
 	var data []byte
 	base, pos := r.off, 0
@@ -162,6 +182,9 @@ func (r *Reader) Resync() (Gap, error) {
 			g.Events = bad.events
 		}
 		r.streamGap(&g)
+		if indexed {
+			g.Events = int(r.place())
+		}
 		r.buf = append(r.buf[:0], data[c+frameSize:end]...)
 		if rest := data[end:]; len(rest) > 0 {
 			r.r = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(rest)), r.r), 64<<10)
@@ -249,7 +272,7 @@ func (r *Reader) cutAt() int64 {
 // ends inside its last batch (a killed process), ErrFormat for a bad header, or a read error.
 func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
 	var events []Event
-	s := salvage(rd, func(ev *Event) { events = append(events, *ev) })
+	s := salvage(rd, func(ev *Event, _ uint64) { events = append(events, *ev) })
 	return s.h, events, s.gaps, s.err
 }
 
@@ -262,11 +285,16 @@ type salvaged struct {
 	repairs []Repair
 	cutAt   int64 // file offset of the batch the end of the input cut (ErrTruncated), else -1
 	err     error
+	// Version 4: the file says what it holds.
+	indexed bool
+	closed  bool   // its close mark was read
+	end     uint64 // the index after the last event read or counted lost (the close mark's count when closed)
+	refused int    // good blocks refused (read already, or out of order)
 }
 
 // salvage reads a whole trace from rd as Salvage does, giving each event to emit as it is decoded. emit may
 // keep the event's Ptrs and Text (each event's are its own), not the event itself.
-func salvage(rd io.Reader, emit func(*Event)) (s salvaged) {
+func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
 	s.cutAt = -1
 	r, err := NewReader(rd)
 	if err != nil {
@@ -278,15 +306,23 @@ func salvage(rd io.Reader, emit func(*Event)) (s salvaged) {
 		if r.stream != nil {
 			s.repairs = r.stream.repairs
 		}
+		if r.stream != nil && r.stream.indexed {
+			s.count(r)
+		}
 	}()
 	var ev Event
 	for {
 		err := r.Next(&ev)
 		if err == nil {
+			for _, g := range r.jumps {
+				g.ToTS = ev.TS
+				s.gaps = append(s.gaps, g)
+			}
+			r.jumps = r.jumps[:0]
 			if n := len(s.gaps); n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == s.events {
 				s.gaps[n-1].ToTS = ev.TS
 			}
-			emit(&ev)
+			emit(&ev, r.cur-1)
 			s.events++
 			s.lastTS = ev.TS
 			continue
@@ -306,6 +342,40 @@ func salvage(rd io.Reader, emit func(*Event)) (s salvaged) {
 	}
 }
 
+// count settles what a version-4 file lost once reading ended: with its close mark, the events after the last
+// one read are a gap of exactly their number; without it, the events after it were never written (or are in
+// a tail that cannot be read), which Warnings says. A gap of no event held none: it is a repair.
+func (s *salvaged) count(r *Reader) {
+	st := r.stream
+	s.indexed, s.closed, s.end, s.refused = true, st.closed, r.cur, st.refused
+	n := len(s.gaps)
+	atEnd := n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == s.events
+	switch {
+	case st.closed && st.total > r.cur && atEnd:
+		s.gaps[n-1].Events, s.gaps[n-1].First = int(st.total-r.cur), int64(r.cur)
+	case st.closed && st.total > r.cur:
+		s.gaps = append(s.gaps, Gap{Batch: r.batch, Offset: st.goodEnd, Bytes: 1, Events: int(st.total - r.cur),
+			First: int64(r.cur), After: s.events, FromTS: s.lastTS, ToTS: -1,
+			Err: errorf(ErrCorrupt, "blocks missing before the close mark")})
+	case atEnd && !st.closed:
+		s.gaps[n-1].Events, s.gaps[n-1].First = -1, int64(r.cur) // the unread tail: counted from the next segment, if any
+	case atEnd:
+		s.gaps[n-1].Events, s.gaps[n-1].First = 0, int64(r.cur)
+	}
+	if st.closed {
+		s.end = max(st.total, r.cur)
+	}
+	kept := s.gaps[:0]
+	for _, g := range s.gaps {
+		if g.Events == 0 {
+			s.repairs = append(s.repairs, Repair{Offset: g.Offset, Bytes: g.Bytes})
+			continue
+		}
+		kept = append(kept, g)
+	}
+	s.gaps = kept
+}
+
 // File is a whole trace as the read rule leaves it (Read, Load, Scan).
 type File struct {
 	Name   string // what errors and warnings call it: the path, or "standard input"
@@ -323,9 +393,27 @@ type File struct {
 	Bytes int64
 	// From is the TS of the first event after the snapshot when the oldest segments were dropped
 	// (Header.Segment > 0): what the trace covers starts there. 0 when nothing was dropped.
-	From   int64
-	notes  []string // what reading the segments found (a missing or foreign one), for Warnings
-	lastTS int64    // TS of the last event read
+	From int64
+	// Version 4: the trace says what it holds. Indexed is set for such a trace; Closed when its writer closed
+	// it (its last segment's close mark was read); End is the index, among every event the process wrote, of
+	// the first event not read and not counted in a gap: where the written events end when Closed, else where
+	// what could be read ends (a killed process: the events after it were never written). Refused counts
+	// the pieces (blocks, segments) refused because they repeat what was read or come out of order.
+	Indexed bool
+	Closed  bool
+	End     uint64
+	Refused int
+	notes   []string // what reading the segments found (a missing or foreign one), for Warnings
+	lastTS  int64    // TS of the last event read
+}
+
+// Lost is the events counted in gaps (exact in version 4; a gap of unknown size counts nothing).
+func (f *File) Lost() int {
+	n := 0
+	for _, g := range f.Gaps {
+		n += max(g.Events, 0)
+	}
+	return n
 }
 
 // Read reads a whole trace by the one rule every command that reads traces follows (report, run's summary,
@@ -336,15 +424,15 @@ type File struct {
 // ErrFormat, ErrCorrupt or ErrTruncated where it is one of those). Warnings says what was lost.
 func Read(name string, rd io.Reader) (*File, error) {
 	var events []Event
-	f, err := read(name, rd, func(ev *Event) { events = append(events, *ev) })
+	f, err := read(name, rd, func(ev *Event, _ uint64) { events = append(events, *ev) })
 	if f != nil {
 		f.Events = events
 	}
 	return f, err
 }
 
-// read is Read giving each event to emit instead of keeping it.
-func read(name string, rd io.Reader, emit func(*Event)) (f *File, err error) {
+// read is Read giving each event, and its index among the file's events, to emit instead of keeping it.
+func read(name string, rd io.Reader, emit func(*Event, uint64)) (f *File, err error) {
 	// The reader is fuzzed and should never panic; if it does, a command still owes one line.
 	defer func() {
 		if p := recover(); p != nil {
@@ -372,7 +460,7 @@ func read(name string, rd io.Reader, emit func(*Event)) (f *File, err error) {
 			msg: fmt.Sprintf("%s: trace ends inside its first batch, no events to report (%s)", name, why)}
 	}
 	f = &File{Name: name, Header: sv.h, Count: sv.events, Gaps: sv.gaps, Repairs: sv.repairs, Truncated: sv.err != nil,
-		lastTS: sv.lastTS}
+		lastTS: sv.lastTS, Indexed: sv.indexed, Closed: sv.closed, End: sv.end, Refused: sv.refused}
 	if f.Truncated && sv.cutAt >= 0 {
 		f.Cut = cr.n - sv.cutAt
 	}
@@ -381,7 +469,7 @@ func read(name string, rd io.Reader, emit func(*Event)) (f *File, err error) {
 
 // ScanReader is Read giving each event to emit as it is read, as Scan does.
 func ScanReader(name string, rd io.Reader, emit func(*Event)) (*File, error) {
-	return read(name, rd, emit)
+	return read(name, rd, func(ev *Event, _ uint64) { emit(ev) })
 }
 
 // Load is Read on the file at path (a regular file or a pipe); a directory or an empty file is an error.
@@ -405,10 +493,15 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
 		segs = segmentsOf(path)
 	}
+	var notes []string
+	copies := 0
+	if len(segs) > 1 {
+		segs, notes, copies = orderSegments(segs)
+	}
 	// The first segment: when the oldest were dropped, what the trace covers starts after its snapshot.
 	n, after := 0, -1 // events read; the index of the first event after the snapshot
 	var fromTS int64
-	f, err := scanOne(segs[0], func(ev *Event) {
+	f, err := scanOne(segs[0], func(ev *Event, _ uint64) {
 		switch n {
 		case 0:
 			fromTS = ev.TS
@@ -424,9 +517,18 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
+	f.notes = append(f.notes, notes...)
+	f.Refused += copies
 	f.Segments = segs[:1]
 	if f.Header.Segment > 0 {
 		f.From = fromTS
+	}
+	// next is the process's index of the event after the last one read or counted (version 4).
+	next := func(g *File) uint64 {
+		return g.Header.First + max(g.End, uint64(g.Header.Lead)) - uint64(g.Header.Lead)
+	}
+	if f.Indexed {
+		f.End = next(f)
 	}
 	for _, p := range segs[1:] {
 		h, err := headerOf(p)
@@ -434,39 +536,130 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 			f.notes = append(f.notes, fmt.Sprintf("%s: segment of another process (pid %d), skipped", p, h.PID))
 			continue
 		}
-		// The segment's own snapshot repeats what the ones before it said: skipped.
-		i, skip := 0, 0
-		g, err := scanOne(p, func(ev *Event) {
+		if err == nil && f.Indexed && h.Version >= 4 && h.First < f.End {
+			f.notes = append(f.notes, fmt.Sprintf("%s: segment %d repeats events already read (from #%d), skipped", p,
+				h.Segment, h.First))
+			f.Refused++
+			continue
+		}
+		// The segment's own snapshot repeats what the ones before it said: skipped (version 4: its first Lead
+		// events, whatever of them could be read; before, the KindSegment record and the count it gives).
+		i, skip, skipped := 0, 0, 0
+		if err == nil && h.Version >= 4 {
+			skip = h.Lead
+		}
+		g, err := scanOne(p, func(ev *Event, idx uint64) {
+			if h.Version >= 4 {
+				if idx >= uint64(skip) {
+					emit(ev)
+				} else {
+					skipped++
+				}
+				return
+			}
 			if i == 0 && ev.Kind == KindSegment {
 				skip = 1 + int(ev.Args[1])
 			}
 			if i >= skip {
 				emit(ev)
+			} else {
+				skipped++
 			}
 			i++
 		})
 		if err != nil {
 			f.notes = append(f.notes, fmt.Sprintf("%s: segment skipped: %v", p, err))
+			f.Refused++ // an unreadable segment: what it held is counted from the next one's header
 			continue
 		}
-		if want := f.Header.Segment + len(f.Segments); g.Header.Segment != want {
+		if f.Indexed && g.Indexed {
+			if g.Header.First > f.End {
+				f.segmentGap(g, p)
+			}
+		} else if want := f.Header.Segment + len(f.Segments); g.Header.Segment != want {
 			f.notes = append(f.notes, fmt.Sprintf("%s: segment %d follows segment %d: the segments between "+
 				"are missing", p, g.Header.Segment, want-1))
 		}
-		skip = min(skip, g.Count)
 		for _, gap := range g.Gaps {
-			gap.After = max(gap.After-skip, 0) + f.Count
+			if g.Indexed && gap.First >= 0 && gap.Events >= 0 {
+				// Only the segment's own events count: its snapshot's are read in the segments before.
+				lo, hi := max(uint64(gap.First), uint64(skip)), max(uint64(gap.First)+uint64(gap.Events), uint64(skip))
+				if hi == lo {
+					continue
+				}
+				gap.Events, gap.First = int(hi-lo), int64(g.Header.First+lo-uint64(skip))
+			}
+			gap.After = max(gap.After-skipped, 0) + f.Count
 			f.Gaps = append(f.Gaps, gap)
 		}
 		f.Repairs = append(f.Repairs, g.Repairs...)
-		if g.Count > skip {
+		if g.Count > skipped {
 			f.lastTS = g.lastTS
 		}
-		f.Count += g.Count - skip
+		f.Count += g.Count - skipped
 		f.Truncated, f.Cut, f.Bytes = g.Truncated, g.Cut, f.Bytes+g.Bytes
+		f.Closed, f.Refused = g.Closed, f.Refused+g.Refused
+		if f.Indexed && g.Indexed {
+			f.End = next(g)
+		}
 		f.Segments = append(f.Segments, p)
 	}
 	return f, nil
+}
+
+// segmentGap counts the events between what f read and segment g (at path p), which starts past them: the tail of
+// the segment before, cut or damaged, or segments missing. An open gap at f's end (of no known size) takes the
+// count; else a gap is added.
+func (f *File) segmentGap(g *File, p string) {
+	lost := g.Header.First - f.End
+	if n := len(f.Gaps); n > 0 && f.Gaps[n-1].Events < 0 && f.Gaps[n-1].After == f.Count {
+		f.Gaps[n-1].Events, f.Gaps[n-1].First = int(lost), int64(f.End)
+	} else {
+		why := fmt.Sprintf("segment %d starts at event #%d: the segments before it end at #%d", g.Header.Segment,
+			g.Header.First, f.End)
+		if !f.Closed {
+			why = fmt.Sprintf("the segment before %s ends without its close mark", p)
+		}
+		f.Gaps = append(f.Gaps, Gap{Batch: -1, Offset: 0, Bytes: 0, Events: int(lost), First: int64(f.End),
+			After: f.Count, FromTS: f.lastTS, ToTS: -1, Err: errorf(ErrCorrupt, "%s", why)})
+	}
+	f.Truncated = false // that segment's cut end is counted
+}
+
+// orderSegments puts a trace's segment files in the order their headers give (a file renamed in place of
+// another is read where it belongs) and leaves out a second file holding the same segment: the notes say what
+// was done, copies counts the files left out.
+func orderSegments(paths []string) (ordered, notes []string, copies int) {
+	type seg struct {
+		path string
+		key  int
+		h    Header
+		ok   bool
+	}
+	segs := make([]seg, len(paths))
+	for i, p := range paths {
+		_, k := splitSegment(p)
+		h, err := headerOf(p)
+		segs[i] = seg{p, k, h, err == nil && h.Version >= 2}
+		if segs[i].ok {
+			segs[i].key = h.Segment
+		}
+	}
+	sort.SliceStable(segs, func(i, j int) bool { return segs[i].key < segs[j].key })
+	for i, s := range segs {
+		if i > 0 && s.ok && segs[i-1].ok && s.key == segs[i-1].key && s.h.PID == segs[i-1].h.PID &&
+			s.h.StartUnix == segs[i-1].h.StartUnix {
+			notes = append(notes, fmt.Sprintf("%s: a second copy of segment %d (%s), skipped", s.path, s.key,
+				segs[i-1].path))
+			copies++
+			continue
+		}
+		if _, k := splitSegment(s.path); s.ok && k != s.key {
+			notes = append(notes, fmt.Sprintf("%s: holds segment %d, read in its place", s.path, s.key))
+		}
+		ordered = append(ordered, s.path)
+	}
+	return ordered, notes, copies
 }
 
 // headerOf reads the header of the trace at path.
@@ -484,7 +677,7 @@ func headerOf(path string) (Header, error) {
 }
 
 // scanOne is read on one file.
-func scanOne(path string, emit func(*Event)) (*File, error) {
+func scanOne(path string, emit func(*Event, uint64)) (*File, error) {
 	in, err := Open(path) // a regular file or an anonymous pipe
 	if err != nil {
 		return nil, err
@@ -514,12 +707,23 @@ func (f *File) Warnings() []string {
 			f.Name, f.Header.Segment, tsString(f.From), tsString(f.lastTS)))
 	}
 	out = append(out, f.notes...)
-	if f.Truncated {
+	if f.Indexed && !f.Closed {
+		w := fmt.Sprintf("%s: trace not closed (process killed?): events after #%d (+%s) were never written", f.Name,
+			f.End, tsString(f.lastTS))
+		if f.Truncated {
+			w += fmt.Sprintf("; the last %d bytes, a block cut short, dropped", f.Cut)
+		}
+		out = append(out, w)
+	} else if f.Truncated {
 		out = append(out, fmt.Sprintf("%s: trace ends mid-batch (process killed?): %d events read, the last %d bytes dropped",
 			f.Name, f.Count, f.Cut))
 	}
 	for _, g := range f.Gaps {
 		out = append(out, f.GapWarning(g))
+	}
+	if f.Refused > 0 {
+		out = append(out, fmt.Sprintf("%s: %d blocks or segments skipped that repeat what was read or come out of "+
+			"order: nothing read twice", f.Name, f.Refused))
 	}
 	for _, r := range f.Repairs {
 		out = append(out, f.Name+": "+r.String())

@@ -190,13 +190,17 @@ func (s *SegmentedWriter) rotate() error {
 		return err
 	}
 	s.closed = append(s.closed, size)
+	// Make room first: the closed segments before this one go while they and it exceed the limit, so the
+	// closed segments on disk never hold more than the limit, or than the newest of them when it alone does.
+	s.trim(1)
 	out, err := s.files.Create(s.k + 1)
 	if err != nil {
 		return err
 	}
 	s.k++
+	snap := s.snap.events()
 	h := s.h
-	h.Segment = s.k
+	h.Segment, h.First, h.Lead = s.k, s.events, 1+len(snap)
 	w, err := NewWriter(out, h)
 	if err != nil {
 		_ = out.Close()
@@ -204,7 +208,6 @@ func (s *SegmentedWriter) rotate() error {
 	}
 	s.done += uint64(size) // the closed segment's bytes, now that cur is the next one
 	s.cur, s.out = w, out
-	snap := s.snap.events()
 	mark := Event{Kind: KindSegment, TS: s.snap.lastTS, Args: [6]uint64{uint64(s.k), uint64(len(snap))}}
 	for _, ev := range append([]*Event{&mark}, snap...) {
 		if err := w.Add(ev); err != nil {
@@ -214,18 +217,25 @@ func (s *SegmentedWriter) rotate() error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	// Keep the newest closed segments within the limit; the one being written comes on top of it.
+	// Now that the next segment holds its snapshot, the one just closed goes too when it alone exceeds the
+	// limit; the one being written comes on top of the limit.
+	s.trim(0)
+	return nil
+}
+
+// trim deletes the oldest closed segments while those on disk hold more than the limit, keeping the newest
+// keep of them whatever their size.
+func (s *SegmentedWriter) trim(keep int) {
 	var kept int64
 	for _, n := range s.closed {
 		kept += n
 	}
-	for kept > s.limit && len(s.closed) > 0 && s.files.Remove(s.oldest) == nil {
+	for kept > s.limit && len(s.closed) > keep && s.files.Remove(s.oldest) == nil {
 		// (A file we cannot delete stays, and so do the newer ones: the trace goes on.)
 		kept -= s.closed[0]
 		s.closed = s.closed[1:]
 		s.oldest++
 	}
-	return nil
 }
 
 // Close closes the current segment (not its file, as Writer.Close does not).

@@ -19,9 +19,15 @@ import (
 )
 
 const (
-	blockFrame    = 20       // magic[4], data length u32, events u32, flags u32, CRC32C u32 of bytes 4..15 and the data
-	maxBlock      = 32 << 20 // a longer block is damage (the writer's stay near one batch's size)
-	flagNewStream = 1        // the block starts a zstd frame: a reader can start decoding here
+	blockFrame = 20       // magic[4], data length u32, events u32, flags u32, CRC32C u32 of bytes 4..15 and the data
+	maxBlock   = 32 << 20 // a longer block is damage (the writer's stay near one batch's size)
+	// maxBlockV4 is version 4's: its writer ends a batch at 64 KiB and after any event that large (at most
+	// MaxText and MaxPtrs pointers), so a block holds less, and a reader of damage holds no more.
+	maxBlockV4    = 8 << 20
+	flagNewStream = 1 // the block starts a zstd frame: a reader can start decoding here
+	flagEndFrame  = 2 // version 4: the block ends its zstd frame
+	flagClosed    = 4 // version 4: the writer's close mark, the file's last block
+	indexBytes    = 8 // version 4: a data block's data starts with the index of its first event, u64
 )
 
 // DefaultChunkBytes is how much batch data one zstd frame holds before the writer starts the next: the
@@ -30,15 +36,17 @@ const DefaultChunkBytes = 1 << 20
 
 var blockMagic = [4]byte{'S', 'W', 'Z', 'B'}
 
-// appendBlock frames data, the compressed bytes of a batch of that many events, as one block.
-func appendBlock(b, data []byte, events, flags uint32) []byte {
+// appendBlock frames prefix and data, the compressed bytes of a batch of that many events, as one block.
+func appendBlock(b, prefix, data []byte, events, flags uint32) []byte {
 	start := len(b)
 	b = append(b, blockMagic[:]...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(data)))
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(prefix)+len(data)))
 	b = binary.LittleEndian.AppendUint32(b, events)
 	b = binary.LittleEndian.AppendUint32(b, flags)
 	crc := crc32.Update(0, castagnoli, b[start+4:])
+	crc = crc32.Update(crc, castagnoli, prefix)
 	b = binary.LittleEndian.AppendUint32(b, crc32.Update(crc, castagnoli, data))
+	b = append(b, prefix...)
 	return append(b, data...)
 }
 
@@ -72,6 +80,17 @@ type blockStream struct {
 	frame      [blockFrame]byte
 	block      []byte // the block nextBlock read last, reused for the next (accept copies what it keeps)
 
+	// Version 4: what the blocks say of the events, so the batch reader counts what was lost exactly.
+	indexed bool
+	idx     []blockIndex // blocks fed to the decoder whose batches the batch reader has not taken (pop)
+	epoch   int          // decoder resets so far: a reset drops what the old decoder held
+	seen    bool         // a data block was taken
+	expect  uint64       // the index of the event after the last block taken
+	inFrame bool         // the last block taken did not end its zstd frame
+	closed  bool         // the writer's close mark was read
+	total   uint64       // its count: the events the file holds
+	refused int          // good blocks refused: already read, or older than the last one taken
+
 	// Version 3: what repair needs (parity.go).
 	numbered bool     // the blocks are numbered and grouped under parity blocks
 	nextSeq  uint32   // the number the next data block should have
@@ -104,7 +123,7 @@ func idleDecoder() *zstd.Decoder {
 const maxIdle = 4
 
 func newBlockStream(raw *bufio.Reader, off int64, version uint32) (*blockStream, error) {
-	s := &blockStream{raw: raw, off: off, goodEnd: off, numbered: version >= 3}
+	s := &blockStream{raw: raw, off: off, goodEnd: off, numbered: version >= 3, indexed: version >= 4}
 	if z := idleDecoder(); z != nil && z.Reset(feeder{s}) == nil {
 		s.z = z
 		return s, nil
@@ -133,8 +152,15 @@ func (f feeder) Read(p []byte) (int, error) {
 			s.fed = s.end
 			return 0, s.end
 		}
+		at := s.goodEnd
 		if bad := s.nextBlock(false, nil); bad != "" {
-			if s.repair() {
+			if bad == frameCut {
+				// A frame's start after a frame cut short: a new decoder starts on it.
+				s.addGap(blockGap{offset: at, bytes: max(s.fedAt-at, 1), events: -1, why: bad}, 0)
+				s.fed = errDamaged
+				return 0, errDamaged
+			}
+			if bad != blocksMissing && s.repair() {
 				continue
 			}
 			if s.damaged(bad, bad == cutShort) == wasCut {
@@ -152,6 +178,64 @@ var errDamaged = errorf(ErrCorrupt, "compressed block damaged")
 
 // cutShort is nextBlock's reason for a block the file ends inside.
 const cutShort = "block runs past the end of the file"
+
+// Version 4's reasons: a good block that does not follow the last one taken (blocksMissing), and a good block
+// starting a zstd frame while the last one is not ended (frameCut: taken, for a new decoder).
+const (
+	blocksMissing = "blocks missing before a good block"
+	frameCut      = "zstd frame cut short before the next one"
+)
+
+// blockIndex is what a version-4 block says of its batch: the index of its first event and their count.
+type blockIndex struct {
+	first  uint64
+	events uint32
+	epoch  int
+}
+
+// take does the bookkeeping of a good data block about to be fed to the decoder, in order, and returns its data
+// for the decoder.
+func (s *blockStream) take(block []byte) []byte {
+	data := block[blockFrame:]
+	if !s.indexed {
+		return data
+	}
+	flags := binary.LittleEndian.Uint32(block[12:])
+	first, events := binary.LittleEndian.Uint64(data), countOf(block)
+	s.idx = append(s.idx, blockIndex{first, events, s.epoch})
+	s.expect, s.seen, s.inFrame = first+uint64(events), true, flags&flagEndFrame == 0
+	if flags&flagClosed != 0 {
+		s.close(first)
+	}
+	return data[indexBytes:]
+}
+
+// close notes the writer's close mark: the file holds total events, and nothing after it is read.
+func (s *blockStream) close(total uint64) {
+	s.closed, s.total, s.end = true, total, io.EOF
+}
+
+// pop returns the index of the next batch the decoder gives: the first event of the oldest block fed that holds
+// events. dropOld first forgets the blocks fed to decoders before the last reset (the batch reader calls it
+// once it has read everything the old decoder gave).
+func (s *blockStream) pop() (uint64, bool) {
+	for len(s.idx) > 0 {
+		b := s.idx[0]
+		s.idx = s.idx[1:]
+		if b.events > 0 {
+			return b.first, true
+		}
+	}
+	return 0, false
+}
+
+func (s *blockStream) dropOld() {
+	i := 0
+	for i < len(s.idx) && s.idx[i].epoch < s.epoch {
+		i++
+	}
+	s.idx = s.idx[i:]
+}
 
 // nextBlock reads the next data block into s.data, passing over good parity blocks. At the end of the file
 // it sets s.end; a block that fails its checks gives the reason, and its bytes after the magic are put back
@@ -177,7 +261,7 @@ func (s *blockStream) nextBlock(start bool, skipped *int) string {
 		size := binary.LittleEndian.Uint32(s.frame[4:])
 		events := binary.LittleEndian.Uint32(s.frame[8:])
 		flags := binary.LittleEndian.Uint32(s.frame[12:])
-		if size > maxBlock {
+		if size > maxBlock || s.indexed && size > maxBlockV4 {
 			s.unread(s.frame[1:])
 			return "block length beyond the limit"
 		}
@@ -203,12 +287,40 @@ func (s *blockStream) nextBlock(start bool, skipped *int) string {
 			s.closeGroup() // its group is whole: nothing to repair with it
 			continue
 		}
+		if s.indexed {
+			if size < indexBytes {
+				s.unread(block[1:])
+				return "block too short"
+			}
+			first := binary.LittleEndian.Uint64(block[blockFrame:])
+			d := (seqOf(block) - s.nextSeq) & seqMask
+			if s.seen && (d >= 1<<(31-seqShift) || first < s.expect) {
+				s.refused++ // a copy of a block already read, or one out of order: never read twice
+				continue
+			}
+			ahead := s.seen && (d != 0 || first != s.expect)
+			if flags&flagClosed != 0 && (start || ahead) {
+				s.accept(block)
+				s.close(first) // the count stands; the data cannot be decoded after what was lost
+				s.data.Reset(nil)
+				return ""
+			}
+			if ahead && !start && flags&flagNewStream == 0 {
+				return blocksMissing
+			}
+			if !start && flags&flagNewStream != 0 && s.inFrame {
+				s.accept(block)
+				s.epoch++ // the blocks the old decoder was fed and did not give are gone
+				s.data.Reset(s.take(block))
+				return frameCut
+			}
+		}
 		if start && flags&flagNewStream == 0 {
 			*skipped += int(events) // a good block, but its chunk cannot be decoded without the damaged one
 			return "not the start of a chunk"
 		}
 		s.accept(block)
-		s.data.Reset(block[blockFrame:])
+		s.data.Reset(s.take(block))
 		return ""
 	}
 }
@@ -236,8 +348,9 @@ func (s *blockStream) damaged(why string, cut bool) int {
 	g := blockGap{offset: s.goodEnd, events: s.lastEvents, why: why}
 	s.data.Reset(nil)
 	s.ready = nil // blocks of the chunk the damage ends
+	s.epoch++     // the decoder starts afresh on the next chunk
 	skipped := 0
-	for {
+	for !s.closed {
 		b, err := s.raw.Peek(len(blockMagic))
 		if err != nil {
 			n, _ := s.raw.Discard(len(b))
@@ -256,7 +369,7 @@ func (s *blockStream) damaged(why string, cut bool) int {
 			return resumed
 		}
 	}
-	if cut && skipped == 0 {
+	if cut && skipped == 0 && !s.closed {
 		s.end = io.ErrUnexpectedEOF
 		return wasCut
 	}

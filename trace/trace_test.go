@@ -158,7 +158,8 @@ func TestTruncatedEveryOffset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	headerEnd := buf.Len()
+	// A file cut inside the first header is no trace; one cut inside its copy, after it, one with no event.
+	headerEnd := headerSize + int(binary.LittleEndian.Uint32(buf.Bytes()[12:]))
 	// ends[i] is the file size after batch i; counts[i] the events in batches 0..i.
 	var ends, counts []int
 	for i := range want {
@@ -182,7 +183,7 @@ func TestTruncatedEveryOffset(t *testing.T) {
 			}
 			continue
 		}
-		complete, atBoundary := 0, cut == headerEnd
+		complete, atBoundary := 0, cut <= 2*headerEnd
 		for i, end := range ends {
 			if end <= cut {
 				complete = counts[i]
@@ -206,10 +207,11 @@ func TestTruncatedEveryOffset(t *testing.T) {
 	}
 }
 
+// TestBadHeader damages the header and its copy alike: nothing is left to read.
 func TestBadHeader(t *testing.T) {
 	good := encode(t, testHeader, kindEvents(), 0)
-	future := bytes.Clone(good)
-	binary.LittleEndian.PutUint32(future[8:], Version+1)
+	hl := headerSize + int(binary.LittleEndian.Uint32(good[12:]))
+	both := func(f func([]byte, int) []byte) []byte { return f(f(good, 0), hl) }
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -217,11 +219,13 @@ func TestBadHeader(t *testing.T) {
 	}{
 		{"empty", nil, "empty file"},
 		{"short", good[:3], "ends inside the header"},
-		{"wrong magic", append([]byte("#!/bin/sh\necho not a trace\n"), good[20:]...), "bad magic"},
+		{"wrong magic", append([]byte("#!/bin/sh\necho not a trace\n"), good[2*hl:]...), "bad magic"},
 		{"short wrong magic", []byte("PK"), "bad magic"},
-		{"future version", future, fmt.Sprintf("unsupported trace version %d", Version+1)},
-		{"huge header", setU32(good, 12, math.MaxUint32), "header length 4294967295 exceeds"},
-		{"header checksum", flip(good, 21), "header checksum mismatch"},
+		{"future version", both(func(b []byte, at int) []byte { return setU32(b, at+8, Version+1) }),
+			fmt.Sprintf("unsupported trace version %d", Version+1)},
+		{"huge header", both(func(b []byte, at int) []byte { return setU32(b, at+12, math.MaxUint32) }),
+			"header length 4294967295 exceeds"},
+		{"header checksum", both(func(b []byte, at int) []byte { return flip(b, at+21) }), "header checksum mismatch"},
 	} {
 		_, err := NewReader(bytes.NewReader(tc.data))
 		if !errors.Is(err, ErrFormat) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.msg) {
@@ -237,6 +241,25 @@ func TestBadHeader(t *testing.T) {
 	}
 	if _, _, err := ReadFile(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("ReadFile(missing) = %v, want ErrNotExist", err)
+	}
+}
+
+// TestHeaderCopy: any one byte of the header or of its copy, set to any value, costs nothing: every event is read.
+func TestHeaderCopy(t *testing.T) {
+	want := kindEvents()
+	good := encode(t, testHeader, want, 4)
+	hl := headerSize + int(binary.LittleEndian.Uint32(good[12:]))
+	for off := range 2 * hl {
+		for _, v := range []byte{0, 0xff, good[off] ^ 1, good[off] ^ 0x80, 3} {
+			bad := bytes.Clone(good)
+			bad[off] = v
+			f, err := Read("t", bytes.NewReader(bad))
+			if err != nil || f.Count != len(want) || f.Damaged() || !sameHeader(f.Header, Header{Version: Version,
+				PID: testHeader.PID, Host: testHeader.Host, Rank: testHeader.Rank, StartUnix: testHeader.StartUnix,
+				Argv: testHeader.Argv}) {
+				t.Fatalf("byte %d set to %#x: %v, %+v", off, v, err, f)
+			}
+		}
 	}
 }
 
@@ -509,7 +532,8 @@ func TestGolden(t *testing.T) {
 	}{
 		{"v1.swtrace", encodeV1(t, testHeader, kindEvents(), 8), func(b []byte) []byte { return b }},
 		{"v2.swtrace", nil, nil},
-		{"v3.swtrace", encode(t, testHeader, kindEvents(), 8), func(b []byte) []byte { return decompressed(t, b) }},
+		{"v3.swtrace", nil, nil},
+		{"v4.swtrace", encode(t, testHeader, kindEvents(), 8), func(b []byte) []byte { return decompressed(t, b) }},
 	} {
 		path := filepath.Join("testdata", tc.file)
 		if *update && tc.data != nil {
@@ -550,6 +574,6 @@ func decompressed(t *testing.T, data []byte) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hlen := int(binary.LittleEndian.Uint32(data[12:])) + headerSize
+	hlen := 2 * (int(binary.LittleEndian.Uint32(data[12:])) + headerSize) // the header and its copy
 	return append(bytes.Clone(data[:hlen]), rest...)
 }

@@ -77,6 +77,8 @@ func NewWriterOptions(w io.Writer, h Header, o Options) (*Writer, error) {
 	binary.LittleEndian.PutUint32(b[8:], Version)
 	binary.LittleEndian.PutUint32(b[12:], uint32(len(payload)))
 	binary.LittleEndian.PutUint32(b[16:], crc32.Checksum(payload, castagnoli))
+	// The header's copy follows it, so damage to one of them costs nothing (NewReader).
+	b = append(b, b...)
 	out := &countWriter{w: w}
 	if _, err := out.Write(b); err != nil {
 		return nil, fmt.Errorf("trace: write header: %w", err)
@@ -106,7 +108,8 @@ func (w *Writer) Add(ev *Event) error {
 	w.c.appendEvent(&w.cols, ev)
 	w.n++
 	w.events++
-	if w.n%32 == 0 && w.cols.size() >= flushBytes {
+	if w.n%32 == 0 && w.cols.size() >= flushBytes || len(ev.Text)+8*len(ev.Ptrs) >= flushBytes {
+		// (An event that large ends its batch at once: a batch, and so a block, stays within maxBlockV4.)
 		return w.Flush()
 	}
 	return nil
@@ -147,7 +150,10 @@ func (w *Writer) Flush() error {
 		w.chunk, w.fresh = 0, true
 	}
 	if err == nil {
-		err = w.writeBlock(w.n, flags, w.fresh)
+		if w.fresh {
+			flags |= flagEndFrame
+		}
+		err = w.writeBlock(w.events-uint64(w.n), w.n, flags, w.fresh)
 	}
 	if err != nil {
 		w.err = fmt.Errorf("trace: write batch: %w", err)
@@ -159,16 +165,21 @@ func (w *Writer) Flush() error {
 	return nil
 }
 
-// writeBlock writes the compressed bytes waiting in zbuf (a batch of that many events) as one block, in one
-// Write, followed in the same Write by its group's parity block when the block ends the group: when the group
-// is full or the block ends a zstd frame (lastOfFrame), so no group spans two frames.
-func (w *Writer) writeBlock(events, flags uint32, lastOfFrame bool) error {
-	w.block = appendBlock(w.block[:0], w.zbuf.Bytes(), events, flags|w.seq<<seqShift)
+// writeBlock writes the compressed bytes waiting in zbuf (a batch of that many events, the first of them the
+// segment's event number first) as one block, in one Write, followed in the same Write by its group's parity
+// block, twice, when the block ends the group: when the group is full or the block ends a zstd frame
+// (lastOfFrame), so no group spans two frames.
+func (w *Writer) writeBlock(first uint64, events, flags uint32, lastOfFrame bool) error {
+	var index [8]byte
+	binary.LittleEndian.PutUint64(index[:], first)
+	w.block = appendBlock(w.block[:0], index[:], w.zbuf.Bytes(), events, flags|w.seq<<seqShift)
 	w.zbuf.Reset()
 	w.par.add(w.seq, w.block)
 	w.seq = (w.seq + 1) & seqMask
 	if lastOfFrame || w.par.bytes >= parityGroup {
+		at := len(w.block)
 		w.block = w.par.appendBlock(w.block)
+		w.block = append(w.block, w.block[at:]...)
 	}
 	n, err := w.out.Write(w.block)
 	if err == nil && n != len(w.block) {
@@ -186,11 +197,18 @@ func (w *Writer) Close() error {
 		return nil
 	}
 	err := w.Flush()
-	if err == nil && !w.fresh {
-		// End the open zstd frame; a reader does without this block (a killed process never writes it).
-		if err = w.z.Close(); err == nil {
-			err = w.writeBlock(0, 0, true)
+	if err == nil {
+		// The close mark: a block of no event that ends the open zstd frame, if any, and says how many events
+		// the file holds. A killed process never writes it; a reader says so.
+		flags := uint32(flagClosed)
+		if !w.fresh {
+			flags |= flagEndFrame
+			err = w.z.Close()
 		}
+		if err == nil {
+			err = w.writeBlock(w.events, 0, flags, true)
+		}
+		w.fresh = true
 	}
 	if w.err == nil {
 		w.err = errClosed

@@ -202,9 +202,11 @@ func TestReport(t *testing.T) {
 				t.Errorf("JSON content: %s", r.Stdout)
 			}
 		}},
-		{"truncated after a good batch", []string{"report", writeFile(t, bad, "killed.swtrace", data[:bytes.LastIndex(data, []byte("SWZB"))+30])}, 0,
+		// Cut inside the last data block, before the close mark: what a killed process leaves.
+		{"truncated after a good batch", []string{"report", writeFile(t, bad, "killed.swtrace",
+			data[:bytes.LastIndex(data[:bytes.LastIndex(data, []byte("SWZB"))], []byte("SWZB"))+30])}, 3,
 			func(t *testing.T, r result) {
-				oneLine(t, r, "killed.swtrace", "trace ends mid-batch (process killed?): 20 events read")
+				oneLine(t, r, "killed.swtrace", "trace not closed (process killed?): events after #20 ")
 				if !strings.Contains(r.Stdout, "process 321") {
 					t.Errorf("no summary: %q", r.Stdout)
 				}
@@ -213,15 +215,15 @@ func TestReport(t *testing.T) {
 			func(t *testing.T, r result) { oneLine(t, r, "early.swtrace") }},
 		{"corrupt first batch: the rest is reported", []string{"report", writeFile(t, bad, "corrupt.swtrace", corrupt)}, 3,
 			func(t *testing.T, r result) {
-				oneLine(t, r, "corrupt.swtrace: corrupt batch 0 at offset", "an unknown number of events lost at the start",
+				oneLine(t, r, "corrupt.swtrace: corrupt batch 0 at offset", "20 events (#1 to #20) lost at the start",
 					"checksum mismatch")
 				if !strings.Contains(r.Stdout, "process 321") ||
-					!strings.Contains(r.Stdout, "1 damaged batches skipped (events lost: unknown)") {
+					!strings.Contains(r.Stdout, "1 damaged batches skipped (20 events lost)") {
 					t.Errorf("no summary: %q", r.Stdout)
 				}
 			}},
 		{"absurd length: the rest is reported", []string{"report", writeFile(t, bad, "absurd.swtrace", absurd), "--format", "json"}, 3,
-			func(t *testing.T, r result) { oneLine(t, r, "absurd.swtrace", "an unknown number of events lost") }},
+			func(t *testing.T, r result) { oneLine(t, r, "absurd.swtrace", "20 events (#1 to #20) lost") }},
 		{"empty", []string{"report", writeFile(t, bad, "empty.swtrace", nil)}, 2,
 			func(t *testing.T, r result) { oneLine(t, r, "empty.swtrace", "empty") }},
 		{"not a trace", []string{"report", writeFile(t, bad, "README", []byte("# hello\n"))}, 2,

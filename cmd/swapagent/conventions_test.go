@@ -101,7 +101,7 @@ func flushEvery(t *testing.T, evs []trace.Event, n int) (data []byte, starts []i
 
 // TestReportSalvagesMiddleBatch: one flipped bit in a middle batch is put right from its parity (every
 // event reported, exit 3); with its parity damaged too, report prints every other batch's events and names
-// the lost range.
+// the lost range with its exact count.
 func TestReportSalvagesMiddleBatch(t *testing.T) {
 	evs := events() // 3 names, 80 calls, a fault and the stats: 85 events
 	data, starts := flushEvery(t, evs, 10)
@@ -119,10 +119,10 @@ func TestReportSalvagesMiddleBatch(t *testing.T) {
 	if r.Code != 3 {
 		t.Errorf("exit %d, want 3 (written, some input lost)", r.Code)
 	}
-	oneLine(t, r, p+": corrupt batch 4 at offset", "an unknown number of events lost between +", "(after event 40)",
+	oneLine(t, r, p+": corrupt batch 4 at offset", "10 events (#41 to #50) lost between +", "(after event 40)",
 		"checksum mismatch")
 	if !strings.Contains(r.Stdout, "(75 events over") ||
-		!strings.Contains(r.Stdout, "1 damaged batches skipped (events lost: unknown)") {
+		!strings.Contains(r.Stdout, "1 damaged batches skipped (10 events lost)") {
 		t.Errorf("text:\n%s", r.Stdout)
 	}
 	// Every event outside batch 4 is there: 80 calls, less the 10 of batch 4 (events 40..49 are calls).
@@ -145,7 +145,7 @@ func TestReportSalvagesMiddleBatch(t *testing.T) {
 		t.Fatalf("json (%v): %s", err, r.Stdout)
 	}
 	lr := doc.Processes[0].LostRanges
-	if doc.Processes[0].Events != 75 || len(lr) != 1 || lr[0].Batch != 4 || lr[0].Events != -1 || lr[0].AfterEvent != 40 ||
+	if doc.Processes[0].Events != 75 || len(lr) != 1 || lr[0].Batch != 4 || lr[0].Events != 10 || lr[0].AfterEvent != 40 ||
 		lr[0].Offset != int64(starts[4]) {
 		t.Errorf("json: %+v", doc.Processes[0])
 	}

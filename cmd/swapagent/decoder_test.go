@@ -5,8 +5,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,8 +74,9 @@ func TestRunDecoderSimSummary(t *testing.T) {
 	}
 }
 
-// TestReportAfterSIGKILL is the crash-safety must-show: a process killed with SIGKILL leaves a trace
-// that `report` still reads (exit 0), with a note when it ends mid-batch.
+// TestReportAfterSIGKILL is the crash-safety must-show: a process killed with SIGKILL at a random moment
+// leaves a trace that report reads, exiting 3 with one line that gives the exact last event written: the
+// count a strict reader of the file finds, at the TS of that event.
 func TestReportAfterSIGKILL(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	lib := agentLib(t)
@@ -91,7 +94,8 @@ func TestReportAfterSIGKILL(t *testing.T) {
 	}
 	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 
-	// Wait until the agent has put at least one batch on disk, then kill the workload outright.
+	// Wait until the agent has put at least one batch on disk, then kill the workload outright, a random
+	// moment later.
 	var file string
 	var pid int
 	deadline := time.Now().Add(45 * time.Second)
@@ -111,6 +115,7 @@ func TestReportAfterSIGKILL(t *testing.T) {
 	if pid == 0 {
 		t.Fatalf("no trace with a complete batch appeared in %s within 45 s", out)
 	}
+	time.Sleep(time.Duration(rand.IntN(1500)) * time.Millisecond)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill %d: %v", pid, err)
 	}
@@ -118,14 +123,54 @@ func TestReportAfterSIGKILL(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 128+9 {
 		t.Errorf("run exit %d, want 137; stderr:\n%s", code, stderr.String())
 	}
+	lastWritten(t, file, pid)
+}
 
+// lastWritten checks that report reads the trace at file of process pid, whose writer did not close it,
+// exiting 3 with one line that names the last event written: what a strict reader finds in the file.
+func lastWritten(t *testing.T, file string, pid int) {
+	t.Helper()
+	_, evs, err := trace.ReadFile(file)
+	if err != nil && !errors.Is(err, trace.ErrTruncated) {
+		t.Fatalf("strict read: %v", err)
+	}
+	if len(evs) == 0 {
+		t.Fatal("no event written")
+	}
 	r := swapagent(t, nil, "report", file)
-	if r.Code != 0 || !strings.Contains(r.Stdout, "process "+strconv.Itoa(pid)) {
-		t.Fatalf("report after SIGKILL: exit %d\nstdout %s\nstderr %s", r.Code, r.Stdout, r.Stderr)
+	if r.Code != 3 || !strings.Contains(r.Stdout, "process "+strconv.Itoa(pid)) {
+		t.Fatalf("report: exit %d, want 3\nstdout %s\nstderr %s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r.Stderr != "" {
-		oneLine(t, r, "trace ends mid-batch (process killed?)")
+	oneLine(t, r, fmt.Sprintf("trace not closed (process killed?): events after #%d (+%.6fs) were never written",
+		len(evs), float64(evs[len(evs)-1].TS)/1e9))
+}
+
+// A full disk (a 256 KiB tmpfs, mounted when the test runs as root) stops the trace where the space ends: the job
+// goes on, and report reads what was written, exiting 3 with the exact last event written.
+func TestReportAfterFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small tmpfs needs root")
 	}
+	out := t.TempDir()
+	if err := syscall.Mount("tmpfs", out, "tmpfs", 0, "size=256k"); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	defer syscall.Unmount(out, syscall.MNT_DETACH)
+	r := testenv.Run(t, 2*time.Minute, testenv.AgentEnv(t, out), testenv.Path(t, testenv.DecoderSim), "--steps", "20")
+	if r.Code != 0 {
+		t.Fatalf("decoder-sim on a full disk: exit %d, want 0 (the job goes on)\n%s", r.Code, testenv.Tail(r.Stderr, 10))
+	}
+	files, err := trace.FindTraces(out)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("traces %v (%v)", files, err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(out, &st); err != nil || st.Bfree*uint64(st.Bsize) >= 64<<10 {
+		t.Fatalf("the disk was not filled: %d bytes free (%v)", st.Bfree*uint64(st.Bsize), err)
+	}
+	parts := strings.Split(strings.TrimSuffix(filepath.Base(files[0]), trace.FileSuffix), ".")
+	pid, _ := strconv.Atoi(parts[len(parts)-1])
+	lastWritten(t, files[0], pid)
 }
 
 // The memory figures are the same everywhere: run's summary (its one line), report's text (the line and its

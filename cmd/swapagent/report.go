@@ -126,7 +126,7 @@ func loadSummaries(c cli.Command, paths []string, keep *report.Keep) ([]*report.
 		for _, n := range s.Warnings {
 			c.Errorf(os.Stderr, "%s", n)
 		}
-		if len(s.Gaps) > 0 || len(s.Repairs) > 0 {
+		if s.Damaged {
 			code = exitPartial
 		}
 	}

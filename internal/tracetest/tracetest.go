@@ -188,5 +188,9 @@ func BeyondRepair(tb testing.TB, data []byte, off int) []byte {
 		tb.Fatalf("no parity block after offset %d", off)
 	}
 	out[off+1+p+5] ^= 0x20 // its length: the block fails its checksum, and its data is not where it says
+	// Version 4 writes the parity twice: the copy after it too.
+	if q := bytes.Index(out[off+1+p+1:], []byte("SWZP")); q >= 0 && q <= 4200 {
+		out[off+1+p+1+q+5] ^= 0x20
+	}
 	return out
 }
