@@ -8,18 +8,19 @@ package main
 /*
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 
-static unsigned long long swapagent_ignored_at_start;
+static uint64_t swapagent_ignored_at_start;
 
 __attribute__((constructor)) static void swapagent_record_ignored(void) {
 	for (int s = 1; s < 64; s++) {
 		struct sigaction sa;
 		if (sigaction(s, NULL, &sa) == 0 && sa.sa_handler == SIG_IGN)
-			swapagent_ignored_at_start |= 1ULL << s;
+			swapagent_ignored_at_start |= (uint64_t)1 << s;
 	}
 }
 
-static unsigned long long swapagent_ignored(void) { return swapagent_ignored_at_start; }
+static uint64_t swapagent_ignored(void) { return swapagent_ignored_at_start; }
 */
 import "C"
 
