@@ -1,11 +1,4 @@
-"""hyper_parallel.core.activation_memory.policy (stand-in): what a checkpoint or swap policy_fn says."""
+"""hyper_parallel.core.activation_memory.policy (stand-in): what a checkpoint or swap policy_fn says, the same
+enum as the older layout's."""
 
-import enum
-
-
-class CheckpointPolicy(enum.Enum):
-    MUST_SAVE = 0
-    PREFER_SAVE = 1
-    MUST_RECOMPUTE = 2
-    PREFER_RECOMPUTE = 3
-    MUST_SWAP = 4
+from hyper_parallel.core.activation_checkpoint import CheckpointPolicy  # noqa: F401
