@@ -71,7 +71,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 		var at int
 		var ok bool
 		if hc, at, seen, ok = findCopy(br, seen); ok {
-			h, n, err = hc, 0, nil
+			h, err = hc, nil
 			// The stream starts after the copy: put back what was read beyond it.
 			end := at + headerSize + hc.size
 			if end < len(seen) {

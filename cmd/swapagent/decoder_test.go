@@ -155,7 +155,7 @@ func TestReportAfterFullDisk(t *testing.T) {
 	if err := syscall.Mount("tmpfs", out, "tmpfs", 0, "size=256k"); err != nil {
 		t.Skipf("cannot mount a tmpfs here: %v", err)
 	}
-	defer syscall.Unmount(out, syscall.MNT_DETACH)
+	defer func() { _ = syscall.Unmount(out, syscall.MNT_DETACH) }()
 	r := testenv.Run(t, 2*time.Minute, testenv.AgentEnv(t, out), testenv.Path(t, testenv.DecoderSim), "--steps", "20")
 	if r.Code != 0 {
 		t.Fatalf("decoder-sim on a full disk: exit %d, want 0 (the job goes on)\n%s", r.Code, testenv.Tail(r.Stderr, 10))
