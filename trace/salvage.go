@@ -20,7 +20,13 @@ import (
 // Damaged reports whether reading f met damage, lost (Gaps) or repaired (Repairs), a cut end, pieces refused,
 // or (version 4) no close mark: whether anything may be missing, what the commands' exit code 3 says.
 func (f *File) Damaged() bool {
-	return len(f.Gaps) > 0 || len(f.Repairs) > 0 || f.Truncated || f.Indexed && !f.Closed || f.Refused > 0
+	return len(f.Gaps) > 0 || len(f.Repairs) > 0 || f.Truncated || f.Indexed && !f.Finished() || f.Refused > 0
+}
+
+// Finished says whether the writer closed the trace (version 4): its last segment ends with the close mark,
+// not with the mark of a segment the trace goes on from (a process killed as it opened the next segment).
+func (f *File) Finished() bool {
+	return f.Closed && !f.GoesOn
 }
 
 // damage describes the batch that made Next fail, for Resync.
@@ -288,6 +294,7 @@ type salvaged struct {
 	// Version 4: the file says what it holds.
 	indexed bool
 	closed  bool   // its close mark was read
+	goesOn  bool   // the mark closed a segment the trace goes on from
 	end     uint64 // the index after the last event read or counted lost (the close mark's count when closed)
 	refused int    // good blocks refused (read already, or out of order)
 }
@@ -347,7 +354,7 @@ func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
 // a tail that cannot be read), which Warnings says. A gap of no event held none: it is a repair.
 func (s *salvaged) count(r *Reader) {
 	st := r.stream
-	s.indexed, s.closed, s.end, s.refused = true, st.closed, r.cur, st.refused
+	s.indexed, s.closed, s.goesOn, s.end, s.refused = true, st.closed, st.goesOn, r.cur, st.refused
 	n := len(s.gaps)
 	atEnd := n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == s.events
 	switch {
@@ -394,13 +401,14 @@ type File struct {
 	// From is the TS of the first event after the snapshot when the oldest segments were dropped
 	// (Header.Segment > 0): what the trace covers starts there. 0 when nothing was dropped.
 	From int64
-	// Version 4: the trace says what it holds. Indexed is set for such a trace; Closed when its writer closed
-	// it (its last segment's close mark was read); End is the index, among every event the process wrote, of
+	// Version 4: the trace says what it holds. Indexed is set for such a trace; Closed when its last segment's
+	// close mark was read, GoesOn when that mark says the trace goes on in a next segment (Finished); End is the index, among every event the process wrote, of
 	// the first event not read and not counted in a gap: where the written events end when Closed, else where
 	// what could be read ends (a killed process: the events after it were never written). Refused counts
 	// the pieces (blocks, segments) refused because they repeat what was read or come out of order.
 	Indexed bool
 	Closed  bool
+	GoesOn  bool
 	End     uint64
 	Refused int
 	notes   []string // what reading the segments found (a missing or foreign one), for Warnings
@@ -460,7 +468,7 @@ func read(name string, rd io.Reader, emit func(*Event, uint64)) (f *File, err er
 			msg: fmt.Sprintf("%s: trace ends inside its first batch, no events to report (%s)", name, why)}
 	}
 	f = &File{Name: name, Header: sv.h, Count: sv.events, Gaps: sv.gaps, Repairs: sv.repairs, Truncated: sv.err != nil,
-		lastTS: sv.lastTS, Indexed: sv.indexed, Closed: sv.closed, End: sv.end, Refused: sv.refused}
+		lastTS: sv.lastTS, Indexed: sv.indexed, Closed: sv.closed, GoesOn: sv.goesOn, End: sv.end, Refused: sv.refused}
 	if f.Truncated && sv.cutAt >= 0 {
 		f.Cut = cr.n - sv.cutAt
 	}
@@ -598,7 +606,7 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 		}
 		f.Count += g.Count - skipped
 		f.Truncated, f.Cut, f.Bytes = g.Truncated, g.Cut, f.Bytes+g.Bytes
-		f.Closed, f.Refused = g.Closed, f.Refused+g.Refused
+		f.Closed, f.GoesOn, f.Refused = g.Closed, g.GoesOn, f.Refused+g.Refused
 		if f.Indexed && g.Indexed {
 			f.End = next(g)
 		}
@@ -707,7 +715,7 @@ func (f *File) Warnings() []string {
 			f.Name, f.Header.Segment, tsString(f.From), tsString(f.lastTS)))
 	}
 	out = append(out, f.notes...)
-	if f.Indexed && !f.Closed {
+	if f.Indexed && !f.Finished() {
 		w := fmt.Sprintf("%s: trace not closed (process killed?): events after #%d (+%s) were never written", f.Name,
 			f.End, tsString(f.lastTS))
 		if f.Truncated {

@@ -181,7 +181,7 @@ func (s *SegmentedWriter) Flush() error {
 }
 
 func (s *SegmentedWriter) rotate() error {
-	err := s.cur.Close()
+	err := s.cur.closeGoingOn()
 	size := int64(s.cur.Bytes())
 	if cerr := s.out.Close(); err == nil {
 		err = cerr

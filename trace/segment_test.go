@@ -4,6 +4,7 @@
 package trace
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -196,5 +197,62 @@ func TestSegmentNames(t *testing.T) {
 		if tc.k > 0 && SegmentPath(tc.first, tc.k) != tc.path {
 			t.Errorf("SegmentPath(%s, %d) = %s", tc.first, tc.k, SegmentPath(tc.first, tc.k))
 		}
+	}
+}
+
+// A process killed as it rotates (the last segment closed, the next one not yet on disk) never closed its
+// trace: a segment's close mark says the trace goes on, so the reader says where the written events end.
+func TestKilledBetweenSegmentsIsNotClosed(t *testing.T) {
+	dir := t.TempDir()
+	first := filepath.Join(dir, "h.7"+FileSuffix)
+	f, err := os.Create(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewSegmentedWriter(f, testHeader, 64<<10, dirFiles{first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := churnEvents(3000)
+	for i := range evs {
+		if err := w.Add(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i%300 == 299 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Current().Close(); err != nil {
+		t.Fatal(err)
+	}
+	cur, oldest := w.Segments()
+	if cur < oldest+2 {
+		t.Fatalf("segments %d..%d: the test needs several", oldest, cur)
+	}
+	oldestPath := SegmentPath(first, oldest)
+	whole, err := Load(oldestPath)
+	if err != nil || !whole.Finished() || whole.Damaged() {
+		t.Fatalf("the whole trace: %v, finished %v, damaged %v", err, whole != nil && whole.Finished(), whole != nil && whole.Damaged())
+	}
+	if err := os.Remove(SegmentPath(first, cur)); err != nil { // as if killed before the last segment was made
+		t.Fatal(err)
+	}
+	got, err := Load(oldestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Closed || !got.GoesOn || got.Finished() || !got.Damaged() {
+		t.Fatalf("closed %v, goes on %v, finished %v, damaged %v: a trace whose next segment never came is not finished",
+			got.Closed, got.GoesOn, got.Finished(), got.Damaged())
+	}
+	ws := strings.Join(got.Warnings(), "\n")
+	want := fmt.Sprintf("trace not closed (process killed?): events after #%d ", got.End)
+	if !strings.Contains(ws, want) || got.End == 0 || got.End >= whole.End {
+		t.Fatalf("warnings %q; want %q, before the whole trace's end #%d", ws, want, whole.End)
 	}
 }

@@ -27,6 +27,7 @@ const (
 	flagNewStream = 1 // the block starts a zstd frame: a reader can start decoding here
 	flagEndFrame  = 2 // version 4: the block ends its zstd frame
 	flagClosed    = 4 // version 4: the writer's close mark, the file's last block
+	flagGoesOn    = 8 // version 4, with flagClosed: the mark of a segment the trace goes on from in the next one
 	indexBytes    = 8 // version 4: a data block's data starts with the index of its first event, u64
 )
 
@@ -88,6 +89,7 @@ type blockStream struct {
 	expect  uint64       // the index of the event after the last block taken
 	inFrame bool         // the last block taken did not end its zstd frame
 	closed  bool         // the writer's close mark was read
+	goesOn  bool         // that mark closed a segment the trace goes on from (flagGoesOn)
 	total   uint64       // its count: the events the file holds
 	refused int          // good blocks refused: already read, or older than the last one taken
 
@@ -205,14 +207,14 @@ func (s *blockStream) take(block []byte) []byte {
 	s.idx = append(s.idx, blockIndex{first, events, s.epoch})
 	s.expect, s.seen, s.inFrame = first+uint64(events), true, flags&flagEndFrame == 0
 	if flags&flagClosed != 0 {
-		s.close(first)
+		s.close(first, flags)
 	}
 	return data[indexBytes:]
 }
 
-// close notes the writer's close mark: the file holds total events, and nothing after it is read.
-func (s *blockStream) close(total uint64) {
-	s.closed, s.total, s.end = true, total, io.EOF
+// close notes the writer's close mark (its flags): the file holds total events, and nothing after it is read.
+func (s *blockStream) close(total uint64, flags uint32) {
+	s.closed, s.goesOn, s.total, s.end = true, flags&flagGoesOn != 0, total, io.EOF
 }
 
 // pop returns the index of the next batch the decoder gives: the first event of the oldest block fed that holds
@@ -301,7 +303,7 @@ func (s *blockStream) nextBlock(start bool, skipped *int) string {
 			ahead := s.seen && (d != 0 || first != s.expect)
 			if flags&flagClosed != 0 && (start || ahead) {
 				s.accept(block)
-				s.close(first) // the count stands; the data cannot be decoded after what was lost
+				s.close(first, flags) // the count stands; the data cannot be decoded after what was lost
 				s.data.Reset(nil)
 				return ""
 			}

@@ -192,7 +192,13 @@ var errClosed = errors.New("trace: writer is closed")
 
 // Close flushes the last batch. It does not close the underlying writer; later calls to Add or
 // Flush fail, and a second Close does nothing.
-func (w *Writer) Close() error {
+func (w *Writer) Close() error { return w.close(flagClosed) }
+
+// closeGoingOn closes a segment the trace goes on from: its mark says a next segment follows, so a reader
+// that finds none knows the process never closed the trace.
+func (w *Writer) closeGoingOn() error { return w.close(flagClosed | flagGoesOn) }
+
+func (w *Writer) close(flags uint32) error {
 	if w.err == errClosed {
 		return nil
 	}
@@ -200,7 +206,6 @@ func (w *Writer) Close() error {
 	if err == nil {
 		// The close mark: a block of no event that ends the open zstd frame, if any, and says how many events
 		// the file holds. A killed process never writes it; a reader says so.
-		flags := uint32(flagClosed)
 		if !w.fresh {
 			flags |= flagEndFrame
 			err = w.z.Close()
