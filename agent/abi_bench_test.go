@@ -152,7 +152,7 @@ func BenchmarkDescribe(b *testing.B) {
 	a.RegionEnter("layer.0", ptrs[:1], 1)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if c := a.Describe("layer.0", ptrs, descs); c != OK {
+		if c := a.Describe("layer.0", ptrs, descs); c != trace.CodeOK {
 			b.Fatalf("describe: %d", c)
 		}
 	}

@@ -400,7 +400,7 @@ func (w *world) save() {
 		w.count(h)
 	}
 	if g >= 0 && w.phase[g] == 1 {
-		if bad && h != EInvalid {
+		if bad && h != trace.CodeEINVAL {
 			w.t.Errorf("save of %#x (%d bytes) returned %d, want EINVAL", p, n, h)
 		}
 		if !bad && h <= 0 && p == s.ptr && n <= uint64(len(s.buf)) {

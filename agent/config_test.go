@@ -56,7 +56,7 @@ func TestCode(t *testing.T) {
 			t.Errorf("%v: code %d, want %d", err, got, -1-i)
 		}
 	}
-	if Code(nil) != OK || Code(fmt.Errorf("other")) != ERuntime {
+	if Code(nil) != trace.CodeOK || Code(fmt.Errorf("other")) != trace.CodeERUNTIME {
 		t.Error("nil or foreign error mapped wrongly")
 	}
 }

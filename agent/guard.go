@@ -128,7 +128,7 @@ func (a *Agent) Note(key, value string) int {
 		a.noted[key] = true
 		a.sink.note(key, value, a.ts())
 	}
-	return OK
+	return trace.CodeOK
 }
 
 // notePythonAbsent records, at exit, that a Python process `swapagent run` offered the bootstrap to never

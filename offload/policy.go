@@ -9,8 +9,8 @@ import (
 	"swapagent/tracker"
 )
 
-// ABI errors; the agent maps them to SWAPAGENT_E* codes -1..-8 in this order. Returned errors wrap
-// them with detail: test with errors.Is.
+// ABI errors; the agent maps each to its SWAPAGENT_E* code (agent.Code). Returned errors wrap them with
+// detail: test with errors.Is.
 var (
 	ErrInvalid  = tracker.ErrInvalid
 	ErrGroup    = tracker.ErrGroup
