@@ -551,7 +551,7 @@ func (w *world) stats() trace.Stats {
 
 func runABI(t *testing.T, in []byte) {
 	w := &world{t: t, n: &fakeNative{t0: time.Now()}}
-	policy := Policies[int(w.byteFrom(&in))%len(Policies)]
+	policy, _ := offload.ParsePolicy(Policies[int(w.byteFrom(&in))%len(Policies)])
 	cfg := Config{Policy: policy, Out: t.TempDir(), Prefetch: int(w.byteFrom(&in) % 3), MinBytes: 64,
 		Level: zapcore.ErrorLevel, Rank: -1}
 	w.in = in

@@ -18,7 +18,7 @@ import (
 
 func TestBadArgumentAnswers(t *testing.T) {
 	n := &fakeNative{t0: time.Now()}
-	a := New(Config{Policy: "safe", Out: t.TempDir(), Prefetch: 1, MinBytes: 64, Level: zapcore.ErrorLevel, Rank: -1},
+	a := New(Config{Policy: offload.PolicySafe, Out: t.TempDir(), Prefetch: 1, MinBytes: 64, Level: zapcore.ErrorLevel, Rank: -1},
 		n, io.Discard, nil)
 	defer a.Shutdown()
 	want := map[int]int{}

@@ -37,7 +37,7 @@ const (
 	DefaultOut      = "./swapagent-out"
 	DefaultPrefetch = offload.DefaultPrefetch
 	DefaultMinBytes = offload.DefaultMinBytes
-	DefaultPolicy   = trace.PolicySafe
+	DefaultPolicy   = offload.PolicySafe
 	DefaultTrace    = TraceAll
 )
 
@@ -46,7 +46,7 @@ var Policies = trace.Policies[:]
 
 // Config is the agent's configuration, read once at load. The zero value is not useful: use LoadConfig.
 type Config struct {
-	Policy   string // one of Policies
+	Policy   offload.Policy
 	Out      string // output directory
 	Prefetch int
 	MinBytes uint64
@@ -119,10 +119,10 @@ func load(lookup func(string) (string, bool)) (Config, []Problem) {
 		problems = append(problems, Problem{name, val, want, def})
 	}
 	if v, ok := lookup(EnvPolicy); ok && v != "" {
-		if p := strings.ToLower(strings.TrimSpace(v)); contains(Policies, p) {
+		if p, err := offload.ParsePolicy(strings.ToLower(strings.TrimSpace(v))); err == nil {
 			c.Policy = p
 		} else {
-			bad(EnvPolicy, v, "one of "+strings.Join(Policies, ", "), DefaultPolicy)
+			bad(EnvPolicy, v, "one of "+strings.Join(Policies, ", "), DefaultPolicy.String())
 		}
 	}
 	if v, ok := lookup(EnvOut); ok && v != "" {

@@ -30,7 +30,7 @@ func (o *resizeOps) Restore(h int64, _ uint64) (uint64, error) {
 // the framework's resize path over Go memory (resizeOps); its trace goes to out at level ("" for all), its
 // fault blocks to stderr.
 func outputsOnlyAgent(n Native, out, level string, stderr io.Writer) *Agent {
-	a := New(Config{Policy: "outputs-only", Out: out, Prefetch: 0, MinBytes: 64, Level: zapcore.ErrorLevel,
+	a := New(Config{Policy: offload.PolicyOutputsOnly, Out: out, Prefetch: 0, MinBytes: 64, Level: zapcore.ErrorLevel,
 		Rank: -1, Trace: level}, n, stderr, nil)
 	a.StartEngine(offload.NewMemcpyMover())
 	a.SetStorageOps(&resizeOps{released: map[int64]bool{}})

@@ -39,13 +39,9 @@ func Code(err error) int {
 // hands it to the engine: it feeds it the runtime's allocations and frees, and the tracker applies the
 // pointer rule (tracker/place.go) to every saved and restored storage.
 func (a *Agent) StartEngine(mover offload.Mover) {
-	p, err := offload.ParsePolicy(a.cfg.Policy)
-	if err != nil { // LoadConfig already replaced a bad value; keep the default rather than fail
-		p = offload.PolicySafe
-	}
 	tr := a.tracker
 	tr.CheckPointers(a.hostMem)
-	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
+	e := offload.NewEngine(offload.Config{Policy: a.cfg.Policy, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
 		Unordered: a.cfg.TestUnordered, Tracker: tr}, mover, nil, a)
 	a.mu.Lock()
 	a.engine, a.streams = e, e.Streams()

@@ -1,5 +1,5 @@
-// sources_test.go reads the tree's sources: what genabi generates (the error codes) is written nowhere
-// else.
+// sources_test.go reads the tree's sources: what offload/ owns (what a policy means) and what genabi
+// generates (the error codes) is written nowhere else.
 package offload
 
 import (
@@ -12,6 +12,35 @@ import (
 
 	"swapagent/internal/testenv"
 )
+
+// What a policy means is written in offload/ alone: the rest of the tree asks the engine or the policy what
+// it allows (Policy.WantsHolders, Policy.KeepsInputs, Policy.MovesExternal, Engine.Queueing; Python reads
+// the stats' "asks") and never compares a policy's name: not the agent, the shim, the CLI's packages, the
+// companions, the guard nor the C sides. A bare "off" is not looked for: other settings take it too
+// (SWAPAGENT_PYTHON, SWAPAGENT_TRACE).
+func TestPolicyComparedOnlyInOffload(t *testing.T) {
+	const goName = `(?:trace|offload)\.Policy(?:Safe|OutputsOnly|Off)\b|"(?:safe|outputs-only)"`
+	const pyName = `\b(?:\w+\.)?POLICY_(?:SAFE|OUTPUTS_ONLY|OFF)\b|["'](?:safe|outputs-only)["']`
+	rules := map[string]*regexp.Regexp{
+		".go": regexp.MustCompile(`(?:==|!=)\s*(?:` + goName + `)|(?:` + goName + `)\s*(?:==|!=)|\bcase\s+(?:` +
+			goName + `)`),
+		".py": regexp.MustCompile(`(?:==|!=|\bis\b|\bin\b)\s*(?:` + pyName + `)|(?:` + pyName +
+			`)\s*(?:==|!=|\bis\b|\bin\b)|\bin\s*[(\[{][^)\]}]*(?:` + pyName + `)`),
+		".c": regexp.MustCompile(`SWAPAGENT_POLICY_[A-Z]`),
+		".h": regexp.MustCompile(`SWAPAGENT_POLICY_[A-Z]`),
+	}
+	eachSource(t, testenv.Root(t), func(rel, name string, lines []string) {
+		rule := rules[filepath.Ext(name)]
+		if rule == nil || strings.HasPrefix(rel, "offload/") {
+			return
+		}
+		for i, line := range lines {
+			if m := rule.FindString(line); m != "" {
+				t.Errorf("%s:%d: %q: a policy compared outside offload/ (ask the engine what it allows)", rel, i+1, m)
+			}
+		}
+	})
+}
 
 // The SWAPAGENT_E* codes are genabi's (trace.Code*): no Go source defines its own constant for one.
 func TestErrorCodesOnlyFromGenabi(t *testing.T) {

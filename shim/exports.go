@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"swapagent/agent"
+	"swapagent/offload"
 	"swapagent/trace"
 )
 
@@ -83,14 +84,20 @@ func sa_go_run(addr C.uintptr_t) (ret C.int64_t) {
 
 //export sa_go_queueing
 func sa_go_queueing(keepBelow *C.uint64_t) (ret C.int) {
-	defer containPanic("swapagent_call", &ret, 0)
+	defer containPanic("swapagent_call", &ret, C.SA_QUEUE_NONE)
 	a := theAgent
 	if a == nil {
-		return 0
+		return C.SA_QUEUE_NONE
 	}
-	mode, below := a.Queueing()
+	q, below := a.Queueing()
 	*keepBelow = C.uint64_t(below)
-	return C.int(mode)
+	switch q {
+	case offload.QueueAll:
+		return C.SA_QUEUE_ALL
+	case offload.QueueUntilMove:
+		return C.SA_QUEUE_UNTIL_MOVE
+	}
+	return C.SA_QUEUE_NONE
 }
 
 // sa_go_refused refuses a call whose arguments the C side could not read: named by its kind, or by call.
