@@ -52,7 +52,8 @@ _PATCHED = "_swapagent_guarded"  # marks a class, function or module the guard h
 
 
 class Guard:
-    """The process's guard: its agent, what the agent asks of it, the layers it reports and the storages it answered for."""
+    """The process's guard: its agent, what the agent asks of it, the layers it reports and the storages it
+    answered for."""
 
     def __init__(self):
         self.agent = None
