@@ -15,7 +15,10 @@ GO_VERSION_LDFLAGS := -X swapagent/internal/buildinfo.Version=$(VERSION)
 CWARN := -Wall -Wextra -Werror
 CFLAGS ?= -O2 -g
 CFLAGS += $(CWARN) -std=gnu11 -fPIC -D_GNU_SOURCE
-ACL_INC := sim/acl/include
+# The AscendCL headers (the subset of CANN's C ABI this project uses) live in include/, apart from both the
+# shim and the emulator: the shim, the emulator, the decoder and replay all build against them.
+ACL_INC := include
+ACL_HDRS := $(wildcard $(ACL_INC)/acl/*.h $(ACL_INC)/aclnnop/*.h)
 export GOFLAGS ?= -mod=mod
 
 # Go targets depend on what `go list -deps` says they are built from (scripts/godeps.sh: every file of

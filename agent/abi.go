@@ -120,8 +120,8 @@ func (a *Agent) result(call string, err error) int {
 		a.rejected.codes[-c-1].Add(1)
 	}
 	switch c {
-	case OK:
-	case EDisabled: // expected without an engine: not a misuse
+	case trace.CodeOK:
+	case trace.CodeEDISABLED: // expected without an engine: not a misuse
 		a.lg.Debug("swapagent_"+call+": disabled", zap.Error(err))
 	default:
 		a.misuse(call, c, err)
@@ -148,7 +148,7 @@ func (a *Agent) SetStorageOps(ops StorageOps) int {
 	}
 	e.SetStorageOps(ops)
 	a.lg.Debug("storage ops registered", zap.Bool("set", ops != nil))
-	return OK
+	return trace.CodeOK
 }
 
 // RegionEnter: inputs are the region's input storages; the first nPositional came from positional
@@ -313,7 +313,7 @@ func (a *Agent) saveN(o origin, group string, ptrs, sizes []uint64, flags []uint
 			len(ptrs), len(sizes), len(flags), len(out)))
 	}
 	if len(ptrs) == 0 {
-		return OK
+		return trace.CodeOK
 	}
 	if !preset {
 		clear(out)
@@ -327,11 +327,11 @@ func (a *Agent) saveN(o origin, group string, ptrs, sizes []uint64, flags []uint
 			errs[i] = errNoEngine
 		}
 	}
-	rc := OK
+	rc := trace.CodeOK
 	for i, err := range errs {
 		if err != nil {
 			out[i] = int64(a.result("save", err))
-			if rc == OK {
+			if rc == trace.CodeOK {
 				rc = int(out[i])
 			}
 		}

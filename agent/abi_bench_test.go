@@ -29,7 +29,11 @@ func (nopOps) Restore(_ int64, _ uint64) (uint64, error) {
 
 func benchAgent(b *testing.B, policy string, minBytes uint64) (*Agent, *fakeNative) {
 	n := &fakeNative{t0: time.Now()}
-	a := New(Config{Policy: policy, Out: b.TempDir(), Prefetch: 1, MinBytes: minBytes, Level: zapcore.ErrorLevel,
+	p, err := offload.ParsePolicy(policy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := New(Config{Policy: p, Out: b.TempDir(), Prefetch: 1, MinBytes: minBytes, Level: zapcore.ErrorLevel,
 		Rank: -1}, n, io.Discard, nil)
 	a.StartEngine(offload.NewMemcpyMover())
 	a.SetStorageOps(nopOps{})
@@ -152,7 +156,7 @@ func BenchmarkDescribe(b *testing.B) {
 	a.RegionEnter("layer.0", ptrs[:1], 1)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if c := a.Describe("layer.0", ptrs, descs); c != OK {
+		if c := a.Describe("layer.0", ptrs, descs); c != trace.CodeOK {
 			b.Fatalf("describe: %d", c)
 		}
 	}

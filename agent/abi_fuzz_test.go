@@ -400,7 +400,7 @@ func (w *world) save() {
 		w.count(h)
 	}
 	if g >= 0 && w.phase[g] == 1 {
-		if bad && h != EInvalid {
+		if bad && h != trace.CodeEINVAL {
 			w.t.Errorf("save of %#x (%d bytes) returned %d, want EINVAL", p, n, h)
 		}
 		if !bad && h <= 0 && p == s.ptr && n <= uint64(len(s.buf)) {
@@ -551,7 +551,7 @@ func (w *world) stats() trace.Stats {
 
 func runABI(t *testing.T, in []byte) {
 	w := &world{t: t, n: &fakeNative{t0: time.Now()}}
-	policy := Policies[int(w.byteFrom(&in))%len(Policies)]
+	policy, _ := offload.ParsePolicy(Policies[int(w.byteFrom(&in))%len(Policies)])
 	cfg := Config{Policy: policy, Out: t.TempDir(), Prefetch: int(w.byteFrom(&in) % 3), MinBytes: 64,
 		Level: zapcore.ErrorLevel, Rank: -1}
 	w.in = in

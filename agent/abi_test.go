@@ -18,7 +18,7 @@ import (
 
 func TestBadArgumentAnswers(t *testing.T) {
 	n := &fakeNative{t0: time.Now()}
-	a := New(Config{Policy: "safe", Out: t.TempDir(), Prefetch: 1, MinBytes: 64, Level: zapcore.ErrorLevel, Rank: -1},
+	a := New(Config{Policy: offload.PolicySafe, Out: t.TempDir(), Prefetch: 1, MinBytes: 64, Level: zapcore.ErrorLevel, Rank: -1},
 		n, io.Discard, nil)
 	defer a.Shutdown()
 	want := map[int]int{}
@@ -31,7 +31,7 @@ func TestBadArgumentAnswers(t *testing.T) {
 			want[got]++
 		}
 	}
-	check("region_enter without an engine", a.RegionEnter("g", nil, 0), EDisabled)
+	check("region_enter without an engine", a.RegionEnter("g", nil, 0), trace.CodeEDISABLED)
 	a.StartEngine(offload.NewMemcpyMover())
 	dev := make([]byte, 8192)
 	n.push(fnMalloc, addr(dev), 4096) // the runtime handed out the first half
@@ -40,17 +40,17 @@ func TestBadArgumentAnswers(t *testing.T) {
 	n.push(fnMap, addr(vmm), 4096)
 	n.push(fnMap, addr(vmm)+4096, 4096)
 	host := make([]byte, 4096)
-	check("region_enter of no group", a.RegionEnter("", nil, 0), EInvalid)
-	check("region_enter of 5000 bytes", a.RegionEnter(strings.Repeat("x", 5000), nil, 0), EInvalid)
-	check("region_enter of a control character", a.RegionEnter("layer\n0", nil, 0), EInvalid)
-	check("region_enter with n_positional > n", a.RegionEnter("g", []uint64{1}, 2), EInvalid)
-	check("save outside a region", int(a.Save("g", addr(dev), 4096, 0)), EOrder)
-	check("backward_enter of an unknown group", a.BackwardEnter("nobody"), EGroup)
-	check("backward_exit of an unknown group", a.BackwardExit("nobody"), EGroup)
-	check("protect in an unknown group", a.Protect("nobody", nil), EGroup)
-	check("group_streams of a group not entered yet", a.GroupStreams("later", []uint64{0}), OK)
-	check("region_enter", a.RegionEnter("g", []uint64{0, addr(dev)}, 1), OK)
-	check("region_enter again", a.RegionEnter("g", nil, 0), EOrder)
+	check("region_enter of no group", a.RegionEnter("", nil, 0), trace.CodeEINVAL)
+	check("region_enter of 5000 bytes", a.RegionEnter(strings.Repeat("x", 5000), nil, 0), trace.CodeEINVAL)
+	check("region_enter of a control character", a.RegionEnter("layer\n0", nil, 0), trace.CodeEINVAL)
+	check("region_enter with n_positional > n", a.RegionEnter("g", []uint64{1}, 2), trace.CodeEINVAL)
+	check("save outside a region", int(a.Save("g", addr(dev), 4096, 0)), trace.CodeEORDER)
+	check("backward_enter of an unknown group", a.BackwardEnter("nobody"), trace.CodeEGROUP)
+	check("backward_exit of an unknown group", a.BackwardExit("nobody"), trace.CodeEGROUP)
+	check("protect in an unknown group", a.Protect("nobody", nil), trace.CodeEGROUP)
+	check("group_streams of a group not entered yet", a.GroupStreams("later", []uint64{0}), trace.CodeOK)
+	check("region_enter", a.RegionEnter("g", []uint64{0, addr(dev)}, 1), trace.CodeOK)
+	check("region_enter again", a.RegionEnter("g", nil, 0), trace.CodeEORDER)
 	for _, c := range []struct {
 		what string
 		p, n uint64
@@ -63,7 +63,7 @@ func TestBadArgumentAnswers(t *testing.T) {
 		{"from a mapping into nothing", addr(vmm) + 4096, 8192},
 		{"a range that wraps", ^uint64(0) - 8, 64},
 	} {
-		check("save of "+c.what, int(a.Save("g", c.p, c.n, 0)), EInvalid)
+		check("save of "+c.what, int(a.Save("g", c.p, c.n, 0)), trace.CodeEINVAL)
 	}
 	var hs []int64
 	for _, c := range []struct {
@@ -76,27 +76,27 @@ func TestBadArgumentAnswers(t *testing.T) {
 		}
 		hs = append(hs, h)
 	}
-	check("backward_enter in its region", a.BackwardEnter("g"), EOrder)
-	check("backward_exit in its region", a.BackwardExit("g"), EOrder)
-	check("region_exit", a.RegionExit("g", nil), OK)
-	check("region_exit again", a.RegionExit("g", nil), EOrder)
-	check("state of an unknown handle", a.State(-1), EHandle)
-	check("keep_reason of an unknown handle", a.KeepReason(0), EHandle)
+	check("backward_enter in its region", a.BackwardEnter("g"), trace.CodeEORDER)
+	check("backward_exit in its region", a.BackwardExit("g"), trace.CodeEORDER)
+	check("region_exit", a.RegionExit("g", nil), trace.CodeOK)
+	check("region_exit again", a.RegionExit("g", nil), trace.CodeEORDER)
+	check("state of an unknown handle", a.State(-1), trace.CodeEHANDLE)
+	check("keep_reason of an unknown handle", a.KeepReason(0), trace.CodeEHANDLE)
 	if b := a.Unpack(1 << 50); b != 0 {
 		t.Errorf("unpack of an unknown handle: %#x", b)
 	}
-	want[EHandle]++
+	want[trace.CodeEHANDLE]++
 	if b := a.Unpack(hs[0]); b != addr(dev) {
 		t.Errorf("unpack of a live handle: %#x, want %#x", b, addr(dev))
 	}
-	check("backward_exit of an exited group", a.BackwardExit("g"), OK)
+	check("backward_exit of an exited group", a.BackwardExit("g"), trace.CodeOK)
 	if b := a.Unpack(hs[1]); b != 0 {
 		t.Errorf("unpack of a finished step's handle: %#x", b)
 	}
-	want[EHandle]++
-	check("state of a finished step's handle", a.State(hs[2]), EHandle)
-	check("backward_enter of a finished group", a.BackwardEnter("g"), OK)
-	check("a C argument that could not be read", a.Invalid("save", "NULL group"), EInvalid)
+	want[trace.CodeEHANDLE]++
+	check("state of a finished step's handle", a.State(hs[2]), trace.CodeEHANDLE)
+	check("backward_enter of a finished group", a.BackwardEnter("g"), trace.CodeOK)
+	check("a C argument that could not be read", a.Invalid("save", "NULL group"), trace.CodeEINVAL)
 
 	var st trace.Stats
 	if err := json.Unmarshal(a.StatsJSON(), &st); err != nil {

@@ -38,7 +38,7 @@ const (
 	DefaultOut      = "./swapagent-out"
 	DefaultPrefetch = offload.DefaultPrefetch
 	DefaultMinBytes = offload.DefaultMinBytes
-	DefaultPolicy   = trace.PolicySafe
+	DefaultPolicy   = offload.PolicySafe
 	DefaultTrace    = TraceAll
 )
 
@@ -47,7 +47,7 @@ var Policies = trace.Policies[:]
 
 // Config is the agent's configuration, read once at load. The zero value is not useful: use LoadConfig.
 type Config struct {
-	Policy   string // one of Policies
+	Policy   offload.Policy
 	Out      string // output directory
 	Prefetch int
 	MinBytes uint64
@@ -122,13 +122,11 @@ type Setting struct {
 // their problems are reported. SWAPAGENT_COMPILED is read by the Python companions (core.hot_module,
 // which follows the same rule); the agent checks it so that a bad value is named once, up front.
 var Settings = []Setting{
-	{EnvPolicy, "one of " + strings.Join(Policies, ", "), DefaultPolicy, func(v string, c *Config) bool {
+	{EnvPolicy, "one of " + strings.Join(Policies, ", "), DefaultPolicy.String(), func(v string, c *Config) bool {
 		// offload.ParsePolicy: the exact, lower-case names, as run --policy and replay --policy take them.
-		if _, err := offload.ParsePolicy(v); err != nil {
-			return false
-		}
-		c.Policy = v
-		return true
+		p, err := offload.ParsePolicy(v)
+		c.Policy = p
+		return err == nil
 	}},
 	{EnvOut, "a directory", DefaultOut, func(v string, c *Config) bool { c.Out = v; return true }},
 	{EnvPrefetch, "an integer from 0 to 1024", strconv.Itoa(DefaultPrefetch), func(v string, c *Config) bool {

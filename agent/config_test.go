@@ -20,15 +20,15 @@ func TestLoadConfig(t *testing.T) {
 		want     string
 	}{
 		{map[string]string{}, func(c Config) bool {
-			return c.Policy == "safe" && c.Out == DefaultOut && c.Prefetch == 1 && c.MinBytes == 65536 &&
+			return c.Policy == offload.PolicySafe && c.Out == DefaultOut && c.Prefetch == 1 && c.MinBytes == 65536 &&
 				c.Level == zapcore.WarnLevel && c.Rank == -1 && !c.RankSet
 		}, 0, ""},
 		{map[string]string{EnvPolicy: "outputs-only", EnvPrefetch: "2", EnvMinBytes: "0", EnvLog: "debug",
 			"RANK_ID": "3", EnvOut: "/x"}, func(c Config) bool {
-			return c.Policy == "outputs-only" && c.Prefetch == 2 && c.MinBytes == 0 && c.Level == zapcore.DebugLevel &&
+			return c.Policy == offload.PolicyOutputsOnly && c.Prefetch == 2 && c.MinBytes == 0 && c.Level == zapcore.DebugLevel &&
 				c.Rank == 3 && c.RankSet && c.Out == "/x"
 		}, 0, ""},
-		{map[string]string{EnvPolicy: "bogus"}, func(c Config) bool { return c.Policy == "safe" }, 1,
+		{map[string]string{EnvPolicy: "bogus"}, func(c Config) bool { return c.Policy == offload.PolicySafe }, 1,
 			`SWAPAGENT_POLICY="bogus" is not one of safe, outputs-only, off; using safe`},
 		{map[string]string{EnvMinBytes: "64K"}, func(c Config) bool { return c.MinBytes == 65536 }, 0, ""},
 		{map[string]string{EnvPrefetch: "-1", EnvMinBytes: "lots", EnvLog: "loud"}, func(c Config) bool {
@@ -56,7 +56,7 @@ func TestCode(t *testing.T) {
 			t.Errorf("%v: code %d, want %d", err, got, -1-i)
 		}
 	}
-	if Code(nil) != OK || Code(fmt.Errorf("other")) != ERuntime {
+	if Code(nil) != trace.CodeOK || Code(fmt.Errorf("other")) != trace.CodeERUNTIME {
 		t.Error("nil or foreign error mapped wrongly")
 	}
 }

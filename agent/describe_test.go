@@ -30,7 +30,7 @@ func (o *resizeOps) Restore(h int64, _ uint64) (uint64, error) {
 // the framework's resize path over Go memory (resizeOps); its trace goes to out at level ("" for all), its
 // fault blocks to stderr.
 func outputsOnlyAgent(n Native, out, level string, stderr io.Writer) *Agent {
-	a := New(Config{Policy: "outputs-only", Out: out, Prefetch: 0, MinBytes: 64, Level: zapcore.ErrorLevel,
+	a := New(Config{Policy: offload.PolicyOutputsOnly, Out: out, Prefetch: 0, MinBytes: 64, Level: zapcore.ErrorLevel,
 		Rank: -1, Trace: level}, n, stderr, nil)
 	a.StartEngine(offload.NewMemcpyMover())
 	a.SetStorageOps(&resizeOps{released: map[int64]bool{}})
@@ -51,30 +51,30 @@ func TestDescribedInputFault(t *testing.T) {
 	n.push(fnMalloc, hid, 16384)
 	const cosDesc = "rotary_cos_sin[0]\tfloat32\t32,1,1,16"
 	descs := []string{"args[0]\tfloat32\t2,32,64", cosDesc}
-	if c := a.RegionEnterDesc("layer.0", []uint64{hid, cos}, 1, descs); c != OK {
+	if c := a.RegionEnterDesc("layer.0", []uint64{hid, cos}, 1, descs); c != trace.CodeOK {
 		t.Fatalf("region_enter: %d", c)
 	}
 	if h := a.Save("layer.0", cos, 2048, 0); h <= 0 {
 		t.Fatalf("save: %d", h)
 	}
-	if c := a.Describe("layer.0", []uint64{cos}, []string{"\tfloat32\t32,1,1,16"}); c != OK {
+	if c := a.Describe("layer.0", []uint64{cos}, []string{"\tfloat32\t32,1,1,16"}); c != trace.CodeOK {
 		t.Fatalf("describe: %d", c)
 	}
-	if c := a.RegionExit("layer.0", nil); c != OK {
+	if c := a.RegionExit("layer.0", nil); c != trace.CodeOK {
 		t.Fatalf("region_exit: %d", c)
 	}
 	// The release completes by the next call: layer.1 still gets the table, layer.2 gets address 0.
-	if c := a.RegionEnterDesc("layer.1", []uint64{hid, cos}, 1, descs); c != OK {
+	if c := a.RegionEnterDesc("layer.1", []uint64{hid, cos}, 1, descs); c != trace.CodeOK {
 		t.Fatalf("region_enter of layer.1: %d", c)
 	}
-	if c := a.RegionExit("layer.1", nil); c != OK {
+	if c := a.RegionExit("layer.1", nil); c != trace.CodeOK {
 		t.Fatalf("region_exit of layer.1: %d", c)
 	}
-	if c := a.RegionEnterDesc("layer.2", []uint64{hid, 0}, 1, descs); c != OK {
+	if c := a.RegionEnterDesc("layer.2", []uint64{hid, 0}, 1, descs); c != trace.CodeOK {
 		t.Fatalf("region_enter of layer.2: %d", c)
 	}
-	if c := a.Describe("layer.2", []uint64{1}, []string{"x\tfloat32\t-1"}); c != EInvalid {
-		t.Errorf("a malformed description: %d, want EInvalid", c)
+	if c := a.Describe("layer.2", []uint64{1}, []string{"x\tfloat32\t-1"}); c != trace.CodeEINVAL {
+		t.Errorf("a malformed description: %d, want trace.CodeEINVAL", c)
 	}
 	// The framework runs layer.2 anyway: its first kernel reads the table at address 0 (the C launch check
 	// calls LaunchFault). The same storage, found by size, with its dtype and shape; the stats list both.
@@ -158,7 +158,7 @@ func regionEndRun(t *testing.T, oneCall bool) ([]int64, trace.Stats, string) {
 	n.push(fnMalloc, hid, 16384)
 	n.push(fnMalloc, act, 8192)
 	descs := []string{"args[0]\tfloat32\t2,32,64", "rotary_cos_sin[0]\tfloat32\t32,1,1,16"}
-	if c := a.RegionEnterDesc("layer.0", []uint64{hid, cos}, 1, descs); c != OK {
+	if c := a.RegionEnterDesc("layer.0", []uint64{hid, cos}, 1, descs); c != trace.CodeOK {
 		t.Fatalf("region_enter: %d", c)
 	}
 	saves, sizes, hs := []uint64{cos, act}, []uint64{2048, 8192}, make([]int64, 2)
@@ -166,29 +166,29 @@ func regionEndRun(t *testing.T, oneCall bool) ([]int64, trace.Stats, string) {
 		"\tfloat32\t64,32"}
 	if oneCall {
 		// A malformed description refuses the call whole: nothing saved, the region still open.
-		if c := a.RegionExitWith("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs[:1], []string{"x\tf\t-1"}); c != EInvalid || hs[0] != 0 {
-			t.Fatalf("region_end with a malformed description: %d, handles %v; want EInvalid and none", c, hs)
+		if c := a.RegionExitWith("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs[:1], []string{"x\tf\t-1"}); c != trace.CodeEINVAL || hs[0] != 0 {
+			t.Fatalf("region_end with a malformed description: %d, handles %v; want trace.CodeEINVAL and none", c, hs)
 		}
-		if c := a.RegionExitWith("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs, saveDescs); c != OK {
+		if c := a.RegionExitWith("layer.0", []uint64{hid}, saves, sizes, nil, hs, descPtrs, saveDescs); c != trace.CodeOK {
 			t.Fatalf("region_end: %d", c)
 		}
 	} else {
-		if c := a.SaveN("layer.0", saves, sizes, nil, hs); c != OK {
+		if c := a.SaveN("layer.0", saves, sizes, nil, hs); c != trace.CodeOK {
 			t.Fatalf("save_n: %d", c)
 		}
-		if c := a.Describe("layer.0", descPtrs, saveDescs); c != OK {
+		if c := a.Describe("layer.0", descPtrs, saveDescs); c != trace.CodeOK {
 			t.Fatalf("describe: %d", c)
 		}
-		if c := a.RegionExit("layer.0", []uint64{hid}); c != OK {
+		if c := a.RegionExit("layer.0", []uint64{hid}); c != trace.CodeOK {
 			t.Fatalf("region_exit: %d", c)
 		}
 	}
 	// An exit outside a region is the exit's error, whichever way it comes.
-	if c := a.RegionExitWith("layer.0", nil, nil, nil, nil, nil, nil, nil); c != EOrder {
-		t.Errorf("region_end outside its region: %d, want EOrder", c)
+	if c := a.RegionExitWith("layer.0", nil, nil, nil, nil, nil, nil, nil); c != trace.CodeEORDER {
+		t.Errorf("region_end outside its region: %d, want trace.CodeEORDER", c)
 	}
 	for _, g := range []string{"layer.1", "layer.2"} {
-		if c := a.RegionEnterDesc(g, []uint64{hid, cos}, 1, descs); c != OK && g == "layer.1" {
+		if c := a.RegionEnterDesc(g, []uint64{hid, cos}, 1, descs); c != trace.CodeOK && g == "layer.1" {
 			t.Fatalf("region_enter of %s: %d", g, c)
 		}
 		a.RegionExit(g, nil)

@@ -8,33 +8,30 @@ import (
 	"errors"
 
 	"swapagent/offload"
+	"swapagent/trace"
 )
 
-// ABI codes of swapagent.h.
-const (
-	OK        = 0
-	EInvalid  = -1
-	EGroup    = -2
-	EHandle   = -3
-	EOrder    = -4
-	EState    = -5
-	ENoOps    = -6
-	ERuntime  = -7
-	EDisabled = -8
-)
+// codes pairs each engine error with its SWAPAGENT_E* code (genabi's trace.Code*).
+var codes = []struct {
+	err  error
+	code int
+}{
+	{offload.ErrInvalid, trace.CodeEINVAL}, {offload.ErrGroup, trace.CodeEGROUP}, {offload.ErrHandle, trace.CodeEHANDLE},
+	{offload.ErrOrder, trace.CodeEORDER}, {offload.ErrState, trace.CodeESTATE}, {offload.ErrNoOps, trace.CodeENOOPS},
+	{offload.ErrRuntime, trace.CodeERUNTIME}, {offload.ErrDisabled, trace.CodeEDISABLED},
+}
 
 // Code maps an engine error to its SWAPAGENT_E* code; an error the engine does not name is ERUNTIME.
 func Code(err error) int {
 	if err == nil {
-		return OK
+		return trace.CodeOK
 	}
-	for i, e := range []error{offload.ErrInvalid, offload.ErrGroup, offload.ErrHandle, offload.ErrOrder,
-		offload.ErrState, offload.ErrNoOps, offload.ErrRuntime, offload.ErrDisabled} {
-		if errors.Is(err, e) {
-			return -1 - i
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.code
 		}
 	}
-	return ERuntime
+	return trace.CodeERUNTIME
 }
 
 // StartEngine builds the offload engine the control ABI delegates to. The policy, prefetch depth and
@@ -42,13 +39,9 @@ func Code(err error) int {
 // hands it to the engine: it feeds it the runtime's allocations and frees, and the tracker applies the
 // pointer rule (tracker/place.go) to every saved and restored storage.
 func (a *Agent) StartEngine(mover offload.Mover) {
-	p, err := offload.ParsePolicy(a.cfg.Policy)
-	if err != nil { // LoadConfig already replaced a bad value; keep the default rather than fail
-		p = offload.PolicySafe
-	}
 	tr := a.tracker
 	tr.CheckPointers(a.hostMem)
-	e := offload.NewEngine(offload.Config{Policy: p, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
+	e := offload.NewEngine(offload.Config{Policy: a.cfg.Policy, Prefetch: a.cfg.Prefetch, MinBytes: a.cfg.MinBytes,
 		Unordered: a.cfg.TestUnordered, Tracker: tr}, mover, nil, a)
 	a.mu.Lock()
 	a.engine, a.streams = e, e.Streams()

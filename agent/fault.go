@@ -366,7 +366,7 @@ func (a *Agent) report(f trace.Fault, cands []tracker.StorageInfo) {
 
 // faultBlock renders one fault for stderr, compute-sanitizer style: what was accessed, then the most
 // likely cause, then the other candidates.
-func faultBlock(f trace.Fault, cands []tracker.StorageInfo, policy string) string {
+func faultBlock(f trace.Fault, cands []tracker.StorageInfo, policy offload.Policy) string {
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, "swapagent: "+format+"\n", args...) }
 	switch f.Detected {
@@ -379,7 +379,7 @@ func faultBlock(f trace.Fault, cands []tracker.StorageInfo, policy string) strin
 		if len(cands) > 0 {
 			name, size = cands[0].Name(), cands[0].Size
 		}
-		if f.Owner != "" && policy != trace.PolicySafe {
+		if f.Owner != "" && policy.MovesExternal() {
 			// The policy moves a storage owned outside the wrapper: that, not the job's streams, is the cause.
 			p("========= FAULT (policy): %s", f.Detail)
 			p("=========   found at launch, before the kernel runs: the storage is the %s, owned outside the "+
@@ -419,7 +419,7 @@ func faultBlock(f trace.Fault, cands []tracker.StorageInfo, policy string) strin
 		p("=========   %s: storage %s (%d bytes%s) was released by %s", lead, s.Name(), s.Size, shape, s.ReleasedBy)
 		if owner := s.Owner(); owner != "" {
 			p("=========     owner: %s; it lives outside the swap wrapper and must stay on device", owner)
-			if i == 0 && policy != trace.PolicySafe {
+			if i == 0 && policy.MovesExternal() {
 				p("=========     policy %s released it; policy safe keeps module inputs on device", policy)
 			}
 		}

@@ -131,7 +131,7 @@ func (a *Agent) Note(key, value string) int {
 		}
 		a.sink.note(key, value, a.ts())
 	}
-	return OK
+	return trace.CodeOK
 }
 
 // notePythonAbsent records, at exit, that a Python process `swapagent run` offered the bootstrap to never

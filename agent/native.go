@@ -44,7 +44,7 @@ type Native interface {
 	SetResident(handle int64, base uint64)
 	// Queued reads the copy of a queued control call whose address a trace.FnQueued event holds, and frees it.
 	Queued(addr uint64) *Call
-	// QueueClose ends the queued calls under policy safe for good and returns once every call that saw
-	// them open is in the ring.
+	// QueueClose ends queueing that lasts until the first move (offload.QueueUntilMove), for good, and
+	// returns once every call that saw it open is in the ring.
 	QueueClose()
 }

@@ -8,6 +8,7 @@ package agent
 import (
 	"strings"
 
+	"swapagent/offload"
 	"swapagent/trace"
 	"swapagent/tracker"
 )
@@ -81,29 +82,23 @@ const (
 	queued origin = true
 )
 
-// Queueing says how the C side takes the queued calls: 1 under policy off (every one is queued), 2 under
-// safe (queued while nothing has moved, a region exit only when each save is below keepBelow, which the
-// engine keeps on device for its size; else run at once), 0 otherwise (run at once).
-func (a *Agent) Queueing() (mode int, keepBelow uint64) {
+// Queueing says how the C side takes the queued calls, as the engine allows them (offload.Engine.Queueing);
+// without an engine every call runs at once.
+func (a *Agent) Queueing() (q offload.Queueing, keepBelow uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.engine == nil {
-		return 0, 0
+		return offload.QueueNone, 0
 	}
-	switch a.cfg.Policy {
-	case trace.PolicyOff:
-		return 1, 0
-	case trace.PolicySafe:
-		return 2, a.engine.KeepBelow()
-	}
-	return 0, 0
+	return a.engine.Queueing()
 }
 
 // mayMove comes before a live call that may make the engine move a storage (a region exit, a guarded
-// release): under safe it ends the queued calls for good, so that none runs after a storage moved (the
-// drain must never call the framework's storage ops); the call's drain then runs those already queued.
+// release): where queueing lasts until the first move, it ends the queued calls for good, so that none runs
+// after a storage moved (the drain must never call the framework's storage ops); the call's drain then runs
+// those already queued.
 func (a *Agent) mayMove() {
-	if !a.queueClosed.Load() && a.cfg.Policy == trace.PolicySafe {
+	if !a.queueClosed.Load() && a.cfg.Policy.Queueing() == offload.QueueUntilMove {
 		a.native.QueueClose()
 		a.queueClosed.Store(true)
 	}

@@ -282,7 +282,7 @@ func (s *sink) metaText() string {
 		rank = strconv.Itoa(cfg.Rank)
 	}
 	m := trace.Meta{
-		trace.MetaPolicy:     cfg.Policy,
+		trace.MetaPolicy:     cfg.Policy.String(),
 		trace.MetaPrefetch:   strconv.Itoa(cfg.Prefetch),
 		trace.MetaMinBytes:   strconv.FormatUint(cfg.MinBytes, 10),
 		trace.MetaRank:       rank,

@@ -49,7 +49,7 @@ func (a *Agent) statsLocked(es *trace.Stats) []byte {
 	s.PeakDeviceBytes = a.peakDev
 	s.Faults = append([]trace.Fault{}, a.faults...)
 	s.Rejected = a.rejected.snapshot()
-	rs := &trace.Runtime{Calls: map[string]uint64{}, Events: a.events, Lost: a.lost, Policy: a.cfg.Policy,
+	rs := &trace.Runtime{Calls: map[string]uint64{}, Events: a.events, Lost: a.lost, Policy: a.cfg.Policy.String(),
 		Engine: a.engine != nil}
 	for fn, n := range a.calls {
 		if n > 0 {
@@ -62,6 +62,8 @@ func (a *Agent) statsLocked(es *trace.Stats) []byte {
 	}
 	rs.TraceEvents, rs.TraceBytes = a.sink.counts()
 	s.Runtime = rs
+	asks := a.cfg.Policy.Asks()
+	s.Asks = &asks
 	b, err := json.Marshal(s)
 	if err != nil {
 		return []byte("{}")

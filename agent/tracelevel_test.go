@@ -201,7 +201,7 @@ func runLevel(t *testing.T, level string, dev []byte) levelRun {
 	n.push(fnMalloc, cos, 2048)
 	n.push(fnMalloc, hid, 16384)
 	layer := func(g string, in []uint64) {
-		if c := a.RegionEnter(g, in, 1); c != OK {
+		if c := a.RegionEnter(g, in, 1); c != trace.CodeOK {
 			t.Fatalf("%s: region_enter: %d", g, c)
 		}
 		n.push(fnCreateTensor, 0x10, hid, 16384)
@@ -220,7 +220,7 @@ func runLevel(t *testing.T, level string, dev []byte) levelRun {
 				t.Fatalf("save: %d", h)
 			}
 		}
-		if c := a.RegionExit(g, nil); c != OK {
+		if c := a.RegionExit(g, nil); c != trace.CodeOK {
 			t.Fatalf("%s: region_exit: %d", g, c)
 		}
 	}

@@ -203,10 +203,12 @@ func (e *Engine) launched(c Copy) Copy {
 // Config returns the configuration in use.
 func (e *Engine) Config() Config { return e.cfg }
 
-// KeepBelow is the size below which a saved storage stays on device whatever else holds it (the tracker's
-// small rule, tracker.KeepSmall): a region exit whose saves are all smaller moves nothing. The C side asks it
-// once, to know which region exits it may queue (shim/c/calls.c).
-func (e *Engine) KeepBelow() uint64 { return e.cfg.MinBytes }
+// Queueing says which calls the C side may queue (Policy.Queueing) and the size below which a saved storage
+// stays on device whatever else holds it (the tracker's small rule, tracker.KeepSmall): under QueueUntilMove,
+// a region exit whose saves are all smaller moves nothing. The C side asks it once (shim/c/calls.c).
+func (e *Engine) Queueing() (q Queueing, keepBelow uint64) {
+	return e.cfg.Policy.Queueing(), e.cfg.MinBytes
+}
 
 // SetStorageOps registers (or, with nil, removes) the framework's storage ops.
 func (e *Engine) SetStorageOps(ops StorageOps) {

@@ -41,6 +41,32 @@ func TestParsePolicy(t *testing.T) {
 	}
 }
 
+// What each policy asks of the rest, in one table: the agent, the C side and the framework's side act on
+// these answers, never on the policy's name.
+func TestPolicyAnswers(t *testing.T) {
+	for _, c := range []struct {
+		p                                  Policy
+		queueing                           Queueing
+		holders, keepInputs, movesExternal bool
+	}{
+		{PolicySafe, QueueUntilMove, true, true, false},
+		{PolicyOutputsOnly, QueueNone, false, false, true},
+		{PolicyOff, QueueAll, true, false, false},
+	} {
+		if q, h, k, m := c.p.Queueing(), c.p.WantsHolders(), c.p.KeepsInputs(), c.p.MovesExternal(); q != c.queueing ||
+			h != c.holders || k != c.keepInputs || m != c.movesExternal {
+			t.Errorf("%v: queueing %v, holders %v, keeps inputs %v, moves external %v; want %+v", c.p, q, h, k, m, c)
+		}
+		if a := c.p.Asks(); a.Holders != c.holders || a.KeepInputs != c.keepInputs {
+			t.Errorf("%v: asks %+v", c.p, a)
+		}
+	}
+	e := NewEngine(Config{Policy: PolicySafe, MinBytes: 4096}, NewMemcpyMover(), nil, nil)
+	if q, below := e.Queueing(); q != QueueUntilMove || below != 4096 {
+		t.Errorf("engine queueing %v below %d, want until-move below 4096", q, below)
+	}
+}
+
 // TestSchedule follows one step of three groups through every state, checking bytes bitwise at the end.
 func TestSchedule(t *testing.T) {
 	f := newFW(t)

@@ -9,8 +9,8 @@ import (
 	"swapagent/tracker"
 )
 
-// ABI errors; the agent maps them to SWAPAGENT_E* codes -1..-8 in this order. Returned errors wrap
-// them with detail: test with errors.Is.
+// ABI errors; the agent maps each to its SWAPAGENT_E* code (agent.Code). Returned errors wrap them with
+// detail: test with errors.Is.
 var (
 	ErrInvalid  = tracker.ErrInvalid
 	ErrGroup    = tracker.ErrGroup
@@ -61,6 +61,53 @@ func (p Policy) String() string {
 		return trace.PolicyOff
 	}
 	return fmt.Sprintf("policy(%d)", int(p))
+}
+
+// What a policy asks of the rest: the agent, the C side and the framework's side ask these instead of
+// comparing the policy's name, so what a policy means is written here alone.
+
+// WantsHolders says whether the framework should count a layer input's other holders and report them
+// (SWAPAGENT_CALL_HOLDERS): safe decides on them, off records them for replay and plan to decide on later;
+// outputs-only moves layer inputs whatever holds them.
+func (p Policy) WantsHolders() bool { return p != PolicyOutputsOnly }
+
+// KeepsInputs says whether the job's own swap should be told to keep a layer's inputs on device
+// (hyper-parallel's protect_alias_tensors): safe keeps them; outputs-only reproduces the swap that does not,
+// and off releases nothing anyway.
+func (p Policy) KeepsInputs() bool { return p == PolicySafe }
+
+// MovesExternal says whether the policy moves storages the ownership model keeps on device (outputs-only: a
+// layer's inputs and shared storages), so that a fault on one is the policy's doing, not the job's streams'.
+func (p Policy) MovesExternal() bool { return p == PolicyOutputsOnly }
+
+// Asks is what the policy asks of the framework's side, in the stats JSON (trace.Asks).
+func (p Policy) Asks() trace.Asks {
+	return trace.Asks{Holders: p.WantsHolders(), KeepInputs: p.KeepsInputs()}
+}
+
+// Queueing says which queued calls (swapagent.h, "Queued calls") the C side may answer itself and run later.
+type Queueing int
+
+// Queueings.
+const (
+	// QueueNone: every call runs at once (outputs-only: another group may move what one keeps).
+	QueueNone Queueing = iota
+	// QueueAll: every queueable call is queued (off: nothing ever moves).
+	QueueAll
+	// QueueUntilMove: calls are queued until the engine first moves a storage, a region exit only when the
+	// engine keeps each of its saves on device for its size (safe).
+	QueueUntilMove
+)
+
+// Queueing is how the policy lets the C side queue calls (Engine.Queueing adds the size it keeps).
+func (p Policy) Queueing() Queueing {
+	switch p {
+	case PolicyOff:
+		return QueueAll
+	case PolicySafe:
+		return QueueUntilMove
+	}
+	return QueueNone
 }
 
 // The defaults of the environment (architecture.md: SWAPAGENT_PREFETCH and SWAPAGENT_MIN_BYTES unset): the

@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"swapagent/agent"
+	"swapagent/offload"
 	"swapagent/trace"
 )
 
@@ -50,10 +51,10 @@ func contain(call string, r any) {
 
 //export sa_go_set_storage_ops
 func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) (ret C.int) {
-	defer containPanic("swapagent_set_storage_ops", &ret, agent.EDisabled)
+	defer containPanic("swapagent_set_storage_ops", &ret, trace.CodeEDISABLED)
 	a := theAgent
 	if a == nil {
-		return agent.EDisabled
+		return trace.CodeEDISABLED
 	}
 	if (release == 0) != (restore == 0) {
 		return C.int(a.Invalid("set_storage_ops", "one of release and restore is NULL"))
@@ -69,11 +70,11 @@ func sa_go_set_storage_ops(release, restore, ctx C.uintptr_t) (ret C.int) {
 //
 //export sa_go_run
 func sa_go_run(addr C.uintptr_t) (ret C.int64_t) {
-	defer containPanic(callFuncs[callKind(uint64(addr))], &ret, agent.EDisabled)
+	defer containPanic(callFuncs[callKind(uint64(addr))], &ret, trace.CodeEDISABLED)
 	c, handles, d := callOf(uint64(addr))
 	a := theAgent
 	if a == nil {
-		return agent.EDisabled
+		return trace.CodeEDISABLED
 	}
 	r := a.Run(c)
 	copy(handles, c.Handles)
@@ -83,24 +84,30 @@ func sa_go_run(addr C.uintptr_t) (ret C.int64_t) {
 
 //export sa_go_queueing
 func sa_go_queueing(keepBelow *C.uint64_t) (ret C.int) {
-	defer containPanic("swapagent_call", &ret, 0)
+	defer containPanic("swapagent_call", &ret, C.SA_QUEUE_NONE)
 	a := theAgent
 	if a == nil {
-		return 0
+		return C.SA_QUEUE_NONE
 	}
-	mode, below := a.Queueing()
+	q, below := a.Queueing()
 	*keepBelow = C.uint64_t(below)
-	return C.int(mode)
+	switch q {
+	case offload.QueueAll:
+		return C.SA_QUEUE_ALL
+	case offload.QueueUntilMove:
+		return C.SA_QUEUE_UNTIL_MOVE
+	}
+	return C.SA_QUEUE_NONE
 }
 
 // sa_go_refused refuses a call whose arguments the C side could not read: named by its kind, or by call.
 //
 //export sa_go_refused
 func sa_go_refused(kind C.int, call, detail *C.char) (ret C.int) {
-	defer containPanic("swapagent_call", &ret, agent.EInvalid)
+	defer containPanic("swapagent_call", &ret, trace.CodeEINVAL)
 	a := theAgent
 	if a == nil {
-		return agent.EDisabled
+		return trace.CodeEDISABLED
 	}
 	name := agent.CallName(int(kind))
 	if call != nil {
@@ -121,13 +128,13 @@ func sa_go_unpack(handle C.int64_t) (ret C.uintptr_t) {
 
 //export sa_go_state
 func sa_go_state(handle C.int64_t) (ret C.int) {
-	defer containPanic("swapagent_state", &ret, agent.EDisabled)
+	defer containPanic("swapagent_state", &ret, trace.CodeEDISABLED)
 	return handleCall(handle, (*agent.Agent).State)
 }
 
 //export sa_go_keep_reason
 func sa_go_keep_reason(handle C.int64_t) (ret C.int) {
-	defer containPanic("swapagent_keep_reason", &ret, agent.EDisabled)
+	defer containPanic("swapagent_keep_reason", &ret, trace.CodeEDISABLED)
 	return handleCall(handle, (*agent.Agent).KeepReason)
 }
 
@@ -135,7 +142,7 @@ func sa_go_keep_reason(handle C.int64_t) (ret C.int) {
 func handleCall(handle C.int64_t, call func(*agent.Agent, int64) int) C.int {
 	a := theAgent
 	if a == nil {
-		return agent.EDisabled
+		return trace.CodeEDISABLED
 	}
 	return C.int(call(a, int64(handle)))
 }

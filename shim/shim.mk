@@ -2,7 +2,7 @@
 # whole into the Go c-shared library of ./shim and the packages it imports, as the Makefile's go_deps
 # lists them), installs swapagent.h, builds the C test programs of shim/c/test and the shim benchmark.
 SHIM_C_SRCS := $(sort $(wildcard shim/c/*.c))
-SHIM_C_HDRS := $(sort $(wildcard shim/c/*.h shim/c/*.def))
+SHIM_C_HDRS := $(sort $(wildcard shim/c/*.h shim/c/*.def)) $(ACL_HDRS)
 SHIM_OBJDIR := $(BUILD)/obj/shim
 SHIM_OBJS := $(patsubst shim/c/%.c,$(SHIM_OBJDIR)/%.o,$(SHIM_C_SRCS))
 SHIM_ARCHIVE := $(SHIM_OBJDIR)/sashim.o

@@ -237,9 +237,19 @@ type Stats struct {
 	GuardKeptBytes     uint64                `json:"guard_kept_bytes"`
 	Groups             map[string]GroupStats `json:"groups"`
 	Faults             []Fault               `json:"faults"` // the agent and the engine write [] when none
-	// The agent's alone: an engine's own snapshot (replay's simulation) has neither.
+	// The agent's alone: an engine's own snapshot (replay's simulation) has none of these.
 	Rejected map[string]uint64 `json:"rejected,omitempty"` // refused control calls by code name, and "unpack"
 	Runtime  *Runtime          `json:"runtime,omitempty"`
+	Asks     *Asks             `json:"asks,omitempty"`
+}
+
+// Asks is what the agent's policy asks of the framework's side (the companions, the guard), so that they
+// act on the agent's answer rather than on the policy's name (offload.Policy.Asks).
+type Asks struct {
+	// Holders: count a layer input's other holders and report them (SWAPAGENT_CALL_HOLDERS).
+	Holders bool `json:"holders"`
+	// KeepInputs: tell the job's own swap to keep a layer's inputs on device (protect_alias_tensors).
+	KeepInputs bool `json:"keep_inputs"`
 }
 
 // Runtime is the agent's own counters, the stats JSON's "runtime" object.

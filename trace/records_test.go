@@ -117,14 +117,17 @@ func TestStatsKeys(t *testing.T) {
 	if got := jsonKeys(t, Stats{}); !reflect.DeepEqual(got, engine) {
 		t.Errorf("engine stats keys %v, want %v", got, engine)
 	}
-	agent := append([]string{"rejected", "runtime"}, engine...)
+	agent := append([]string{"asks", "rejected", "runtime"}, engine...)
 	sort.Strings(agent)
-	if got := jsonKeys(t, Stats{Rejected: map[string]uint64{"einval": 0}, Runtime: &Runtime{}}); !reflect.DeepEqual(got, agent) {
+	if got := jsonKeys(t, Stats{Rejected: map[string]uint64{"einval": 0}, Runtime: &Runtime{}, Asks: &Asks{}}); !reflect.DeepEqual(got, agent) {
 		t.Errorf("agent stats keys %v, want %v", got, agent)
 	}
 	if got, want := jsonKeys(t, Runtime{}), []string{"calls", "engine", "events", "lost", "policy", "trace_bytes",
 		"trace_events"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("runtime keys %v, want %v", got, want)
+	}
+	if got, want := jsonKeys(t, Asks{}), []string{"holders", "keep_inputs"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("asks keys %v, want %v", got, want)
 	}
 	b, _ := json.Marshal(Stats{Faults: []Fault{}})
 	var back Stats

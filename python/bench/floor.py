@@ -9,7 +9,7 @@ Configurations, taking turns in that process:
     none       no hooks
     hooks      empty hooks of the companion's kinds: forward pre-hooks with kwargs, forward hooks, saved-tensor
                hooks, a gradient hook per tensor crossing a layer
-    null       the companion, compiled hot path, against a null agent (companions.NullAgent: the agent's
+    null       the companion, compiled hot path, against a null agent (frameworks.NullAgent: the agent's
                Python interface with nothing behind it, its region calls C callbacks): the companion's own
                cost, no agent's
     off-py     the companion, pure-Python hot path
@@ -185,9 +185,9 @@ def print_split(empty, comp, per_step, above):
 def child(args):
     sys.path[:0] = [HERE, os.path.join(REPO, "python")]
     import torch
-    import companions
+    import frameworks
 
-    class Check(companions.Torch):
+    class Check(frameworks.Torch):
         def __init__(self):  # pylint: disable=super-init-not-called
             self.torch = torch
             torch.set_num_threads(1)
@@ -200,7 +200,7 @@ def child(args):
 
     def install(config):
         if config == "none":
-            return companions.Removable([])
+            return frameworks.Removable([])
         if config == "hooks":
             return fw.install_hooks()
         if config == "null":

@@ -16,7 +16,7 @@ import logging
 from ._abi import (
     ABI_VERSION, CALL_BACKWARD_ENTER, CALL_BACKWARD_EXIT, CALL_DESCRIBE, CALL_FIELDS, CALL_GROUP_STREAMS, CALL_GUARD,
     CALL_GUARD_RELEASE, CALL_GUARD_RESTORE, CALL_HOLDERS, CALL_NOTE, CALL_PROTECT, CALL_QUEUEING, CALL_REGION_ENTER,
-    CALL_REGION_EXIT, CALL_SAVE, EDISABLED, EINVAL, ERROR_NAMES, OK, OPT_OWN_MEMORY, OPT_QUEUE, POLICY_SAFE,
+    CALL_REGION_EXIT, CALL_SAVE, EDISABLED, EINVAL, ERROR_NAMES, OK, OPT_OWN_MEMORY, OPT_QUEUE,
     RELEASE_ALLOW,
 )
 
@@ -314,12 +314,14 @@ class Agent:
         rc = self._run(Call(_CALL_SIZE, CALL_NOTE, key.encode(), text=v, text_len=len(v)), 0)
         return rc if rc in (OK, EDISABLED) else self.check("note(%s)" % key, rc)
 
-    def policy(self):
-        """The agent's policy (it reads SWAPAGENT_POLICY at load)."""
+    def asks(self):
+        """What the agent's policy asks of the framework's side (the stats' "asks"): "holders", count a layer
+        input's other holders and report them; "keep_inputs", tell the job's own swap to keep a layer's inputs
+        on device. {} where the agent cannot say (an inert agent asks nothing)."""
         try:
-            return json.loads(self.stats_json()).get("policy") or POLICY_SAFE
+            return json.loads(self.stats_json()).get("asks") or {}
         except (AgentError, ValueError):
-            return POLICY_SAFE
+            return {}
 
     def backward_enter(self, group):
         rc = self._run(Call(_CALL_SIZE, CALL_BACKWARD_ENTER, self._name(group)), self._queue)

@@ -15,8 +15,9 @@ guard waits for the job to import hyper-parallel's swap (any module path in WATC
   ahead and is recorded as an offload with its bytes;
 - never lets a later copy back (UntypedStorage.copy_, hyper-parallel's load) overwrite a kept storage with
   the stale bytes copied out of it, nor resizes it again;
-- under safe, also hands hyper-parallel's protect_alias_tensors the layer's inputs, where it has that
-  method, so hyper-parallel does not even copy them out.
+- where the agent asks it (under safe: the stats' asks.keep_inputs), also hands hyper-parallel's
+  protect_alias_tensors the layer's inputs, where it has that method, so hyper-parallel does not even copy
+  them out.
 
 The decision is the agent's (tracker/ and offload/guard.go): this module only reports and obeys. It never
 imports a framework or hyper-parallel itself. A failure inside it is logged once and turns it into pass-
@@ -51,12 +52,13 @@ _PATCHED = "_swapagent_guarded"  # marks a class, function or module the guard h
 
 
 class Guard:
-    """The process's guard: its agent, the policy, the layers it reports and the storages it answered for."""
+    """The process's guard: its agent, what the agent asks of it, the layers it reports and the storages it
+    answered for."""
 
     def __init__(self):
         self.agent = None
         self.failed = False
-        self.policy = None
+        self.keep_inputs = False  # the agent asks that the job's swap be told to keep a layer's inputs
         self.layers = {}  # id(wrapper module) -> GuardLayer
         self.tls = threading.local()  # .open: the stack of guarded layers inside their forward
         self.saved_by = {}  # storage pointer -> GuardLayer that saved it (this step)
@@ -87,7 +89,7 @@ class Guard:
             return self.agent
         try:
             self.agent = core.load()
-            self.policy = self.agent.policy()
+            self.keep_inputs = self.agent.asks().get("keep_inputs", False)
             core.note_hot_path(self.agent)
         except core.AgentError as ex:
             self.fail("loading the agent", ex)
@@ -218,7 +220,7 @@ class GuardLayer:
             g.forget_storages(self)
             self.boundary = []  # the previous forward's: its backward is over
             self.layer.forward_pre(args, kwargs)
-            self.inputs = (args, kwargs) if g.policy == core.POLICY_SAFE or self.path is not None else None
+            self.inputs = (args, kwargs) if g.keep_inputs or self.path is not None else None
             st = getattr(g.tls, "open", None)
             if st is None:
                 st = g.tls.open = []

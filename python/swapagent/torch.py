@@ -230,8 +230,7 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     fw = Torch(include_cpu)
     removers, wrapped = [], []
     always = "always_call" in inspect.signature(_torch.nn.Module.register_forward_hook).parameters
-    # Under outputs-only the agent swaps layer inputs anyway: no count needed.
-    count = agent.policy() != core.POLICY_OUTPUTS_ONLY
+    count = agent.asks().get("holders", False)
     try:
         for i, module in core.select(layers, swap):
             if not isinstance(module, _torch.nn.Module):

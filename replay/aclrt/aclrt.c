@@ -1,5 +1,5 @@
 /* aclrt.c: dlopen'd AscendCL entry points for `swapagent replay --exec`. The function table is built
- * from the declarations in sim/acl/include (the project's AscendCL contract) with __typeof__, so a
+ * from the declarations in include/ (the project's AscendCL contract) with __typeof__, so a
  * signature drift is a compile error, yet nothing links against the runtime. As in CANN 8, the runtime is
  * three libraries in one lib64: libascendcl.so (aclInit, aclrt*), libnnopbase.so (tensors, scalars) and
  * libopapi.so (aclnn ops); each function is looked up in its own library. */

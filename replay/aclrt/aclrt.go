@@ -6,7 +6,7 @@
 package aclrt
 
 /*
-#cgo CFLAGS: -Wall -Wextra -Werror -std=gnu11 -I${SRCDIR}/../../sim/acl/include
+#cgo CFLAGS: -Wall -Wextra -Werror -std=gnu11 -I${SRCDIR}/../../include
 #cgo LDFLAGS: -ldl
 #include <stdlib.h>
 #include "aclrt.h"

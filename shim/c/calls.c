@@ -6,9 +6,9 @@
  * the ring that the drain runs in its place, or run in the agent now through its one Go entry (sa_go_run);
  * the outputs (handles, token) go back to the caller's memory by the same rule.
  *
- * Queueing is open where nothing a caller waits for depends on the agent's answers: under policy off, and
- * under safe until the agent first moves a storage (sa_queue_close), a region exit there only when each
- * save is below the size the agent said it keeps on device (asked once: sa_go_queueing). The saves of a
+ * Queueing is open where nothing a caller waits for depends on the agent's answers, as the agent says (asked
+ * once: sa_go_queueing, enum sa_queueing): always, or until it first moves a storage (sa_queue_close), a
+ * region exit there only when each save is below the size the agent said it keeps on device. The saves of a
  * queued exit get handles from a counter of this library and stay resident (resident.c answers their
  * unpacks). No call into Go on the queued path but the first question and a refusal (logged by the agent). */
 #ifndef _GNU_SOURCE
@@ -28,8 +28,8 @@
 
 /* Implemented in Go (shim/exports.go). */
 extern int64_t sa_go_run(uintptr_t call);
-extern int sa_go_queueing(uint64_t *keep_below);
 extern int sa_go_refused(int kind, char *call, char *detail);
+extern int sa_go_queueing(uint64_t *keep_below);
 
 #define SA_MAX_GROUP SWAPAGENT_MAX_GROUP
 #define SA_MAX_PTRS SWAPAGENT_MAX_PTRS
@@ -347,9 +347,10 @@ static uint64_t *copy_part(sa_call *d, int part) {
 
 /* ---- Queueing. ---- */
 
-enum { QUEUE_UNKNOWN, QUEUE_OFF_POLICY, QUEUE_NONE, QUEUE_SAFE, QUEUE_SAFE_CLOSED };
+/* queue_on: 0 until the agent is asked, then its answer (enum sa_queueing), closed for good by sa_queue_close. */
+enum { QUEUE_UNKNOWN = 0, QUEUE_CLOSED = SA_QUEUE_UNTIL_MOVE + 1 };
 static _Atomic int queue_on;
-static uint64_t keep_below;      /* under safe: a region exit whose saves are all below it moves nothing */
+static uint64_t keep_below;      /* SA_QUEUE_UNTIL_MOVE: a region exit whose saves are all below it moves nothing */
 static _Atomic int queue_inflight; /* calls between their look at queue_on and their event in the ring */
 static _Atomic int64_t queue_next;
 
@@ -358,21 +359,22 @@ static int queue_state(void) {
   int on = atomic_load_explicit(&queue_on, memory_order_acquire);
   if (on == QUEUE_UNKNOWN) {
     uint64_t below = 0;
-    int mode = SA_GO(sa_go_queueing(&below));
+    on = SA_GO(sa_go_queueing(&below));
     keep_below = below;
-    on = mode == 1 ? QUEUE_OFF_POLICY : mode == 2 ? QUEUE_SAFE : QUEUE_NONE;
+    if (on != SA_QUEUE_ALL && on != SA_QUEUE_UNTIL_MOVE) on = SA_QUEUE_NONE; /* never QUEUE_UNKNOWN */
     int expected = QUEUE_UNKNOWN;
     if (!atomic_compare_exchange_strong(&queue_on, &expected, on)) on = expected;
   }
   return on;
 }
 
-/* Ends queueing under safe for good, and waits until every call that looked at it while it was open has its
- * event in the ring: the agent is about to move a storage (its next drain runs those calls first). */
+/* Ends queueing that lasts until the first move for good, and waits until every call that looked at it while
+ * it was open has its event in the ring: the agent is about to move a storage (its next drain runs those calls
+ * first). */
 void sa_queue_close(void) {
   int expected = QUEUE_UNKNOWN; /* not asked yet: it never opens */
-  if (!atomic_compare_exchange_strong(&queue_on, &expected, QUEUE_SAFE_CLOSED) && expected == QUEUE_SAFE)
-    atomic_compare_exchange_strong(&queue_on, &expected, QUEUE_SAFE_CLOSED);
+  if (!atomic_compare_exchange_strong(&queue_on, &expected, QUEUE_CLOSED) && expected == SA_QUEUE_UNTIL_MOVE)
+    atomic_compare_exchange_strong(&queue_on, &expected, QUEUE_CLOSED);
   while (atomic_load(&queue_inflight) != 0) sa_cpu_relax();
 }
 
@@ -390,13 +392,13 @@ static int queueable(uint32_t kind) {
  * (sequentially consistent: the count and the look must not pass each other). */
 static int queue(sa_call *d, int64_t *out, int own) {
   int may_move = 0;
-  if (queue_state() == QUEUE_SAFE) {
+  if (queue_state() == SA_QUEUE_UNTIL_MOVE) {
     const uint64_t *sizes = copy_part(d, P_SAVE_NBYTES);
     for (uint64_t i = 0; i < d->n_save && !may_move; i++) may_move = sizes[i] >= keep_below;
   }
   atomic_fetch_add(&queue_inflight, 1);
   int on = atomic_load(&queue_on), rc = 1;
-  if (!(on == QUEUE_OFF_POLICY || (on == QUEUE_SAFE && !may_move))) {
+  if (!(on == SA_QUEUE_ALL || (on == SA_QUEUE_UNTIL_MOVE && !may_move))) {
     rc = 0;
   } else if (d->n_save > 0) {
     d->first = SA_QUEUED_HANDLES + atomic_fetch_add_explicit(&queue_next, (int64_t)d->n_save, memory_order_relaxed) + 1;
@@ -423,7 +425,7 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
   if (c->kind == SWAPAGENT_CALL_QUEUEING) {
     int on = queue_state();
-    return on == QUEUE_OFF_POLICY || on == QUEUE_SAFE;
+    return on == SA_QUEUE_ALL || on == SA_QUEUE_UNTIL_MOVE;
   }
   if (c->kind == 0 || c->kind >= NKINDS) return refuse(0, "unknown kind");
   int own = (opts & SWAPAGENT_OPT_OWN_MEMORY) != 0, rc = 0;

@@ -83,8 +83,16 @@ typedef struct sa_call {
   uint64_t data[];
 } sa_call;
 void sa_call_free(uintptr_t d);
-/* Ends queueing under policy safe, for good, before the agent first moves a storage; returns once every call
- * that saw it open has its event in the ring. */
+/* How calls.c takes the queued calls: sa_go_queueing's answer, as the engine allows them
+ * (offload.Queueing; shim/exports.go maps one to the other). */
+enum sa_queueing {
+  SA_QUEUE_NONE = 1,       /* every call runs at once */
+  SA_QUEUE_ALL = 2,        /* every queueable call is queued: nothing ever moves */
+  SA_QUEUE_UNTIL_MOVE = 3, /* queued until the agent first moves a storage (sa_queue_close), a region exit only
+                            * when each save is below the size the agent keeps on device */
+};
+/* Ends queueing under SA_QUEUE_UNTIL_MOVE, for good, before the agent first moves a storage; returns once
+ * every call that saw it open has its event in the ring. */
 void sa_queue_close(void);
 /* The runtime's error message captured at the last failed sync ("" when none). */
 const char *sa_err_msg(void);

@@ -58,7 +58,7 @@ func TestEveryRuntimeImportIsHookedOrPassed(t *testing.T) {
 // The rules live in Go (docs/design.md, "Where each rule lives"): the C sides (the shim, the companions'
 // compiled hot path) record, copy and answer what they were told. They name no keep reason, policy or
 // offload state, read no setting that decides one, and copy no constant by hand from Go or Python: what they
-// share comes from swapagent.h (genabi) or is handed to them at run time (offload.Engine.KeepBelow through
+// share comes from swapagent.h (genabi) or is handed to them at run time (offload.Engine.Queueing through
 // sa_go_queueing, core's constants through _hot.configure).
 func TestCSidesHoldNoRule(t *testing.T) {
 	root := testenv.Root(t)

@@ -1,4 +1,5 @@
-# sim/acl: the emulated AscendCL runtime, installed like a CANN 8 toolkit under $(ASCEND) (lib64/ + include/):
+# sim/acl: the emulated AscendCL runtime, installed like a CANN 8 toolkit under $(ASCEND) (lib64/, and include/
+# with the headers of the top-level include/):
 # libascendcl.so (runtime), libnnopbase.so (tensors, executors), libopapi.so (aclnn ops); its unit tests, the
 # dlopen/dladdr path-discovery and export test, and the launch and copy bandwidth bench.
 ACL_LIB := $(ASCEND)/lib64/libascendcl.so
@@ -11,8 +12,7 @@ ACL_RT_SRCS := $(addprefix $(ACL_SRC)/,core.c hazard.c mem.c ops.c ptrset.c stre
 NNOPBASE_SRCS := $(addprefix $(ACL_SRC)/,nnopbase.c ptrset.c)
 OPAPI_SRCS := $(ACL_SRC)/opapi.c
 ACL_PRIV_HDRS := $(wildcard $(ACL_SRC)/*.h)
-ACL_PUB_HDRS := $(wildcard $(ACL_INC)/acl/*.h $(ACL_INC)/aclnnop/*.h)
-ACL_INSTALLED_HDRS := $(patsubst $(ACL_INC)/%,$(ASCEND)/include/%,$(ACL_PUB_HDRS))
+ACL_INSTALLED_HDRS := $(patsubst $(ACL_INC)/%,$(ASCEND)/include/%,$(ACL_HDRS))
 # Test programs find the libraries relative to themselves, like an installed toolkit would be found.
 ACL_TEST_LINK := -L$(ASCEND)/lib64 -lopapi -lnnopbase -lascendcl -Wl,-rpath,'$$ORIGIN/../ascend/latest/lib64' -lpthread
 
@@ -27,7 +27,7 @@ BENCHES += acl-bench
 # find their dependencies beside themselves (DT_RPATH $ORIGIN, which LD_LIBRARY_PATH does not override: the
 # emulator's libraries only work with each other).
 ACL_SO_FLAGS = $(CFLAGS) -O3 -fvisibility=hidden -I$(ACL_INC) -shared -Wl,-soname,$(@F) -Wl,-Bsymbolic -Wl,-z,defs
-ACL_SO_DEPS := $(ACL_PRIV_HDRS) $(ACL_PUB_HDRS) sim/acl/acl.mk
+ACL_SO_DEPS := $(ACL_PRIV_HDRS) $(ACL_HDRS) sim/acl/acl.mk
 
 $(ACL_LIB): $(ACL_RT_SRCS) $(ACL_SO_DEPS)
 	@mkdir -p $(@D)

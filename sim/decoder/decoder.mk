@@ -8,7 +8,7 @@ DECODER_BIN := $(BUILD)/bin/decoder-sim
 BUILD_TARGETS += $(DECODER_BIN)
 BENCHES += bench-decoder
 
-$(DECODER_BIN): $(DECODER_SRCS) $(DECODER_HDRS) shim/c/swapagent.h $(ASCEND)/lib64/libopapi.so
+$(DECODER_BIN): $(DECODER_SRCS) $(DECODER_HDRS) $(ACL_HDRS) shim/c/swapagent.h $(ASCEND)/lib64/libopapi.so
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I$(ACL_INC) -Ishim/c -o $@ $(DECODER_SRCS) -L$(ASCEND)/lib64 -lopapi -lnnopbase -lascendcl \
 		-Wl,-rpath,'$$ORIGIN/../ascend/latest/lib64' -Wl,--enable-new-dtags -ldl -lm -lpthread

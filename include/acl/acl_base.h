@@ -1,6 +1,7 @@
 /* acl_base.h: AscendCL base types, error codes, enums and the tensor/scalar API.
  * Written for swapagent from the public AscendCL API reference (same C ABI as CANN);
- * the emulator (sim/acl), the shim and the workload all compile against it. */
+ * the emulator (sim/acl), the shim, the workload and replay all compile against it, so it lives apart
+ * from each of them. */
 #ifndef ACL_ACL_BASE_H_
 #define ACL_ACL_BASE_H_
 
