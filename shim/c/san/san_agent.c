@@ -152,7 +152,7 @@ int64_t sa_go_run(uintptr_t addr) {
 /* Queued as under policy off (nothing runs them later but the free above). */
 int sa_go_queueing(uint64_t *keep_below) {
   *keep_below = 0;
-  return 1;
+  return SA_QUEUE_ALL;
 }
 int sa_go_refused(int kind, char *call, char *detail) {
   (void)kind, (void)call, (void)detail;
