@@ -7,7 +7,8 @@ wires gets a group, and the last of the chain swaps nothing. A layer's forward h
 exists and waits for the previous group's, which releases each storage with untyped_storage().resize_(0).
 Its full backward pre-hook launches the previous group's load and waits for its own. group_swap=True copies
 a group's eligible tensors through one packed buffer per dtype, and loads them back slice by slice with
-Tensor.copy_; a cpu_pool gives the host buffers (acquire(nbytes), release(buffer))."""
+Tensor.copy_, keeping each tensor's version counter as hyper-parallel does; a cpu_pool gives the host
+buffers (acquire(nbytes), release(buffer))."""
 
 import torch
 
@@ -55,8 +56,10 @@ class SwapTensor:
         storage = self.val.untyped_storage()
         if storage.nbytes() != self.storage_size:
             storage.resize_(self.storage_size)
-        if source is not None:  # a slice of the group's packed host buffer
+        if source is not None:  # a slice of the group's packed host buffer, the tensor's version kept
+            version = self.val._version
             self.val.copy_(source.view(self.val.dtype).reshape(self.val.shape))
+            torch._C._autograd._unsafe_set_version_counter((self.val,), (version,))  # pylint: disable=protected-access
         else:
             storage.copy_(self.host.untyped_storage())
             if self.cpu_pool is not None:
