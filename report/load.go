@@ -172,3 +172,27 @@ func wholeSteps(steps []int64, from int64) int {
 	}
 	return max(n-1, 0)
 }
+
+// DropCopies leaves out a summary of a process already summarized (the same host, pid and start time: a
+// copy of its trace under another name, or a file named twice), keeping the first; it returns one line
+// for each it left out. Read twice, a process would count twice in every figure.
+func DropCopies(sums []*Summary) (kept []*Summary, dropped []string) {
+	type process struct {
+		host    string
+		pid     int
+		start   int64
+		segment int // the first segment read: another is a later window of the same run, not a copy
+	}
+	seen := map[process]string{}
+	for _, s := range sums {
+		k := process{s.Header.Host, s.Header.PID, s.Header.StartUnix, s.FirstSegment}
+		if first, ok := seen[k]; ok && s.Path != Stdin {
+			dropped = append(dropped, fmt.Sprintf("%s: the trace of process %d on %s, read already from %s: a copy, "+
+				"left out", s.Path, s.Header.PID, s.Header.Host, first))
+			continue
+		}
+		seen[k] = s.Path
+		kept = append(kept, s)
+	}
+	return kept, dropped
+}

@@ -311,3 +311,31 @@ func TestDamageTable(t *testing.T) {
 		}
 	}
 }
+
+// A copy of a process's trace under another name, or a file named twice, is read once: the copy is left out
+// with one line and exit 3, never counted as a second process.
+func TestCopyOfATraceIsReadOnce(t *testing.T) {
+	files := recordTrace(t)
+	if len(files) != 1 {
+		t.Fatalf("%d trace files, want one", len(files))
+	}
+	dir := t.TempDir()
+	var data []byte
+	for _, b := range files {
+		data = b
+	}
+	a := writeFile(t, dir, "a.swtrace", data)
+	writeFile(t, dir, "b.swtrace", data)
+	for _, args := range [][]string{{"report", "--format", "json", dir}, {"report", "--format", "json", a, a}} {
+		r := swapagent(t, nil, args...)
+		var got struct {
+			Processes []struct {
+				PID int `json:"pid"`
+			} `json:"processes"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &got); err != nil || r.Code != 3 || len(got.Processes) != 1 ||
+			strings.Count(r.Stderr, "a copy, left out") != 1 {
+			t.Fatalf("%v: exit %d, %d processes (%v)\n%s", args, r.Code, len(got.Processes), err, r.Stderr)
+		}
+	}
+}

@@ -122,6 +122,11 @@ func loadSummaries(c cli.Command, paths []string, keep *report.Keep) ([]*report.
 		}
 		sums = append(sums, s...)
 	}
+	sums, copies := report.DropCopies(sums)
+	for _, d := range copies {
+		c.Errorf(os.Stderr, "skipped %s", d)
+		code = exitPartial
+	}
 	for _, s := range sums {
 		for _, n := range s.Warnings {
 			c.Errorf(os.Stderr, "%s", n)

@@ -115,10 +115,12 @@ RUNS += [
     # nothing it holds may go (the stand-in alone releases them, and the read crashes)
     ("torch-ac-keep-noswap", "torch", "noswap", None, "checkpoint", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-keep-standin", "torch", "acswap", None, "checkpoint", None, None, AC + ("--keep-inputs",)),
+    ("torch-ac-keep-off", "torch", "acswap", "off", "checkpoint", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-keep-safe", "torch", "acswap", "safe", "checkpoint", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-newest-standin", "torch", "acswap", None, "memory", None, None, AC),
     ("torch-ac-newest-safe", "torch", "acswap", "safe", "memory", None, None, AC),
     ("torch-ac-newest-keep-standin", "torch", "acswap", None, "memory", None, None, AC + ("--keep-inputs",)),
+    ("torch-ac-newest-keep-off", "torch", "acswap", "off", "memory", None, None, AC + ("--keep-inputs",)),
     ("torch-ac-newest-keep-safe", "torch", "acswap", "safe", "memory", None, None, AC + ("--keep-inputs",)),
     # hyper-parallel's test_act_swap layout: swap_wrapper on each layer's attention, the layers chained
     ("torch-nested-noswap", "torch", "noswap", None, "checkpoint", None, None, ("--nested",)),
@@ -448,11 +450,12 @@ def test_guard_layers_names_layers_of_a_hand_written_swap(tmp_path):
     assert ("rotary_cos_sin[0]", "input") in kept, g
 
 
-# layout -> (the stand-in alone, under safe, keeping its inputs alone and under safe, the own holders' kind)
-AC_LAYOUTS = {"checkpoint": ("torch-ac-standin", "torch-ac-safe", "torch-ac-keep-standin", "torch-ac-keep-safe",
-                             "view base"),
+# layout -> (the stand-in alone, under safe, keeping its inputs alone, under off and under safe, the own
+# holders' kind)
+AC_LAYOUTS = {"checkpoint": ("torch-ac-standin", "torch-ac-safe", "torch-ac-keep-standin", "torch-ac-keep-off",
+                             "torch-ac-keep-safe", "view base"),
               "memory": ("torch-ac-newest-standin", "torch-ac-newest-safe", "torch-ac-newest-keep-standin",
-                         "torch-ac-newest-keep-safe", "packed")}
+                         "torch-ac-newest-keep-off", "torch-ac-newest-keep-safe", "packed")}
 
 
 @pytest.mark.parametrize("layout", sorted(AC_LAYOUTS))
@@ -464,7 +467,7 @@ def test_recompute_swap_releases_what_nobody_else_holds(runs, layout):
     go: the saved bytes left on device at the end of forward are the stand-in's own. In the newest layout
     hyper-parallel's pack hook hands autograd a detached alias of the input and swaps that: the job's
     tensor is gone, the alias autograd holds for the layer's backward is the layer's own."""
-    alone_name, safe_name, _, _, own_kind = AC_LAYOUTS[layout]
+    alone_name, safe_name, _, _, _, own_kind = AC_LAYOUTS[layout]
     base, alone, safe = runs["torch-ac-noswap"], runs[alone_name], runs[safe_name]
     for r in (base, alone, safe):
         assert r.rc == 0 and r.result is not None, r.why()
@@ -487,13 +490,18 @@ def test_recompute_swap_releases_what_nobody_else_holds(runs, layout):
 def test_recompute_swap_keeps_inputs_the_job_holds(runs, layout):
     """The same job keeping every layer's input (as output_hidden_states=True does) and reading them after
     the last layer: the stand-in alone releases them and the read crashes; under safe each release is
-    refused, the holder counted, and the results stay bit-identical."""
-    _, _, alone_name, safe_name, _ = AC_LAYOUTS[layout]
-    base, alone, r = runs["torch-ac-keep-noswap"], runs[alone_name], runs[safe_name]
-    assert base.rc == 0 and base.result is not None, base.why()
+    refused, the holder counted, and the results stay bit-identical to the same swap releasing nothing
+    (off). The losses match no swap; its gradients differ from no swap's in their last bits, as the stand-in's
+    full backward hooks sum the gradients of a tensor with two consumers (a layer, the job's list) in
+    another order."""
+    _, _, alone_name, off_name, safe_name, _ = AC_LAYOUTS[layout]
+    base, alone, off, r = runs["torch-ac-keep-noswap"], runs[alone_name], runs[off_name], runs[safe_name]
+    for x in (base, off):
+        assert x.rc == 0 and x.result is not None, x.why()
     assert alone.rc != 0 and alone.result is None, "the stand-in alone must release what the job reads:\n" + alone.why()
     assert r.rc == 0 and r.result is not None, r.why()
-    assert r.result["losses"] == base.result["losses"] and r.result["grads"] == base.result["grads"]
+    assert r.result["losses"] == base.result["losses"] == off.result["losses"]
+    assert r.result["grads"] == off.result["grads"], "gradients differ from the same swap releasing nothing"
     assert r.result["released"] == 0, r.why()
     # layer 0's input is the embedding's output, held by the job's list; every later one is a layer's output as
     # its full backward hook hands it on (a view), held by the list, and the tensor it views, held by that view
