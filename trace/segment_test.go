@@ -80,19 +80,20 @@ func liveAt(evs []Event) []uint64 {
 	return out
 }
 
-func TestSegmentsKeepTheNewest(t *testing.T) {
-	dir := t.TempDir()
-	first := filepath.Join(dir, "h.7"+FileSuffix)
+// writeSegments writes 3000 churn events, flushed every 300, as a trace of segments kept within limit in
+// dir, and closes it; it returns the first segment's path, the events and the segments kept on disk.
+func writeSegments(t *testing.T, dir string, limit int64) (first string, evs []Event, cur, oldest int) {
+	t.Helper()
+	first = filepath.Join(dir, "h.7"+FileSuffix)
 	f, err := os.Create(first)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const limit = 64 << 10
 	w, err := NewSegmentedWriter(f, testHeader, limit, dirFiles{first})
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs := churnEvents(3000)
+	evs = churnEvents(3000)
 	for i := range evs {
 		if err := w.Add(&evs[i]); err != nil {
 			t.Fatal(err)
@@ -109,7 +110,14 @@ func TestSegmentsKeepTheNewest(t *testing.T) {
 	if err := w.Current().Close(); err != nil {
 		t.Fatal(err)
 	}
-	cur, oldest := w.Segments()
+	cur, oldest = w.Segments()
+	return first, evs, cur, oldest
+}
+
+func TestSegmentsKeepTheNewest(t *testing.T) {
+	dir := t.TempDir()
+	const limit = 64 << 10
+	first, evs, cur, oldest := writeSegments(t, dir, limit)
 	if oldest == 0 || cur < oldest+2 {
 		t.Fatalf("segments %d..%d: the limit should have dropped some and kept several", oldest, cur)
 	}
@@ -203,34 +211,7 @@ func TestSegmentNames(t *testing.T) {
 // A process killed as it rotates (the last segment closed, the next one not yet on disk) never closed its
 // trace: a segment's close mark says the trace goes on, so the reader says where the written events end.
 func TestKilledBetweenSegmentsIsNotClosed(t *testing.T) {
-	dir := t.TempDir()
-	first := filepath.Join(dir, "h.7"+FileSuffix)
-	f, err := os.Create(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := NewSegmentedWriter(f, testHeader, 64<<10, dirFiles{first})
-	if err != nil {
-		t.Fatal(err)
-	}
-	evs := churnEvents(3000)
-	for i := range evs {
-		if err := w.Add(&evs[i]); err != nil {
-			t.Fatal(err)
-		}
-		if i%300 == 299 {
-			if err := w.Flush(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Current().Close(); err != nil {
-		t.Fatal(err)
-	}
-	cur, oldest := w.Segments()
+	first, _, cur, oldest := writeSegments(t, t.TempDir(), 64<<10)
 	if cur < oldest+2 {
 		t.Fatalf("segments %d..%d: the test needs several", oldest, cur)
 	}
