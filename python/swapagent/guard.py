@@ -136,7 +136,7 @@ class Guard:
             gl = self.saved_by.get(ptr) if ptr and nbytes else None
             if gl is not None:
                 # a companion's region (core.Layer) counts no holders: its storages decide by their role
-                held = gl.holders(storage, ptr) if isinstance(gl, GuardLayer) else (HOLDERS_UNKNOWN, 0, 0)
+                held = gl.holders(storage, ptr) if isinstance(gl, GuardLayer) else UNCOUNTED
                 answer, token = self.agent.guard_release(None, ptr, nbytes, *held)
                 if answer == core.RELEASE_KEEP:
                     with self.lock:
@@ -289,11 +289,11 @@ class GuardLayer:
 
     def holders(self, storage, ptr):
         """(the references to storage outside this layer's saved tensors, how many of them are the layer's
-        own machinery, their kinds) as its framework counts them, the first HOLDERS_UNKNOWN where it cannot:
+        own machinery, their kinds) as its framework counts them, UNCOUNTED where it cannot:
         the evidence SWAPAGENT_CALL_GUARD_RELEASE takes (tracker.Outside and Releasable decide)."""
         sts = [st for st in (r() for r in self.swaps.get(ptr, ())) if st is not None]
         n = self.fw.saved_holders(storage, sts) if sts else None
-        return (HOLDERS_UNKNOWN, 0, 0) if n is None else n
+        return UNCOUNTED if n is None else n
 
 
 _guard = Guard()
@@ -314,8 +314,10 @@ def _companion_saves(layer, ptrs):
 
 # ---- the holders' evidence ---------------------------------------------------------------------------
 
-# SWAPAGENT_CALL_GUARD_RELEASE's "the framework cannot tell" (any negative count).
+# SWAPAGENT_CALL_GUARD_RELEASE's "the framework cannot tell" (any negative count), and the whole evidence of a
+# storage whose holders are not counted: (holders, the layer's own among them, their kinds).
 HOLDERS_UNKNOWN = -1
+UNCOUNTED = (HOLDERS_UNKNOWN, 0, 0)
 
 
 
