@@ -72,8 +72,9 @@ $(GOLANGCI_LINT): scripts/tools.sh
 	@bash scripts/tools.sh
 
 # The control ABI's vocabulary (codes, flags, states, keep reasons, policies, ABI version) has one source,
-# shim/c/swapagent.h: internal/cmd/genabi writes it into trace/abi_gen.go and python/swapagent/_abi.py.
-# `make generate` after editing the header; generate-check fails while either file is not current.
+# shim/c/swapagent.h, and the control calls one table, shim/c/calls.def: internal/cmd/genabi writes them
+# into swapagent.h's call kinds, trace/abi_gen.go, python/swapagent/_abi.py and agent/calls_gen.go.
+# `make generate` after editing either; generate-check fails while a generated file is not current.
 generate:
 	$(GO) run ./internal/cmd/genabi
 

@@ -164,56 +164,8 @@ func (a *Agent) runQueued(c *Call) {
 	a.run(queued, c)
 }
 
-// run runs c (see Run for what it returns).
-func (a *Agent) run(o origin, c *Call) int64 {
-	switch c.Kind {
-	case trace.CallRegionEnter:
-		return int64(a.regionEnterDesc(o, c.Group, c.Ptrs, c.NPos, c.Descs))
-	case trace.CallRegionExit:
-		if len(c.Saves) == 0 && len(c.DescPtrs) == 0 {
-			return int64(a.regionExit(o, c.Group, c.Ptrs))
-		}
-		var given []int64
-		if c.Queued {
-			given = append(given, c.Handles...)
-		}
-		rc, whole := a.regionExitWith(o, c.Group, c.Ptrs, c.Saves, c.Sizes, c.Flags, c.Handles, c.Queued,
-			c.DescPtrs, c.Descs)
-		if c.Queued {
-			if whole {
-				a.unresident(given, nil)
-			} else {
-				a.unresident(given, c.Handles)
-			}
-		}
-		return int64(rc)
-	case trace.CallSave:
-		return int64(a.saveN(o, c.Group, c.Saves, c.Sizes, c.Flags, c.Handles, false))
-	case trace.CallDescribe:
-		return int64(a.Describe(c.Group, c.DescPtrs, c.Descs))
-	case trace.CallProtect:
-		return int64(a.Protect(c.Group, c.Ptrs))
-	case trace.CallBackwardEnter:
-		return int64(a.backwardEnter(o, c.Group))
-	case trace.CallBackwardExit:
-		return int64(a.backwardExit(o, c.Group))
-	case trace.CallHolders:
-		return int64(a.Holders(c.Group, c.Ptrs, c.Counts))
-	case trace.CallGroupStreams:
-		return int64(a.GroupStreams(c.Group, c.Ptrs))
-	case trace.CallGuard:
-		return int64(a.Guard(c.Group))
-	case trace.CallGuardRelease:
-		answer, token := a.GuardRelease(c.Group, c.Ptr, c.Nbytes, tracker.Holders(max(c.Others, -1)), c.own())
-		c.Token = token
-		return int64(answer)
-	case trace.CallGuardRestore:
-		return int64(a.GuardRestore(c.Handle, c.Ptr, c.Nbytes))
-	case trace.CallNote:
-		return int64(a.Note(c.Group, c.Text))
-	}
-	return int64(a.Invalid("call", "unknown kind"))
-}
+// run runs c (see Run for what it returns) by its kind's handler (agent/calls.go, dispatched by calls.def).
+func (a *Agent) run(o origin, c *Call) int64 { return a.dispatch(o, c) }
 
 // unresident withdraws the queued handles given that were not saved: every one when out is nil (the call was
 // refused whole), else those whose entry in out is a code.

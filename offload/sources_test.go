@@ -57,13 +57,63 @@ func TestErrorCodesOnlyFromGenabi(t *testing.T) {
 	})
 }
 
+// The control calls have one table, shim/c/calls.def, and genabi writes what the rest needs from it
+// (swapagent.h's kinds, trace.Call*, _abi.CALL_*, the agent's dispatch): no source numbers a kind, lists a
+// set of kinds or dispatches on them by hand. The layout of a call's copy (sa_call) is calls.c's: Go reads
+// each part where the copy says it lies (part_off, group_off), never works an offset out again.
+func TestCallsOnlyFromTable(t *testing.T) {
+	rules := map[string][]*regexp.Regexp{
+		".go": {
+			regexp.MustCompile(`^\s*Call[A-Z]\w*\s*=\s*[0-9]`),   // a kind's number
+			regexp.MustCompile(`\bcase\s+trace\.Call[A-Z]`),      // a dispatch on kinds
+			regexp.MustCompile(`trace\.Call[A-Z]\w*\s*:\s*true`), // a set of kinds
+		},
+		".c": {
+			regexp.MustCompile(`#define\s+SWAPAGENT_CALL_`),              // a kind's number
+			regexp.MustCompile(`\bcase\s+SWAPAGENT_CALL_`),               // a dispatch on kinds
+			regexp.MustCompile(`\[SWAPAGENT_CALL_\w+\]\s*=`),             // a table of kinds
+			regexp.MustCompile(`==\s*SWAPAGENT_CALL_\w+\s*\|\|`),         // a set of kinds
+			regexp.MustCompile(`\|\|\s*[\w>.-]+\s*==\s*SWAPAGENT_CALL_`), // its other half
+		},
+		".py": {
+			regexp.MustCompile(`^\s*CALL_[A-Z_]+\s*=\s*[0-9]`),                                           // a kind's number
+			regexp.MustCompile(`(?:\bin|=)\s*(?:frozenset\(|set\()?[(\[{]\s*(?:\w+\.)?CALL_[A-Z_]+\s*,`), // a set
+		},
+	}
+	rules[".h"] = rules[".c"]
+	goAdd, cData := regexp.MustCompile(`unsafe\.Add\(`), regexp.MustCompile(`->data\s*\+`)
+	fromCopy := regexp.MustCompile(`part_off|group_off|unsafe\.Sizeof\(\*`)
+	eachSource(t, testenv.Root(t), func(rel, name string, lines []string) {
+		text := strings.Join(lines, "\n")
+		layout, offset := false, goAdd
+		switch filepath.Ext(name) {
+		case ".go":
+			layout = strings.Contains(text, "C.sa_call")
+		case ".c":
+			layout, offset = strings.Contains(text, "sa_call *"), cData // data + part_off
+		}
+		for i, line := range lines {
+			for _, rule := range rules[filepath.Ext(name)] {
+				if m := rule.FindString(line); m != "" {
+					t.Errorf("%s:%d: %q: a call kind written by hand (shim/c/calls.def has them; make generate)", rel,
+						i+1, m)
+				}
+			}
+			if layout && offset.MatchString(line) && !fromCopy.MatchString(line) {
+				t.Errorf("%s:%d: an offset into a call's copy worked out by hand (read sa_call's part_off)", rel, i+1)
+			}
+		}
+	})
+}
+
 // eachSource calls fn with the lines of each source file (Go, Python, C) of the tree that is not a test, a
-// generated file, genabi, a bench script or an example.
+// generated file (*_gen.go, _abi.py; swapagent.h, whose call kinds are generated and whose other values are
+// genabi's source), genabi, a bench script or an example.
 func eachSource(t *testing.T, root string, fn func(rel, name string, lines []string)) {
 	t.Helper()
 	skipDirs := map[string]bool{".git": true, ".venv": true, "build": true, "testdata": true,
 		"genabi": true, "tests": true, "bench": true, "examples": true}
-	skipFiles := map[string]bool{"abi_gen.go": true, "_abi.py": true, "swapagent.h": true}
+	skipFiles := map[string]bool{"_abi.py": true, "swapagent.h": true, "calls.def": true}
 	read := 0
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -76,7 +126,8 @@ func eachSource(t *testing.T, root string, fn func(rel, name string, lines []str
 			return nil
 		}
 		switch name := d.Name(); {
-		case skipFiles[name], strings.HasSuffix(name, "_test.go"), strings.HasPrefix(name, "test_"):
+		case skipFiles[name], strings.HasSuffix(name, "_gen.go"), strings.HasSuffix(name, "_test.go"),
+			strings.HasPrefix(name, "test_"):
 			return nil
 		}
 		switch filepath.Ext(path) {

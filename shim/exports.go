@@ -230,37 +230,37 @@ func callKind(addr uint64) int {
 	return 0
 }
 
-// callOf reads the C side's copy of a call at addr (shim/c/calls.c wrote it, by sa_call's layout) into an
-// agent.Call, and returns with it the copy's room for the saves' handles and the copy itself.
+// callOf reads the C side's copy of a call at addr (shim/c/calls.c wrote it) into an agent.Call, each part
+// where the copy says it lies (sa_call's part_off and part_n, indexed by calls.def's enum sa_part), and
+// returns with it the copy's room for the saves' handles and the copy itself.
 func callOf(addr uint64) (*agent.Call, []int64, *C.sa_call) {
 	// addr is a C address (from the C side, or read from the ring): reinterpret its bits (never a Go pointer).
 	d := *(**C.sa_call)(unsafe.Pointer(&addr))
-	n, nCounts, nSave, nDesc := int(d.n), int(d.n_counts), int(d.n_save), int(d.n_desc)
 	data := unsafe.Add(unsafe.Pointer(d), unsafe.Sizeof(*d)) // the flexible array member, which cgo omits
-	words := unsafe.Slice((*uint64)(data), n+nCounts+3*nSave+nDesc)
+	at := func(p C.enum_sa_part) (unsafe.Pointer, int) {
+		return unsafe.Add(data, uintptr(d.part_off[p])), int(d.part_n[p])
+	}
+	words := func(p C.enum_sa_part) []uint64 {
+		ptr, n := at(p)
+		return append([]uint64(nil), unsafe.Slice((*uint64)(ptr), n)...)
+	}
 	c := &agent.Call{Kind: int(d.kind), NPos: int(d.n_pos), Ptr: uint64(d.ptr), Nbytes: uint64(d.nbytes),
 		Others: int64(d.others), Handle: int64(d.handle)}
-	take := func(k int) []uint64 {
-		out := append([]uint64(nil), words[:k]...)
-		words = words[k:]
-		return out
-	}
-	c.Ptrs = take(n)
-	for _, v := range take(nCounts) {
+	c.Ptrs, c.Saves, c.Sizes, c.DescPtrs = words(C.SA_PART_PTRS), words(C.SA_PART_SAVE_PTRS),
+		words(C.SA_PART_SAVE_NBYTES), words(C.SA_PART_DESC_PTRS)
+	for _, v := range words(C.SA_PART_COUNTS) {
 		c.Counts = append(c.Counts, int64(v))
 	}
-	c.Saves, c.Sizes, c.DescPtrs = take(nSave), take(nSave), take(nDesc)
-	handles := unsafe.Slice((*int64)(unsafe.Pointer(unsafe.SliceData(words))), nSave)
+	hp, nh := at(C.SA_PART_HANDLES)
+	handles := unsafe.Slice((*int64)(hp), nh)
 	c.Handles = append([]int64(nil), handles...)
-	at := uintptr(8 * (n + nCounts + 3*nSave + nDesc))
-	if nSave > 0 {
-		c.Flags = append([]uint32(nil), unsafe.Slice((*uint32)(unsafe.Add(data, at)), nSave)...)
+	if fp, nf := at(C.SA_PART_SAVE_FLAGS); nf > 0 {
+		c.Flags = append([]uint32(nil), unsafe.Slice((*uint32)(fp), nf)...)
 	}
-	at += uintptr(round8(4 * nSave))
-	text := unsafe.Slice((*byte)(unsafe.Add(data, at)), int(d.text_len))
-	at += uintptr(round8(len(text)))
+	tp, nt := at(C.SA_PART_TEXT)
+	text := unsafe.Slice((*byte)(tp), nt)
 	if d.has_group != 0 {
-		c.Group = groupName(unsafe.Slice((*byte)(unsafe.Add(data, at)), int(d.group_len)))
+		c.Group = groupName(unsafe.Slice((*byte)(unsafe.Add(data, uintptr(d.group_off))), int(d.group_len)))
 	}
 	if d.has_text != 0 {
 		c.Text = string(text)
@@ -270,8 +270,6 @@ func callOf(addr uint64) (*agent.Call, []int64, *C.sa_call) {
 	}
 	return c, handles, d
 }
-
-func round8(n int) int { return (n + 7) &^ 7 }
 
 // groupNames interns group names: a companion passes the same few in every call, so a call makes no string.
 // Bounded: a caller whose names never repeat starts it over.

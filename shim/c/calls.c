@@ -145,8 +145,9 @@ static long read_string(const char *s, char *buf, size_t cap) {
 
 /* ---- The copy of a call. ---- */
 
-/* A part of the call to copy: n elements of size bytes at p, to the copy at off (8-byte aligned). An output
- * (handles) is not read: its room is zeros. An optional one not given (save_flags) is zeros. */
+/* A part of the call to copy (calls.def's SA_PART rows): n elements of size bytes at p, to the copy at off
+ * (8-byte aligned). An output (handles) is not read: its room is zeros. An optional one not given
+ * (save_flags) is zeros. */
 typedef struct {
   const void *p;
   size_t n, size;
@@ -155,45 +156,32 @@ typedef struct {
   size_t off;
 } piece;
 
-/* The parts, in sa_call's order. */
-enum { P_PTRS, P_COUNTS, P_SAVE_PTRS, P_SAVE_NBYTES, P_DESC_PTRS, P_HANDLES, P_SAVE_FLAGS, P_TEXT, NPIECES };
+enum { NPIECES = SA_NPARTS };
+enum { SA_IN, SA_IN_OR_NULL, SA_OUT };                /* calls.def's hows */
+enum { SA_NO_GROUP, SA_GROUP, SA_GROUP_OR_NULL };     /* its group rules */
+enum { SA_NOW, SA_QUEUEABLE, SA_LIBRARY };            /* and its queue column */
+#define SA_P(NAME) (1u << SA_PART_##NAME)
 
-/* Which parts a kind reads, and whether it takes a group (2: it may be NULL). */
+/* Each kind's row of calls.def: the parts it reads, its group rule, whether it may be queued. */
 static const struct {
   uint16_t parts;
-  uint8_t group;
+  uint8_t group, queue;
 } kinds[] = {
-#define B(p) (1u << (p))
-    [SWAPAGENT_CALL_REGION_ENTER] = {B(P_PTRS) | B(P_TEXT), 1},
-    [SWAPAGENT_CALL_REGION_EXIT] = {B(P_PTRS) | B(P_SAVE_PTRS) | B(P_SAVE_NBYTES) | B(P_SAVE_FLAGS) | B(P_HANDLES) |
-                                        B(P_DESC_PTRS) | B(P_TEXT),
-                                    1},
-    [SWAPAGENT_CALL_SAVE] = {B(P_SAVE_PTRS) | B(P_SAVE_NBYTES) | B(P_SAVE_FLAGS) | B(P_HANDLES), 1},
-    [SWAPAGENT_CALL_DESCRIBE] = {B(P_DESC_PTRS) | B(P_TEXT), 1},
-    [SWAPAGENT_CALL_PROTECT] = {B(P_PTRS), 1},
-    [SWAPAGENT_CALL_BACKWARD_ENTER] = {0, 1},
-    [SWAPAGENT_CALL_BACKWARD_EXIT] = {0, 1},
-    [SWAPAGENT_CALL_HOLDERS] = {B(P_PTRS) | B(P_COUNTS), 1},
-    [SWAPAGENT_CALL_GROUP_STREAMS] = {B(P_PTRS), 1},
-    [SWAPAGENT_CALL_GUARD] = {0, 1},
-    [SWAPAGENT_CALL_GUARD_RELEASE] = {B(P_COUNTS), 2},
-    [SWAPAGENT_CALL_GUARD_RESTORE] = {0, 0},
-    [SWAPAGENT_CALL_NOTE] = {B(P_TEXT), 1},
-#undef B
+#define SA_CTL(NAME, number, group, queue, parts) [SWAPAGENT_CALL_##NAME] = {(parts), group, queue},
+#include "calls.def"
 };
 #define NKINDS ((uint32_t)(sizeof kinds / sizeof kinds[0]))
+/* swapagent.h's numbers are genabi's copy of the table's: a stale header fails here, not at a caller. */
+#define SA_CTL(NAME, number, group, queue, parts) \
+  _Static_assert(SWAPAGENT_CALL_##NAME == (number), "swapagent.h is not current with calls.def: make generate");
+#include "calls.def"
 
 /* The parts of call c of kind k, laid out (off) after the header; their total size. */
 static size_t lay_out(const struct swapagent_call *c, piece *ps) {
   const piece all[NPIECES] = {
-      [P_PTRS] = {c->ptrs, c->n, 8, 0, 0, "ptrs", 0},
-      [P_COUNTS] = {c->counts, c->n, 8, 0, 0, "counts", 0},
-      [P_SAVE_PTRS] = {c->save_ptrs, c->n_save, 8, 0, 0, "save_ptrs", 0},
-      [P_SAVE_NBYTES] = {c->save_nbytes, c->n_save, 8, 0, 0, "save_nbytes", 0},
-      [P_DESC_PTRS] = {c->desc_ptrs, c->n_desc, 8, 0, 0, "desc_ptrs", 0},
-      [P_HANDLES] = {c->handles, c->n_save, 8, 0, 1, "handles", 0},
-      [P_SAVE_FLAGS] = {c->save_flags, c->n_save, 4, 1, 0, "save_flags", 0},
-      [P_TEXT] = {c->text, c->text_len, 1, 1, 0, "text", 0},
+#define SA_PART(NAME, field, count, size, how) \
+  [SA_PART_##NAME] = {c->field, c->count, size, (how) == SA_IN_OR_NULL, (how) == SA_OUT, #field, 0},
+#include "calls.def"
   };
   size_t total = 0;
   for (int i = 0; i < NPIECES; i++) {
@@ -271,7 +259,7 @@ static void drop(sa_call *d, const void *local) {
  * drop frees it either way. */
 static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc, void *local, size_t local_size) {
   char why[96];
-  if (kinds[c->kind].group == 1 && c->group == NULL) {
+  if (kinds[c->kind].group == SA_GROUP && c->group == NULL) {
     *rc = refuse((int)c->kind, "NULL group");
     return NULL;
   }
@@ -291,7 +279,7 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc, void
       return NULL;
     }
   }
-  if (c->n_desc > 0 && c->text == NULL && (kinds[c->kind].parts & (1u << P_DESC_PTRS))) {
+  if (c->n_desc > 0 && c->text == NULL && (kinds[c->kind].parts & SA_P(DESC_PTRS))) {
     *rc = refuse((int)c->kind, "NULL text with n_desc > 0");
     return NULL;
   }
@@ -306,7 +294,7 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc, void
   for (int i = 0; i < NPIECES; i++) /* outputs and optional parts not given: zeros */
     if (ps[i].n > 0 && (ps[i].p == NULL || ps[i].output)) memset(base + ps[i].off, 0, ps[i].n * ps[i].size);
   const char *bad = NULL;
-  long glen = copy_parts(base, gbuf, kinds[c->kind].group ? c->group : NULL, ps, own, &bad);
+  long glen = copy_parts(base, gbuf, kinds[c->kind].group != SA_NO_GROUP ? c->group : NULL, ps, own, &bad);
   if (glen < 0) {
     drop(d, local);
     *rc = refuse((int)c->kind, bad);
@@ -314,15 +302,15 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc, void
   }
   gbuf[glen] = 0;
   d->kind = c->kind;
-  d->has_group = c->group != NULL && kinds[c->kind].group != 0;
-  d->has_text = c->text != NULL && (kinds[c->kind].parts & (1u << P_TEXT));
+  d->has_group = c->group != NULL && kinds[c->kind].group != SA_NO_GROUP;
+  d->has_text = c->text != NULL && (kinds[c->kind].parts & SA_P(TEXT));
+  d->group_off = total;
   d->group_len = (uint64_t)glen;
-  d->n = ps[P_PTRS].n;
-  d->n_counts = ps[P_COUNTS].n;
+  for (int i = 0; i < NPIECES; i++) {
+    d->part_off[i] = ps[i].off;
+    d->part_n[i] = ps[i].n;
+  }
   d->n_pos = c->n_positional;
-  d->n_save = ps[P_SAVE_PTRS].n;
-  d->n_desc = ps[P_DESC_PTRS].n;
-  d->text_len = ps[P_TEXT].n;
   d->ptr = c->ptr;
   d->nbytes = c->nbytes;
   d->handle = c->handle;
@@ -337,13 +325,9 @@ static sa_call *copy_call(const struct swapagent_call *c, int own, int *rc, void
   return d;
 }
 
-/* A part of a copy, by its place in sa_call's data (the 64-bit ones). */
-static uint64_t *copy_part(sa_call *d, int part) {
-  size_t off = 0;
-  const uint64_t sizes[] = {d->n, d->n_counts, d->n_save, d->n_save, d->n_desc, d->n_save};
-  for (int i = 0; i < part; i++) off += sizes[i];
-  return d->data + off;
-}
+/* A part of a copy, where the copy says it is (the 64-bit ones), and its entries. */
+static uint64_t *copy_part(sa_call *d, int part) { return d->data + d->part_off[part] / 8; }
+#define N_SAVE(d) ((d)->part_n[SA_PART_SAVE_PTRS])
 
 /* ---- Queueing. ---- */
 
@@ -380,10 +364,7 @@ void sa_queue_close(void) {
 
 void sa_call_free(uintptr_t d) { free((void *)d); }
 
-static int queueable(uint32_t kind) {
-  return kind == SWAPAGENT_CALL_REGION_ENTER || kind == SWAPAGENT_CALL_REGION_EXIT ||
-         kind == SWAPAGENT_CALL_BACKWARD_ENTER || kind == SWAPAGENT_CALL_BACKWARD_EXIT;
-}
+static int queueable(uint32_t kind) { return kinds[kind].queue == SA_QUEUEABLE; }
 
 /* Puts copy d in the ring when queueing takes it now: 1 when queued (its saves got handles, written to out
  * by put, and stay resident), 0 when it must run now, -1 when the handles could not be written (nothing
@@ -393,22 +374,22 @@ static int queueable(uint32_t kind) {
 static int queue(sa_call *d, int64_t *out, int own) {
   int may_move = 0;
   if (queue_state() == SA_QUEUE_UNTIL_MOVE) {
-    const uint64_t *sizes = copy_part(d, P_SAVE_NBYTES);
-    for (uint64_t i = 0; i < d->n_save && !may_move; i++) may_move = sizes[i] >= keep_below;
+    const uint64_t *sizes = copy_part(d, SA_PART_SAVE_NBYTES);
+    for (uint64_t i = 0; i < N_SAVE(d) && !may_move; i++) may_move = sizes[i] >= keep_below;
   }
   atomic_fetch_add(&queue_inflight, 1);
   int on = atomic_load(&queue_on), rc = 1;
   if (!(on == SA_QUEUE_ALL || (on == SA_QUEUE_UNTIL_MOVE && !may_move))) {
     rc = 0;
-  } else if (d->n_save > 0) {
-    d->first = SA_QUEUED_HANDLES + atomic_fetch_add_explicit(&queue_next, (int64_t)d->n_save, memory_order_relaxed) + 1;
-    int64_t *handles = (int64_t *)copy_part(d, P_HANDLES);
-    for (uint64_t i = 0; i < d->n_save; i++) handles[i] = d->first + (int64_t)i;
-    size_t bytes = (size_t)d->n_save * 8;
+  } else if (N_SAVE(d) > 0) {
+    d->first = SA_QUEUED_HANDLES + atomic_fetch_add_explicit(&queue_next, (int64_t)N_SAVE(d), memory_order_relaxed) + 1;
+    int64_t *handles = (int64_t *)copy_part(d, SA_PART_HANDLES);
+    for (uint64_t i = 0; i < N_SAVE(d); i++) handles[i] = d->first + (int64_t)i;
+    size_t bytes = (size_t)N_SAVE(d) * 8;
     if (!put_out(own, out, handles, bytes)) {
       rc = -1;
     } else { /* What stays on device stays where it is until the agent forgets the handle. */
-      sa_resident_set_n(d->first, copy_part(d, P_SAVE_PTRS), d->n_save);
+      sa_resident_set_n(d->first, copy_part(d, SA_PART_SAVE_PTRS), N_SAVE(d));
     }
   }
   if (rc == 1) sa_record(SA_FN_QUEUED, 0, (uint64_t)(uintptr_t)d, d->kind, 0, 0, 0, 0);
@@ -423,11 +404,11 @@ enum { LOCAL_COPY = 8 << 10 };
 
 int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   if (sa_refuse()) return SWAPAGENT_EDISABLED;
-  if (c->kind == SWAPAGENT_CALL_QUEUEING) {
+  if (c->kind == 0 || c->kind >= NKINDS) return refuse(0, "unknown kind");
+  if (c->kind == SWAPAGENT_CALL_QUEUEING) { /* the one kind the library answers (SA_LIBRARY) */
     int on = queue_state();
     return on == SA_QUEUE_ALL || on == SA_QUEUE_UNTIL_MOVE;
   }
-  if (c->kind == 0 || c->kind >= NKINDS) return refuse(0, "unknown kind");
   int own = (opts & SWAPAGENT_OPT_OWN_MEMORY) != 0, rc = 0;
   int may_queue = (opts & SWAPAGENT_OPT_QUEUE) && queueable(c->kind);
   /* A copy that is not queued lives on this stack: a malloc and free per call would hand the host's own
@@ -436,10 +417,10 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
   sa_call *d = copy_call(c, own, &rc, local, may_queue ? 0 : sizeof local);
   if (d == NULL) return rc;
   /* The outputs must be writable before the agent is asked: a save the caller never hears of would leak. */
-  int64_t *handles = (int64_t *)copy_part(d, P_HANDLES);
-  size_t hbytes = (size_t)d->n_save * 8;
+  int64_t *handles = (int64_t *)copy_part(d, SA_PART_HANDLES);
+  size_t hbytes = (size_t)N_SAVE(d) * 8;
   int64_t zero = 0;
-  if ((d->n_save > 0 && !put_out(own, c->handles, handles, hbytes)) ||
+  if ((N_SAVE(d) > 0 && !put_out(own, c->handles, handles, hbytes)) ||
       (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->token != NULL && !own && !sa_mem_write(c->token, &zero, 8))) {
     drop(d, local);
     return refuse((int)c->kind, "handles or token: not writable memory");
@@ -451,7 +432,7 @@ int64_t sa_call_run(const struct swapagent_call *c, uint32_t opts) {
     return refuse((int)c->kind, "handles: no longer writable memory");
   }
   int64_t r = SA_GO(sa_go_run((uintptr_t)d));
-  int wrote = d->n_save == 0 || put_out(own, c->handles, handles, hbytes);
+  int wrote = N_SAVE(d) == 0 || put_out(own, c->handles, handles, hbytes);
   if (c->kind == SWAPAGENT_CALL_GUARD_RELEASE && c->token != NULL)
     wrote &= put_out(own, c->token, &d->token, sizeof d->token);
   drop(d, local);

@@ -59,27 +59,30 @@ void sa_set_dead(const uint64_t *ranges, int n);
 /* Resident handles (resident.c): base != 0 puts the handle in the table of those swapagent_unpack answers
  * in C, base 0 takes it out. */
 void sa_resident_set(int64_t handle, uintptr_t base);
+/* The parts of a call's copy (calls.def's SA_PART rows, in their order). */
+enum sa_part {
+#define SA_PART(NAME, field, count, size, how) SA_PART_##NAME,
+#include "calls.def"
+  SA_NPARTS
+};
 /* A control call as calls.c copied it, for the agent to run now (sa_go_run) or, queued, from the ring (the
- * event SA_FN_QUEUED, args[0] its address; sa_call_free gives it back). */
+ * event SA_FN_QUEUED, args[0] its address; sa_call_free gives it back). Its parts lie in data, where
+ * part_off says (bytes from data), part_n entries each; the group name and its NUL at group_off. Readers
+ * take the places from here, never work them out again. */
 typedef struct sa_call {
   uint32_t kind;      /* SWAPAGENT_CALL_* */
   uint32_t has_group; /* a group was given (GUARD_RELEASE may give none) */
   uint32_t has_text;  /* the caller gave text (descriptions; NOTE's value) */
   uint32_t pad;
+  uint64_t group_off; /* where the group name begins */
   uint64_t group_len; /* bytes of the group name (without NUL; MaxGroup+1 when it ran on) */
-  uint64_t n;         /* ptrs */
-  uint64_t n_counts;  /* counts (HOLDERS: n) */
-  uint64_t n_pos;     /* REGION_ENTER: how many inputs are positional */
-  uint64_t n_save;    /* saves, and their handles */
-  uint64_t n_desc;    /* described pointers */
-  uint64_t text_len;  /* bytes of the text */
+  uint64_t part_off[SA_NPARTS]; /* enum sa_part: where each part begins (8-byte aligned) */
+  uint64_t part_n[SA_NPARTS];   /* and its entries (0 for a part its kind does not read) */
+  uint64_t n_pos;               /* REGION_ENTER: how many inputs are positional */
   uint64_t ptr, nbytes;
   int64_t others, handle;
   int64_t first; /* queued: the handle of the first save (the others follow it) */
   int64_t token; /* GUARD_RELEASE's token, written by the agent */
-  /* ptrs[n], counts[n_counts], save_ptrs[n_save], save_nbytes[n_save], desc_ptrs[n_desc] and handles[n_save]
-   * (written by the agent, or by the queue) as 64-bit words, then save_flags[n_save] as uint32_t, then the
-   * text, then the group name and its NUL, each part from an 8-byte boundary. */
   uint64_t data[];
 } sa_call;
 void sa_call_free(uintptr_t d);

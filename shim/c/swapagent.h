@@ -125,6 +125,7 @@ struct swapagent_call {
  * SHAPE the dimensions comma-separated ("32,1,1,16"; empty for a scalar); an empty line: nothing known. At
  * most 256 bytes of PATH, 16 dimensions; a malformed line refuses the call. Fault reports name a tensor by
  * it, traces keep it; the agent decides nothing from it. */
+/* ---- The call kinds, written by genabi from shim/c/calls.def (make generate): edit the table. ---- */
 #define SWAPAGENT_CALL_REGION_ENTER 1   /* group, ptrs, n, n_positional, text: swapagent_region_enter */
 /* REGION_EXIT is swapagent_region_exit after the SAVE of save_* and the DESCRIBE of desc_ptrs (each left out
  * when empty): a region's end in one call. A bad group, array or description refuses it whole (nothing done);
@@ -182,6 +183,9 @@ struct swapagent_call {
  * value: at most 1024 bytes, no control character. */
 #define SWAPAGENT_CALL_NOTE 13          /* group (the key), text, text_len (the value) */
 #define SWAPAGENT_CALL_QUEUEING 14      /* nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0 */
+/* The kinds SWAPAGENT_OPT_QUEUE may queue ("Queued calls" below):
+ * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT. */
+/* ---- End of the lines from shim/c/calls.def. ---- */
 
 /* The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed): references that exist only to serve
  * the layer's own backward or recompute. */
@@ -193,7 +197,7 @@ struct swapagent_call {
 #define SWAPAGENT_RELEASE_ALLOW 1  /* release it: the agent records it as an offload of its bytes */
 
 /* Queued calls. Where nothing a caller waits for depends on the agent's answers but their codes, the library
- * answers REGION_ENTER, REGION_EXIT, BACKWARD_ENTER and BACKWARD_EXIT with SWAPAGENT_OPT_QUEUE itself: it
+ * answers the kinds that may be queued (listed with the kinds above) with SWAPAGENT_OPT_QUEUE itself: it
  * copies the arguments, gives the saves their handles and returns SWAPAGENT_OK without entering the agent,
  * which runs the call later in its place among the process's runtime and control calls, as it would have
  * run then (the same trace events at the call's time and thread, classification, counts and fault

@@ -1,9 +1,11 @@
-// Command genabi generates the control ABI's vocabulary from shim/c/swapagent.h, its one source: the
-// return codes, save flags, states, keep reasons, guard release answers, policies, the call kinds and
-// options of swapagent_call, the arguments' limits and the ABI version, as Go constants of package trace
-// (trace/abi_gen.go) and as the Python companion's constants (python/swapagent/_abi.py), with the fields of
-// struct swapagent_call as ctypes types for Python; and the ring's pseudo function IDs from shim/c/sa.h
-// (SA_FN_*), which traces record, into package trace.
+// Command genabi generates the control ABI's vocabulary from its sources: shim/c/swapagent.h for the
+// return codes, save flags, states, keep reasons, guard release answers, policies, options of
+// swapagent_call, the arguments' limits and the ABI version; shim/c/calls.def, the table of control calls,
+// for the call kinds (written into swapagent.h's SWAPAGENT_CALL_* block, between its calls.def marks, with
+// each row's comments) and the agent's dispatch of each kind to its handler (agent/calls_gen.go). It writes
+// them as Go constants of package trace (trace/abi_gen.go) and as the Python companion's constants
+// (python/swapagent/_abi.py), with the fields of struct swapagent_call as ctypes types for Python; and the
+// ring's pseudo function IDs from shim/c/sa.h (SA_FN_*), which traces record, into package trace.
 //
 // Usage, from anywhere in the module (go generate ./trace runs it too):
 //
@@ -34,6 +36,8 @@ const (
 	shimPath   = "shim/c/sa.h" // the shim's internal header: only its SA_FN_* are read
 	goPath     = "trace/abi_gen.go"
 	pyPath     = "python/swapagent/_abi.py"
+	tablePath  = "shim/c/calls.def" // the table of control calls
+	callsPath  = "agent/calls_gen.go"
 )
 
 // constant is one #define of the header.
@@ -390,7 +394,7 @@ func parseFns(v *vocab, src string) error {
 }
 
 // pySource renders python/swapagent/_abi.py.
-func pySource(v *vocab) []byte {
+func pySource(v *vocab, tab *table) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# %s\n", generatedLine)
@@ -447,6 +451,15 @@ func pySource(v *vocab) []byte {
 		}
 		p(")\n")
 	}
+	p("\n# The kinds SWAPAGENT_OPT_QUEUE may queue (%s: SA_QUEUEABLE).\n", tablePath)
+	p("CALL_QUEUEABLE = frozenset([")
+	for i, r := range tab.queueable() {
+		if i > 0 {
+			p(", ")
+		}
+		p("CALL_%s", r.Name)
+	}
+	p("])\n")
 	p("\n# Policies: the values of SWAPAGENT_POLICY.\n")
 	for _, c := range v.Policies {
 		p("POLICY_%s = %q\n", c.Suffix, c.Str)
@@ -492,15 +505,30 @@ type generatedFile struct {
 
 // generate renders the generated files from the headers under root.
 func generate(root string) ([]generatedFile, error) {
-	src, err := os.ReadFile(filepath.Join(root, headerPath))
+	raw, err := os.ReadFile(filepath.Join(root, headerPath))
 	if err != nil {
 		return nil, err
 	}
-	v, err := parse(string(src))
+	def, err := os.ReadFile(filepath.Join(root, tablePath))
 	if err != nil {
 		return nil, err
 	}
-	if err := parseFields(v, string(src)); err != nil {
+	tab, err := parseTable(string(def))
+	if err != nil {
+		return nil, err
+	}
+	src, err := splice(string(raw), tab.header())
+	if err != nil {
+		return nil, err
+	}
+	v, err := parse(src)
+	if err != nil {
+		return nil, err
+	}
+	if err := parseFields(v, src); err != nil {
+		return nil, err
+	}
+	if err := tab.check(v); err != nil {
 		return nil, err
 	}
 	shim, err := os.ReadFile(filepath.Join(root, shimPath))
@@ -514,7 +542,12 @@ func generate(root string) ([]generatedFile, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []generatedFile{{goPath, goSrc}, {pyPath, pySource(v)}}, nil
+	calls, err := tab.dispatch()
+	if err != nil {
+		return nil, err
+	}
+	return []generatedFile{{headerPath, []byte(src)}, {goPath, goSrc}, {pyPath, pySource(v, tab)},
+		{callsPath, calls}}, nil
 }
 
 func run(check bool) error {
@@ -531,7 +564,8 @@ func run(check bool) error {
 		full := filepath.Join(root, f.path)
 		if check {
 			if old, err := os.ReadFile(full); err != nil || !bytes.Equal(old, f.data) {
-				fmt.Fprintf(os.Stderr, "genabi: %s is not current with %s: run make generate\n", f.path, headerPath)
+				fmt.Fprintf(os.Stderr, "genabi: %s is not current with %s and %s: run make generate\n", f.path,
+					headerPath, tablePath)
 				stale++
 			}
 			continue

@@ -126,22 +126,26 @@ static int64_t save(uintptr_t ptr, size_t nbytes) {
   return h;
 }
 
-/* Runs a call from the C side's copy as policy off would: every part read, the saves given handles. */
+/* Runs a call from the C side's copy as policy off would: every part read where the copy says it lies, the
+ * saves given handles. */
 int64_t sa_go_run(uintptr_t addr) {
   sa_call *d = (sa_call *)addr;
-  uint64_t words = d->n + d->n_counts + 3 * d->n_save + d->n_desc;
+  const unsigned char *data = (const unsigned char *)d->data;
+  static const size_t size[SA_NPARTS] = {
+#define SA_PART(NAME, field, count, sz, how) [SA_PART_##NAME] = sz,
+#include "calls.def"
+  };
   volatile uint64_t sum = 0;
-  for (uint64_t i = 0; i < words; i++) sum += d->data[i];
-  const char *rest = (const char *)(d->data + words);
-  size_t flags = (d->n_save * 4 + 7) & ~(size_t)7, text = (d->text_len + 7) & ~(size_t)7;
-  for (size_t i = 0; i < flags + text; i++) sum += (unsigned char)rest[i];
-  if (d->has_group && strlen(rest + flags + text) != d->group_len) return SWAPAGENT_EINVAL;
+  for (int p = 0; p < SA_NPARTS; p++)
+    for (size_t i = 0; i < d->part_n[p] * size[p]; i++) sum += data[d->part_off[p] + i];
+  if (d->has_group && strlen((const char *)data + d->group_off) != d->group_len) return SWAPAGENT_EINVAL;
   if (d->has_group && d->group_len == 0) return SWAPAGENT_EINVAL;
-  if (d->kind == SWAPAGENT_CALL_REGION_ENTER && d->n_pos > d->n) return SWAPAGENT_EINVAL;
-  const uint64_t *ptrs = d->data + d->n + d->n_counts, *sizes = ptrs + d->n_save;
-  int64_t *handles = (int64_t *)(sizes + d->n_save + d->n_desc);
+  if (d->kind == SWAPAGENT_CALL_REGION_ENTER && d->n_pos > d->part_n[SA_PART_PTRS]) return SWAPAGENT_EINVAL;
+  const uint64_t *ptrs = (const uint64_t *)(data + d->part_off[SA_PART_SAVE_PTRS]),
+                 *sizes = (const uint64_t *)(data + d->part_off[SA_PART_SAVE_NBYTES]);
+  int64_t *handles = (int64_t *)(d->data + d->part_off[SA_PART_HANDLES] / 8);
   int64_t rc = SWAPAGENT_OK;
-  for (uint64_t i = 0; i < d->n_save; i++) {
+  for (uint64_t i = 0; i < d->part_n[SA_PART_SAVE_PTRS]; i++) {
     handles[i] = save((uintptr_t)ptrs[i], (size_t)sizes[i]);
     if (handles[i] < 0 && rc == SWAPAGENT_OK) rc = handles[i];
   }

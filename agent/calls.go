@@ -1,0 +1,67 @@
+// calls.go owns the agent's handler of each control call kind: what a row of shim/c/calls.def runs in the
+// agent. The generated dispatch (calls_gen.go) calls kind NAME's handler callCamelName with the call as the
+// C side copied it (Call) and where it came from (origin: now, or queued and run by the drain in its place);
+// each hands the call's fields to the method that checks them and runs it, and returns its result.
+package agent
+
+import "swapagent/tracker"
+
+func (a *Agent) callRegionEnter(o origin, c *Call) int64 {
+	return int64(a.regionEnterDesc(o, c.Group, c.Ptrs, c.NPos, c.Descs))
+}
+
+func (a *Agent) callRegionExit(o origin, c *Call) int64 {
+	if len(c.Saves) == 0 && len(c.DescPtrs) == 0 {
+		return int64(a.regionExit(o, c.Group, c.Ptrs))
+	}
+	var given []int64
+	if c.Queued {
+		given = append(given, c.Handles...)
+	}
+	rc, whole := a.regionExitWith(o, c.Group, c.Ptrs, c.Saves, c.Sizes, c.Flags, c.Handles, c.Queued,
+		c.DescPtrs, c.Descs)
+	if c.Queued {
+		if whole {
+			a.unresident(given, nil)
+		} else {
+			a.unresident(given, c.Handles)
+		}
+	}
+	return int64(rc)
+}
+
+func (a *Agent) callSave(o origin, c *Call) int64 {
+	return int64(a.saveN(o, c.Group, c.Saves, c.Sizes, c.Flags, c.Handles, false))
+}
+
+func (a *Agent) callDescribe(_ origin, c *Call) int64 {
+	return int64(a.Describe(c.Group, c.DescPtrs, c.Descs))
+}
+
+func (a *Agent) callProtect(_ origin, c *Call) int64 { return int64(a.Protect(c.Group, c.Ptrs)) }
+
+func (a *Agent) callBackwardEnter(o origin, c *Call) int64 { return int64(a.backwardEnter(o, c.Group)) }
+
+func (a *Agent) callBackwardExit(o origin, c *Call) int64 { return int64(a.backwardExit(o, c.Group)) }
+
+func (a *Agent) callHolders(_ origin, c *Call) int64 {
+	return int64(a.Holders(c.Group, c.Ptrs, c.Counts))
+}
+
+func (a *Agent) callGroupStreams(_ origin, c *Call) int64 {
+	return int64(a.GroupStreams(c.Group, c.Ptrs))
+}
+
+func (a *Agent) callGuard(_ origin, c *Call) int64 { return int64(a.Guard(c.Group)) }
+
+func (a *Agent) callGuardRelease(_ origin, c *Call) int64 {
+	answer, token := a.GuardRelease(c.Group, c.Ptr, c.Nbytes, tracker.Holders(max(c.Others, -1)), c.own())
+	c.Token = token
+	return int64(answer)
+}
+
+func (a *Agent) callGuardRestore(_ origin, c *Call) int64 {
+	return int64(a.GuardRestore(c.Handle, c.Ptr, c.Nbytes))
+}
+
+func (a *Agent) callNote(_ origin, c *Call) int64 { return int64(a.Note(c.Group, c.Text)) }
