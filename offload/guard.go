@@ -74,6 +74,26 @@ func (e *Engine) handlesOf(sid uint64) []*handle {
 
 func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes uint64, hs []*handle,
 	held tracker.Holders) (Decision, error) {
+	d, pick := e.decideRelease(name, si, nbytes, hs, held)
+	if !d.Known {
+		return d, nil
+	}
+	if !d.Allow {
+		e.st.GuardKept++
+		e.st.GuardKeptBytes += d.Size
+		e.emit(Event{Kind: EvGuardKeep, Group: d.Group, Handle: d.Handle, Storage: si.ID, Base: si.Base, Size: d.Size,
+			Reason: d.Reason, Detail: d.Why})
+		return d, nil
+	}
+	e.guardRelease(pick, hs, si, d.Size, d.ByHolders)
+	return d, nil
+}
+
+// decideRelease is the answer to a release of storage si (nbytes; hs: its handles in the live groups) by the
+// policy, with nothing recorded or changed, and the handle it is decided for (nil when no live group saved
+// the storage: allowed, not the agent's to decide).
+func (e *Engine) decideRelease(name string, si tracker.StorageInfo, nbytes uint64, hs []*handle,
+	held tracker.Holders) (Decision, *handle) {
 	if len(hs) == 0 {
 		return Decision{Allow: true}, nil
 	}
@@ -119,15 +139,7 @@ func (e *Engine) guardReleaseLocked(name string, si tracker.StorageInfo, nbytes 
 		d.Why = e.keepWhy(pick, si, engineMoves, held)
 	}
 	d.ByHolders = d.Allow && e.cfg.Policy == PolicySafe && tracker.ByHolders(pick.reason, held)
-	if !d.Allow {
-		e.st.GuardKept++
-		e.st.GuardKeptBytes += d.Size
-		e.emit(Event{Kind: EvGuardKeep, Group: d.Group, Handle: d.Handle, Storage: si.ID, Base: si.Base, Size: d.Size,
-			Reason: d.Reason, Detail: d.Why})
-		return d, nil
-	}
-	e.guardRelease(pick, hs, si, d.Size, d.ByHolders)
-	return d, nil
+	return d, pick
 }
 
 // guardKeeps tells the observer, at a guarded group's region exit, which of the storages its framework
