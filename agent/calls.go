@@ -4,7 +4,10 @@
 // each hands the call's fields to the method that checks them and runs it, and returns its result.
 package agent
 
-import "swapagent/tracker"
+import (
+	"swapagent/trace"
+	"swapagent/tracker"
+)
 
 func (a *Agent) callRegionEnter(o origin, c *Call) int64 {
 	return int64(a.regionEnterDesc(o, c.Group, c.Ptrs, c.NPos, c.Descs))
@@ -65,3 +68,30 @@ func (a *Agent) callGuardRestore(_ origin, c *Call) int64 {
 }
 
 func (a *Agent) callNote(_ origin, c *Call) int64 { return int64(a.Note(c.Group, c.Text)) }
+
+// callReleasable answers what a guard release of c.Ptr would be told now (SWAPAGENT_CALL_RELEASABLE): the
+// framework's counts as a guard release's (counts[0] the holders, counts[1] and counts[2] the layer's own),
+// the ring drained first, nothing recorded, a refusal counted like any other.
+func (a *Agent) callReleasable(_ origin, c *Call) int64 {
+	if c.Group != "" {
+		if err := checkGroup(c.Group); err != nil {
+			return int64(a.result("releasable", err))
+		}
+	}
+	held := tracker.HoldersUnknown
+	if len(c.Counts) > 0 {
+		held = tracker.Holders(max(c.Counts[0], -1))
+	}
+	e := a.begin(live)
+	if e == nil {
+		return int64(a.result("releasable", errNoEngine))
+	}
+	d, err := e.Releasable(c.Group, c.Ptr, tracker.Outside(held, c.own()))
+	if err != nil {
+		return int64(a.result("releasable", err))
+	}
+	if d.Allow {
+		return trace.ReleaseAllow
+	}
+	return trace.ReleaseKeep
+}

@@ -34,6 +34,8 @@ func (a *Agent) dispatch(o origin, c *Call) int64 {
 		return a.callGuardRestore(o, c)
 	case trace.CallNote:
 		return a.callNote(o, c)
+	case trace.CallReleasable:
+		return a.callReleasable(o, c)
 	}
 	return int64(a.Invalid(CallName(c.Kind), "unknown kind"))
 }

@@ -61,6 +61,22 @@ func (e *Engine) GuardRelease(name string, ptr, nbytes uint64, held tracker.Hold
 	return e.guardReleaseLocked(name, si, nbytes, e.handlesOf(si.ID), held)
 }
 
+// Releasable is GuardRelease's answer for the storage based at ptr with nothing recorded or changed: the
+// decision a framework may ask for before it spends work on a release (SWAPAGENT_CALL_RELEASABLE).
+func (e *Engine) Releasable(name string, ptr uint64, held tracker.Holders) (Decision, error) {
+	if ptr == 0 {
+		return Decision{}, fmt.Errorf("%w: release of address 0", ErrInvalid)
+	}
+	e.lock()
+	defer e.unlock()
+	si, ok := e.tr.LookupStorage(ptr)
+	if !ok || si.Base != ptr {
+		return Decision{Allow: true}, nil
+	}
+	d, _ := e.decideRelease(name, si, 0, e.handlesOf(si.ID), held)
+	return d, nil
+}
+
 // handlesOf returns the first handle of storage sid in every live group.
 func (e *Engine) handlesOf(sid uint64) []*handle {
 	var hs []*handle

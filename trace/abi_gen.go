@@ -54,10 +54,11 @@ const (
 	CallGuardRestore  = 12 // SWAPAGENT_CALL_GUARD_RESTORE: handle, ptr, nbytes
 	CallNote          = 13 // SWAPAGENT_CALL_NOTE: group (the key), text, text_len (the value)
 	CallQueueing      = 14 // SWAPAGENT_CALL_QUEUEING: nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0
+	CallReleasable    = 15 // SWAPAGENT_CALL_RELEASABLE: group or NULL, ptr, counts (or NULL), n
 )
 
 // NumCalls is the number of call kinds: they are 1 to NumCalls.
-const NumCalls = 14
+const NumCalls = 15
 
 // CallNames names the call kinds by value (index kind-1): the header's names in lower case.
 var CallNames = [NumCalls]string{
@@ -75,6 +76,7 @@ var CallNames = [NumCalls]string{
 	"guard_restore",
 	"note",
 	"queueing",
+	"releasable",
 }
 
 // Options of swapagent_call (SWAPAGENT_OPT_*).

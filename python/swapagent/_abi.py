@@ -98,7 +98,8 @@ CALL_GUARD_RELEASE = 11
 CALL_GUARD_RESTORE = 12
 CALL_NOTE = 13
 CALL_QUEUEING = 14
-CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing")
+CALL_RELEASABLE = 15
+CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing", "releasable")
 
 # The kinds SWAPAGENT_OPT_QUEUE may queue (shim/c/calls.def: SA_QUEUEABLE).
 CALL_QUEUEABLE = frozenset([CALL_REGION_ENTER, CALL_REGION_EXIT, CALL_BACKWARD_ENTER, CALL_BACKWARD_EXIT])

@@ -183,6 +183,12 @@ struct swapagent_call {
  * value: at most 1024 bytes, no control character. */
 #define SWAPAGENT_CALL_NOTE 13          /* group (the key), text, text_len (the value) */
 #define SWAPAGENT_CALL_QUEUEING 14      /* nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0 */
+/* RELEASABLE asks what GUARD_RELEASE would answer now for the storage whose base is ptr, with the same group
+ * and counts, and changes nothing: nothing is released, kept, recorded or counted. A framework asks it
+ * before it spends work on a release the agent may refuse (the copy out to host that precedes a swap's
+ * resize to 0) or to learn whether its evidence of holders lets a storage go, and asks GUARD_RELEASE when it
+ * releases. Returns SWAPAGENT_RELEASE_ALLOW or SWAPAGENT_RELEASE_KEEP, or a code. */
+#define SWAPAGENT_CALL_RELEASABLE 15    /* group or NULL, ptr, counts (or NULL), n */
 /* The kinds SWAPAGENT_OPT_QUEUE may queue ("Queued calls" below):
  * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT. */
 /* ---- End of the lines from shim/c/calls.def. ---- */
