@@ -39,14 +39,18 @@ recording: a run with every candidate layer declared and nothing released (--pol
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
 with replay's engine for its peak and the bytes it moves, then every set of layers with gaps (up to 16
 layers) is costed and those cheaper than the best range are simulated, cheapest first, until one fits. The
-transfer a configuration cannot hide is modelled from the layers' recorded times and the link's bandwidth
-(--link when given, else measured from the recording's copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
+transfer a configuration cannot hide is modelled step by step from the recorded steps' layer times and the
+gaps between them, the agent's copies on one stream (a prefetch of N launches the copies back of the N
+swapped layers the backward reaches next), and the link's bandwidth (--link when given, else measured from
+the recording's copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
 is refused (exit 2; the refusal gives the link a swapping run measured, for --link); a one-step recording
 is planned with a warning (its times are the warm-up's).
 --recompute adds full recompute of each range and set as a candidate: the same
 peak as its swap without prefetch, costed by the layers' recorded forward times, nothing moved. The plan
-is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section,
-hyper-parallel's calls, the companions' layer_swap and decoder-sim's flags. Each form states the best
+is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section, or with
+--mode graph its graph mode's swap_config section (any set of layers, with a prefetch; backward_prefetch
+in operators, counted from the recording's backward kernels), hyper-parallel's calls, the companions'
+layer_swap and decoder-sim's flags. Each form states the best
 candidate it can express, never another rewritten: MindFormers needs a prefetch of at least 1 and layer
 i + prefetch in the model (--num-layers N: the model's layers, when the recording declared fewer), and
 with none of its candidates fitting, --format yaml writes nothing and exits 1. A directory holds one

@@ -3,7 +3,11 @@
 // over each recorded step's own times.
 package plan
 
-import "slices"
+import (
+	"slices"
+
+	"swapagent/trace"
+)
 
 // stepTimes are one recorded step's times, per declared layer in forward order: its forward (region enter
 // to exit), the gap from that exit to the next layer's region enter (the last layer's: to its own backward
@@ -193,4 +197,17 @@ func (p *Plan) Exposed(layers []int, prefetch int) int64 {
 		}
 	}
 	return p.Profile.exposed(swap, prefetch)
+}
+
+// PredictedPeak is the simulated peak of swapping layers (indices) with prefetch on the recording f the plan
+// was made from, as Search simulates a candidate (a recording that declared every layer: the undeclared
+// layers' estimate is not added): for a sweep that compares the model with runs (cmd/planbench).
+func (p *Plan) PredictedPeak(f *trace.File, layers []int, prefetch int) uint64 {
+	var at []int
+	for i, l := range p.Profile.Layers {
+		if slices.Contains(layers, l.Index) {
+			at = append(at, i)
+		}
+	}
+	return p.Profile.simulateSwap(f, at, prefetch).PeakSimulated
 }
