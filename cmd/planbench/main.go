@@ -103,8 +103,6 @@ type candidate struct {
 	steps    []int64 // the side-by-side runs: each one's least step
 }
 
-func (c *candidate) key() string { return fmt.Sprint(c.layers, c.prefetch) }
-
 func (c *candidate) String() string {
 	return fmt.Sprintf("layers %s prefetch %d", spanOf(c.layers), c.prefetch)
 }
@@ -246,14 +244,16 @@ func bench(c config, steps, rounds, finalists int, frac float64) (float64, error
 		}
 	}
 	for _, k := range final {
+		var marks []string
+		if k == picked {
+			marks = append(marks, "the plan's")
+		}
+		if k == best {
+			marks = append(marks, "the best")
+		}
 		mark := ""
-		switch {
-		case k == picked && k == best:
-			mark = "  <- the plan's, the best"
-		case k == picked:
-			mark = "  <- the plan's"
-		case k == best:
-			mark = "  <- the best"
+		if len(marks) > 0 {
+			mark = "  <- " + strings.Join(marks, ", ")
 		}
 		fmt.Printf("    %-22s step median %s (runs %s to %s), predicted exposed transfer %s%s\n", k, ms(median(k.steps)),
 			ms(slices.Min(k.steps)), ms(slices.Max(k.steps)), ms(k.predict), mark)
