@@ -271,6 +271,33 @@ func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (f
 	}
 	ratio := float64(median(picked.steps)) / float64(median(best.steps))
 	fmt.Printf("  the plan's step over the best's, side by side (%d rounds): %+.1f%%\n", rounds, 100*(ratio-1))
+	// Depth: the configuration of the sweep where the model gains most from a prefetch of 2 over 1, both run
+	// side by side.
+	var deep [2]*candidate
+	byKey := map[string]*candidate{}
+	for _, k := range all {
+		byKey[fmt.Sprint(k.layers, k.prefetch)] = k
+	}
+	for _, k := range all {
+		if one := byKey[fmt.Sprint(k.layers, 1)]; k.prefetch == 2 &&
+			(deep[1] == nil || one.predict-k.predict > deep[0].predict-deep[1].predict) {
+			deep = [2]*candidate{one, k}
+		}
+	}
+	deep[0].steps, deep[1].steps = nil, nil
+	for range rounds {
+		for _, k := range deep {
+			m, err := run(k)
+			if err != nil {
+				return 0, err
+			}
+			k.steps = append(k.steps, m.LeastStepNS)
+		}
+	}
+	fmt.Printf("  depth, where the model gains most from prefetch 2 (%s): predicted %s less exposed transfer than "+
+		"prefetch 1; side by side (%d rounds): step %s against %s (%+.1f%%)\n", spanOf(deep[0].layers),
+		ms(deep[0].predict-deep[1].predict), rounds, ms(median(deep[1].steps)), ms(median(deep[0].steps)),
+		100*(float64(median(deep[1].steps))/float64(median(deep[0].steps))-1))
 	return ratio, nil
 }
 
