@@ -28,7 +28,7 @@ const (
 )
 
 // Usage is the synopsis for the CLI's help.
-const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--num-layers N] [--recompute] [--format text|yaml|json] [--verify -- CMD]"
+const Usage = "TRACE|DIR --budget BYTES [--link GB/s] [--prefetch-max N] [--num-layers N] [--recompute] [--format text|yaml|json] [--mode pynative|graph] [--verify -- CMD]"
 
 // Command is how `swapagent plan` is called (internal/cli's conventions).
 var Command = cli.Command{
@@ -39,14 +39,18 @@ recording: a run with every candidate layer declared and nothing released (--pol
 how for each framework). Each contiguous range of layers, with each prefetch depth up to N, is simulated
 with replay's engine for its peak and the bytes it moves, then every set of layers with gaps (up to 16
 layers) is costed and those cheaper than the best range are simulated, cheapest first, until one fits. The
-transfer a configuration cannot hide is modelled from the layers' recorded times and the link's bandwidth
-(--link when given, else measured from the recording's copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
+transfer a configuration cannot hide is modelled step by step from the recorded steps' layer times and the
+gaps between them, the agent's copies on one stream (a prefetch of N launches the copies back of the N
+swapped layers the backward reaches next), and the link's bandwidth (--link when given, else measured from
+the recording's copies where it made some, else 25 GB/s). A recording with faults, or made under a policy that moved data,
 is refused (exit 2; the refusal gives the link a swapping run measured, for --link); a one-step recording
 is planned with a warning (its times are the warm-up's).
 --recompute adds full recompute of each range and set as a candidate: the same
 peak as its swap without prefetch, costed by the layers' recorded forward times, nothing moved. The plan
-is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section,
-hyper-parallel's calls, the companions' layer_swap and decoder-sim's flags. Each form states the best
+is written in the job's own terms: MindFormers 2.1.0 PyNative's YAML swap (or recompute) section, or with
+--mode graph its graph mode's swap_config section (any set of layers, with a prefetch; backward_prefetch
+in operators, counted from the recording's backward kernels), hyper-parallel's calls, the companions'
+layer_swap and decoder-sim's flags. Each form states the best
 candidate it can express, never another rewritten: MindFormers needs a prefetch of at least 1 and layer
 i + prefetch in the model (--num-layers N: the model's layers, when the recording declared fewer), and
 with none of its candidates fitting, --format yaml writes nothing and exits 1. A directory holds one
@@ -71,6 +75,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s`; given, it wins over a measured one (default: measured from the recording's copies, else 25)")
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
+	mode := fs.String("mode", "pynative", "MindFormers' `MODE` the YAML is for: pynative (its swap: section) or graph (swap_config:)")
 	verify := cli.Switch(fs, "verify", "run CMD (after --) as planned and print what it measured beside the plan")
 	recompute := cli.Switch(fs, "recompute", "also try full recompute of each range or set of layers instead of its swap")
 	numLayers := fs.Int("num-layers", 0, "the model's layer count `N` when the recording declared fewer "+
@@ -100,6 +105,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return c.UsageError(stderr, "bad --prefetch-max %d (0 to 8)", *prefetchMax)
 	case *format != "text" && *format != "yaml" && *format != "json":
 		return c.UsageError(stderr, "bad --format %q (want text, yaml or json)", *format)
+	case *mode != "pynative" && *mode != "graph":
+		return c.UsageError(stderr, "bad --mode %q (want pynative or graph)", *mode)
 	}
 	if *verify && *format != "text" {
 		return c.UsageError(stderr, "--verify prints text: leave --format out")
@@ -131,13 +138,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		c.Errorf(stderr, "warning: the recording has %d step: its layer times are the warm-up's (caches, the "+
 			"allocator's growth); record 3 or more", p.Profile.Steps)
 	}
+	if *mode == "graph" {
+		p.mf = forMindFormersGraph
+	}
 	switch *format {
 	case "json":
 		err = writeJSON(stdout, files[0], p)
 	case "yaml":
-		y := p.MindFormersYAML()
+		y := p.mfYAML()
 		if y == "" { // nothing enabled is written for a budget no MindFormers configuration meets
-			mf, _ := p.bestFor(forMindFormers)
+			mf, _ := p.bestFor(p.mf)
 			c.Errorf(stderr, "no configuration MindFormers can express fits %s: the lowest it reaches is %s "+
 				"(layers %s, prefetch %d); no YAML written", report.Bytes(p.Budget), report.Bytes(mf.PeakBytes),
 				span(mf.Layers), mf.Prefetch)
@@ -216,6 +226,7 @@ const (
 	forAgent       target = iota // the agent, decoder-sim, the companions: any candidate
 	forMindFormers               // MindFormers 2.1.0 PyNative `swap:` (or `recompute:`)
 	forHyperParallel
+	forMindFormersGraph // MindFormers 2.1.0 graph mode `swap_config:` (--mode graph)
 )
 
 // expresses says whether target t can state candidate c exactly, on a model of numLayers layers.
@@ -227,7 +238,15 @@ const (
 // every swapped layer is, so layer i + prefetch must exist. Both chain layer i with the layer prefetch after it
 // by index, where the agent's prefetch counts swapped layers: the same for a contiguous range, not for a
 // set with gaps, which the simulation models the agent's way; such a set is the agent's alone.
+//
+// Graph mode (swap_config, MindSpore's Cell.offload per listed layer) lists any set of layers, each entry with
+// its backward_prefetch in operators, at least 1: it states every swap with a prefetch (graphYAML says how
+// the layers become operators), none without, and no recompute (its recompute_config lists layer counts
+// per pipeline stage, not layers).
 func (t target) expresses(c Candidate, numLayers int) bool {
+	if t == forMindFormersGraph {
+		return len(c.Layers) == 0 || (!c.Recompute && c.Prefetch >= 1)
+	}
 	if t == forAgent || c.Recompute || len(c.Layers) == 0 {
 		return true
 	}
@@ -285,6 +304,77 @@ func (p *Plan) MindFormersYAML() string {
 	}
 	return head + fmt.Sprintf("swap:\n  enable: True\n  default_prefetch: %d\n  layer_swap:\n    - layers: [%s]\n",
 		b.Prefetch, specs(b.Layers))
+}
+
+// GraphYAML is the plan as MindFormers 2.1.0 graph mode's `swap_config:` section (TransformerSwapConfig,
+// checked by mindformers/tools/check_rules.py's _check_swap; each listed layer gets MindSpore's
+// Cell.offload(backward_prefetch)): the best candidate graph mode can express, "" when none of those fits.
+// Graph mode counts backward_prefetch in operators ahead of the layer's backward, where the agent counts
+// swapped layers: a layer's copy back is launched at the backward enter of the swapped layer prefetch
+// places after it (the last swapped layer for the last few), so its operators ahead are the kernels the
+// recording's backward launched from there up to the layer (Layer.BackwardKernels, the unswapped layers
+// between included); layers with the same count share an entry. The last swapped layer, which the agent
+// restores at its own backward enter, is written with 1, the least the form takes (its "Auto": one
+// operator ahead).
+func (p *Plan) GraphYAML() string {
+	b, fits := p.bestFor(forMindFormersGraph)
+	if !fits {
+		return ""
+	}
+	head := fmt.Sprintf("# MindFormers 2.1.0 graph mode (swap_config, TransformerSwapConfig; backward_prefetch in "+
+		"operators) for num_layers %d: swapagent plan, budget %s, predicted peak %s\n", p.Profile.NumLayers,
+		report.Bytes(p.Budget), report.Bytes(b.PeakBytes))
+	if len(b.Layers) == 0 {
+		return head + "swap_config:\n  swap: False\n"
+	}
+	ahead := p.operatorsAhead(b)
+	var counts []int64
+	byCount := map[int64][]int{}
+	for i, l := range b.Layers {
+		if byCount[ahead[i]] == nil {
+			counts = append(counts, ahead[i])
+		}
+		byCount[ahead[i]] = append(byCount[ahead[i]], l)
+	}
+	slices.Sort(counts)
+	s := head + "swap_config:\n  swap: True\n  default_prefetch: 1\n  layer_swap:\n"
+	for _, n := range counts {
+		s += fmt.Sprintf("    - backward_prefetch: %d\n      layers: [%s]\n", n, ints(byCount[n]))
+	}
+	return s
+}
+
+// operatorsAhead are, for each of c's layers, the kernels the recorded backward launches between the
+// engine's launch of its copy back and its own backward (at least 1; GraphYAML).
+func (p *Plan) operatorsAhead(c Candidate) []int64 {
+	pos := map[int]int{} // layer index -> position in Layers
+	for i, l := range p.Profile.Layers {
+		pos[l.Index] = i
+	}
+	out := make([]int64, len(c.Layers))
+	for j, l := range c.Layers {
+		from := c.Layers[min(j+c.Prefetch, len(c.Layers)-1)] // where its copy back is launched
+		for i := pos[l] + 1; i <= pos[from]; i++ {
+			out[j] += p.Profile.Layers[i].BackwardKernels
+		}
+		out[j] = max(out[j], 1)
+	}
+	return out
+}
+
+// mfYAML is the MindFormers form the user asked for (--mode): PyNative's, else graph mode's.
+func (p *Plan) mfYAML() string {
+	if p.mf == forMindFormersGraph {
+		return p.GraphYAML()
+	}
+	return p.MindFormersYAML()
+}
+
+func (p *Plan) mfMode() string {
+	if p.mf == forMindFormersGraph {
+		return "graph"
+	}
+	return "pynative"
 }
 
 // HyperParallel is the plan as hyper-parallel's calls, complete: its imports, a policy_fn that swaps every
@@ -393,6 +483,7 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 		LinkFrom    string            `json:"link_from"`
 		Layers      []Layer           `json:"layers"`
 		NumLayers   int               `json:"num_layers"`
+		MFMode      string            `json:"mindformers_mode"`
 		MindFormers targetJSON        `json:"mindformers"`
 		YAML        string            `json:"mindformers_yaml"`
 		HPPlan      targetJSON        `json:"hyper_parallel_plan"`
@@ -405,7 +496,7 @@ func writeJSON(w io.Writer, file string, p *Plan) error {
 		Sets        string            `json:"sets_search,omitempty"`
 		BestRange   *Candidate        `json:"best_range,omitempty"`
 	}{file, p.Feasible, p.Budget, p.Best, p.NoSwapPeak, p.LowestPeak, p.PoolStep, p.Footprint, p.Profile.LinkBps,
-		p.Profile.LinkFrom, p.Profile.Layers, p.Profile.NumLayers, p.targetJSON(forMindFormers), p.MindFormersYAML(),
+		p.Profile.LinkFrom, p.Profile.Layers, p.Profile.NumLayers, p.mfMode(), p.targetJSON(p.mf), p.mfYAML(),
 		p.targetJSON(forHyperParallel), p.HyperParallel(), p.Companions(),
 		p.DecoderSimArgs(), environment(p), top,
 		p.Simulations, p.Sets, bestRange}
@@ -456,7 +547,11 @@ func writeText(w io.Writer, file string, p *Plan) {
 		fmt.Fprintf(w, "  %-10s %-10s %8s %12s %12s %12v%s\n", how, span(c.Layers), pf, report.Bytes(c.PeakBytes),
 			report.Bytes(c.MovedBytes), time.Duration(c.ExposedNS).Round(time.Microsecond), mark)
 	}
-	writeTarget(w, p, forMindFormers, "MindFormers 2.1.0 PyNative (YAML)", p.MindFormersYAML())
+	if p.mf == forMindFormersGraph {
+		writeTarget(w, p, p.mf, "MindFormers 2.1.0 graph mode (YAML)", p.mfYAML())
+	} else {
+		writeTarget(w, p, p.mf, "MindFormers 2.1.0 PyNative (YAML)", p.mfYAML())
+	}
 	writeTarget(w, p, forHyperParallel, "hyper-parallel", p.HyperParallel())
 	fmt.Fprintf(w, "  companions:    %s\n", p.Companions())
 	if b.Recompute {
@@ -477,9 +572,13 @@ func writeTarget(w io.Writer, p *Plan, t target, name, text string) {
 			report.Bytes(c.PeakBytes))
 		return
 	case c.Recompute != p.Best.Recompute || c.Prefetch != p.Best.Prefetch || !slices.Equal(c.Layers, p.Best.Layers):
-		fmt.Fprintf(w, "\n  %s cannot state the plan (no prefetch, layer i + prefetch past its %d layers, or a set with gaps); "+
-			"its best: layers %s, prefetch %d: peak %s, %v of transfer not hidden:\n", name, p.Profile.NumLayers,
-			span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes), time.Duration(c.ExposedNS).Round(time.Microsecond))
+		why := fmt.Sprintf("no prefetch, layer i + prefetch past its %d layers, or a set with gaps", p.Profile.NumLayers)
+		if t == forMindFormersGraph {
+			why = "no prefetch, or recompute"
+		}
+		fmt.Fprintf(w, "\n  %s cannot state the plan (%s); its best: layers %s, prefetch %d: peak %s, %v of transfer "+
+			"not hidden:\n", name, why, span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes),
+			time.Duration(c.ExposedNS).Round(time.Microsecond))
 	default:
 		fmt.Fprintf(w, "\n  %s:\n", name)
 	}

@@ -42,6 +42,9 @@ type Layer struct {
 	CopiesAfterBackward [2]uint64 `json:"copies_after_backward_bytes"`
 	// SavedBytes is what its forward saved a step (its saves' sizes), to compare a run with the profile.
 	SavedBytes uint64 `json:"saved_bytes_per_step"`
+	// BackwardKernels is the kernels its backward launched (median over the steps): MindFormers' graph mode
+	// counts its backward_prefetch in operators.
+	BackwardKernels int64 `json:"backward_kernels"`
 	// Undeclared: a layer of the model the recording did not declare (Options.NumLayers beyond the
 	// declared): never a candidate; its times are the declared layers' medians, for the time model.
 	Undeclared bool `json:"undeclared,omitempty"`
@@ -71,6 +74,9 @@ type Profile struct {
 	// JobSwaps: the job's own swap moves the layers (the guard declared them), wired as MindFormers'
 	// apply_swap wires it: layer i with layer i + prefetch, which must be a layer of the model.
 	JobSwaps bool
+	// steps are the recorded steps' own times, the first left out, for the time model (timemodel.go); nil
+	// when the layers' spans do not line up step by step (the model then runs one step of the medians).
+	steps []stepTimes
 }
 
 // Indices are the recorded layers' indices, in forward order.
@@ -117,6 +123,8 @@ type Plan struct {
 	// searched).
 	Sets      string
 	BestRange Candidate
+	// mf is the MindFormers form written (--mode): forMindFormers (PyNative, Search's) or forMindFormersGraph.
+	mf target
 }
 
 // Options are the search's settings.
@@ -147,7 +155,7 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	if err := prof.extend(opt.NumLayers); err != nil {
 		return nil, err
 	}
-	p := &Plan{Budget: opt.Budget, Profile: *prof}
+	p := &Plan{Budget: opt.Budget, Profile: *prof, mf: forMindFormers}
 	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
 		Swap: func(string) bool { return false }})
 	p.NoSwapPeak, p.PoolStep, p.Footprint = none.PeakSimulated, none.PoolStep, none.Footprint
@@ -280,71 +288,6 @@ func better(a, b Candidate) bool {
 	return a.Prefetch < b.Prefetch
 }
 
-// exposed models one step's transfer time not hidden behind compute, as the engine pipelines its copies
-// (offload.Engine): the layers' recorded forward and backward times in order, one copy lane each way at the
-// link's rate (a PCIe link carries both directions at once). A swapped layer's copies out start at its
-// region exit; the job waits for them at the next swapped layer's exit (the engine completes the previous
-// group's copies before launching the next), or at the backward's first restore. A swapped layer's copy back
-// is issued at its backward enter, or when the backward enters one of the prefetch swapped layers after it
-// in forward order, and its backward waits for it. The job's own copies (Layer.CopiesAfterForward,
-// CopiesAfterBackward) queue behind swap's on their lane, and the job waits for them: it reads what it
-// copies out (a loss), and the device needs what it copies in; their own time is in the recorded times.
-// moved[i] is layer i's bytes each way (0: not swapped).
-func (p *Profile) exposed(moved []uint64, prefetch int) int64 {
-	if p.LinkBps <= 0 {
-		return 0
-	}
-	copyNS := func(b uint64) int64 { return int64(float64(b) / p.LinkBps * 1e9) }
-	// out, in: when each lane is free; wait: the job waits for a copy that ends at until.
-	var t, out, in, pending, exposed int64
-	wait := func(until int64) {
-		if until > t {
-			exposed += until - t
-			t = until
-		}
-	}
-	job := func(b [2]uint64) { // bytes to the host, to the device
-		for dir, lane := range []*int64{&out, &in} {
-			if b[dir] > 0 {
-				wait(*lane)
-				*lane = t + copyNS(b[dir])
-			}
-		}
-	}
-	var swapped []int // in forward order
-	for i, l := range p.Layers {
-		t += l.ForwardNS
-		if moved[i] > 0 {
-			wait(pending)
-			out = max(out, t) + copyNS(moved[i])
-			pending = out
-			swapped = append(swapped, i)
-		}
-		job(l.CopiesAfterForward)
-	}
-	done := make([]int64, len(p.Layers))
-	issued := make([]bool, len(p.Layers))
-	next := len(swapped) - 1 // the next swapped layer the backward reaches
-	for k := len(p.Layers) - 1; k >= 0; k-- {
-		if moved[k] > 0 {
-			wait(pending)
-			pending = 0
-			for j := next; j >= max(next-prefetch, 0); j-- { // this layer's copy back, and those prefetched
-				if l := swapped[j]; !issued[l] {
-					issued[l] = true
-					in = max(in, t) + copyNS(moved[l])
-					done[l] = in
-				}
-			}
-			next--
-			wait(done[k])
-		}
-		t += p.Layers[k].BackwardNS
-		job(p.Layers[k].CopiesAfterBackward)
-	}
-	return exposed
-}
-
 // usable refuses a recording that is no profile: one with faults (a faulted run's saves and times are not
 // the job's: its backward may never have run), or one whose policy moved data (its layer times include the
 // transfer it waited for, which the time model would then count twice; its own measured link is given in
@@ -422,14 +365,15 @@ func (p *Profile) extend(numLayers int) error {
 		return fmt.Errorf("--num-layers %d: the recording declares layer %d", numLayers, top-1)
 	}
 	p.NumLayers = numLayers
-	var fwd, bwd []int64
+	var fwd, bwd, kernels []int64
 	for _, l := range p.Layers {
-		fwd, bwd = append(fwd, l.ForwardNS), append(bwd, l.BackwardNS)
+		fwd, bwd, kernels = append(fwd, l.ForwardNS), append(bwd, l.BackwardNS), append(kernels, l.BackwardKernels)
 	}
 	for i := top; i < numLayers; i++ {
 		// median leaves the first value out as a warm-up: prepend one it can drop
 		p.Layers = append(p.Layers, Layer{Index: i, Group: "", Undeclared: true,
-			ForwardNS: median(append([]int64{0}, fwd...)), BackwardNS: median(append([]int64{0}, bwd...))})
+			ForwardNS: median(append([]int64{0}, fwd...)), BackwardNS: median(append([]int64{0}, bwd...)),
+			BackwardKernels: median(append([]int64{0}, kernels...))})
 	}
 	return nil
 }
@@ -438,14 +382,17 @@ func (p *Profile) extend(numLayers int) error {
 func profile(f *trace.File) (*Profile, error) {
 	tl := timeline.Fold(f.Header, f.Events, timeline.Options{NoSeries: true})
 	type times struct {
-		spans  [2][]int64   // forward (region enter to exit), backward (backward enter to exit)
-		copies [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
-		saved  uint64       // bytes its forward saved, over the steps
+		spans   [2][]int64   // forward (region enter to exit), backward (backward enter to exit)
+		enters  [2][]int64   // when each of those spans began
+		copies  [2][2]uint64 // after forward, after backward; to host, to device (steps after the first)
+		saved   uint64       // bytes its forward saved, over the steps
+		kernels []int64      // kernels each backward launched
 	}
 	var launches []int64 // when each kernel was launched
 	per := map[uint32]*times{}
 	var order []uint32
 	opened := [2]map[uint32]int64{{}, {}} // forward, backward: when each group's open span began
+	launched := map[uint32]int64{}        // kernels launched in each open backward
 	var last *times                       // the layer whose forward or backward the job's copies follow
 	lastPhase, steps := 0, 0
 	for i := range f.Events {
@@ -463,6 +410,9 @@ func profile(f *trace.File) (*Profile, error) {
 				steps++
 			}
 			opened[phase][ev.Group] = ev.TS
+			if phase == 1 {
+				launched[ev.Group] = 0
+			}
 			if per[ev.Group] != nil {
 				last, lastPhase = per[ev.Group], phase
 			}
@@ -472,7 +422,11 @@ func profile(f *trace.File) (*Profile, error) {
 			}
 			if at, ok := opened[phase][ev.Group]; ok && per[ev.Group] != nil {
 				per[ev.Group].spans[phase] = append(per[ev.Group].spans[phase], ev.TS-at)
+				per[ev.Group].enters[phase] = append(per[ev.Group].enters[phase], at)
 				delete(opened[phase], ev.Group)
+				if phase == 1 {
+					per[ev.Group].kernels = append(per[ev.Group].kernels, launched[ev.Group])
+				}
 			}
 		case trace.KindSave:
 			if t := per[ev.Group]; t != nil {
@@ -481,6 +435,9 @@ func profile(f *trace.File) (*Profile, error) {
 		case trace.KindCall:
 			if ev.Ret == 0 && tl.Class(ev.Fn) == trace.ClassLaunch {
 				launches = append(launches, ev.TS)
+				for g := range opened[1] {
+					launched[g]++
+				}
 			}
 			// aclrtMemcpyAsync: Args dst, src, count, kind (1 to the device, 2 to the host)
 			if kind := ev.Args[3]; last != nil && steps > 1 && ev.Ret == 0 && (kind == 1 || kind == 2) &&
@@ -529,7 +486,7 @@ func profile(f *trace.File) (*Profile, error) {
 	for pos, g := range order {
 		name := tl.GroupName(g)
 		l := Layer{Index: pos, Group: name, ForwardNS: median(per[g].spans[0]), BackwardNS: median(per[g].spans[1]),
-			SavedBytes: per[g].saved / uint64(max(len(per[g].spans[0]), 1))}
+			SavedBytes: per[g].saved / uint64(max(len(per[g].spans[0]), 1)), BackwardKernels: median(per[g].kernels)}
 		for dir := range 2 {
 			l.CopiesAfterForward[dir] = per[g].copies[0][dir] / uint64(max(steps-1, 1))
 			l.CopiesAfterBackward[dir] = per[g].copies[1][dir] / uint64(max(steps-1, 1))
@@ -543,6 +500,14 @@ func profile(f *trace.File) (*Profile, error) {
 	}
 	p.Steps = len(per[order[0]].spans[0])
 	p.StepNS = stepNS(tl.Steps)
+	var enters, spans [2][][]int64
+	for _, g := range order {
+		for ph := range 2 {
+			enters[ph] = append(enters[ph], per[g].enters[ph])
+			spans[ph] = append(spans[ph], per[g].spans[ph])
+		}
+	}
+	p.steps = recordedSteps(enters, spans)
 	return p, nil
 }
 

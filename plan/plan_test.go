@@ -1,6 +1,8 @@
 package plan
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -117,5 +119,34 @@ func TestTargetsExpress(t *testing.T) {
 	}
 	if got := specs([]int{0, 1, 2, 5, 7, 8}); got != "'0-2', '5', '7-8'" {
 		t.Errorf("specs = %s", got)
+	}
+}
+
+// Graph mode's backward_prefetch counts operators: a layer's copy back is launched at the backward enter of
+// the swapped layer prefetch places after it, so its entry counts the backward kernels from there to it;
+// layers with one count share an entry, and the last swapped layer (restored at its own enter) gets 1.
+func TestGraphYAMLOperatorsAhead(t *testing.T) {
+	p := &Plan{mf: forMindFormersGraph, Profile: Profile{NumLayers: 5}}
+	for i := range 5 {
+		p.Profile.Layers = append(p.Profile.Layers, Layer{Index: i, BackwardKernels: int64(10 + i)})
+	}
+	c := Candidate{Layers: []int{0, 1, 2, 4}, Prefetch: 2, Fits: true}
+	p.Ranked = []Candidate{c}
+	// layer 4: 1; layer 2: layers 3, 4 (13 + 14); layer 1: layers 2-4 (12 + 13 + 14); layer 0: layers 1, 2
+	if got := p.operatorsAhead(c); fmt.Sprint(got) != "[23 39 27 1]" {
+		t.Errorf("operators ahead %v", got)
+	}
+	y := p.GraphYAML()
+	for _, want := range []string{"swap_config:\n  swap: True\n", "- backward_prefetch: 1\n      layers: [4]\n",
+		"- backward_prefetch: 27\n      layers: [2]\n", "- backward_prefetch: 39\n      layers: [1]\n"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("graph YAML lacks %q:\n%s", want, y)
+		}
+	}
+	// no prefetch, and recompute, have no graph form
+	if forMindFormersGraph.expresses(Candidate{Layers: []int{1}}, 5) ||
+		forMindFormersGraph.expresses(Candidate{Layers: []int{1}, Recompute: true, Prefetch: 1}, 5) ||
+		!forMindFormersGraph.expresses(Candidate{Layers: []int{0, 2}, Prefetch: 1}, 5) {
+		t.Error("graph mode's expresses")
 	}
 }

@@ -3,8 +3,11 @@ YAML texts, from the installed wheel (nothing of MindFormers is copied here): ea
 config class (SwapConfig.from_dict, RecomputeConfig.from_dict: MindFormers' type checks), then checked by
 mindformers/pynative/distributed/activation_checkpoint.py as apply_ac checks it before it wires anything
 (_validate_swap_config when swap is enabled, _validate_recompute_config when a recompute mode is set).
+Graph mode's `swap_config:` section (an item with "mode": "graph") goes through the checks a graph-mode run
+makes: mindformers/tools/check_rules.py's _check_swap on the YAML as MindFormerConfig loads it, then
+TransformerSwapConfig(**swap_config) (modules/transformer/transformer.py), as core/parallel_config.py builds it.
 
-stdin: a JSON list of {"yaml": TEXT, "num_layers": N}; the file OUT (the one argument; MindFormers' logger
+stdin: a JSON list of {"yaml": TEXT, "num_layers": N[, "mode": "graph"]}; the file OUT (the one argument; MindFormers' logger
 writes to stdout, and its log files under ./output, so run it in a scratch directory): a JSON object,
 "module" (the file the validation came from) and "results", one per text: "ok", or the error MindFormers
 raised.
@@ -27,12 +30,21 @@ def main():
     from mindformers.pynative.config.config import (  # pylint: disable=import-outside-toplevel
         RecomputeCommConfig, RecomputeConfig, SwapConfig)
     from mindformers.pynative.distributed import activation_checkpoint as ac  # pylint: disable=import-outside-toplevel
+    from mindformers.modules.transformer.transformer import (  # pylint: disable=import-outside-toplevel
+        TransformerSwapConfig)
+    from mindformers.tools import check_rules  # pylint: disable=import-outside-toplevel
+    from mindformers.tools.register import MindFormerConfig  # pylint: disable=import-outside-toplevel
 
     results = []
     for item in json.load(sys.stdin):
         try:
             doc = yaml.safe_load(item["yaml"]) or {}
             n = int(item["num_layers"])
+            if item.get("mode") == "graph":
+                check_rules._check_swap(MindFormerConfig(**doc))  # pylint: disable=protected-access
+                TransformerSwapConfig(**doc["swap_config"])
+                results.append("ok")
+                continue
             if "recompute" in doc:
                 rc = RecomputeConfig.from_dict(doc["recompute"])
                 if rc.mode != "None":
@@ -44,7 +56,7 @@ def main():
         except Exception as e:  # pylint: disable=broad-except
             results.append("%s: %s" % (type(e).__name__, e))
     with open(sys.argv[1], "w") as f:
-        json.dump({"module": ac.__file__, "results": results}, f)
+        json.dump({"module": ac.__file__, "graph_module": check_rules.__file__, "results": results}, f)
 
 
 if __name__ == "__main__":

@@ -46,8 +46,9 @@ def validate(items, scratch):
     assert r.returncode == 0, r.stderr[-3000:]
     with open(res) as f:
         out = json.load(f)
-    # the wheel's own file, not a copy in this repository
-    assert "site-packages" in out["module"] and not out["module"].startswith(REPO + os.sep + "python"), out
+    # the wheel's own files, not copies in this repository
+    for m in (out["module"], out["graph_module"]):
+        assert "site-packages" in m and not m.startswith(REPO + os.sep + "python"), out
     return out["results"]
 
 
@@ -135,6 +136,52 @@ def test_plans_pass_mindformers_validation(profiles, tmp_path):
     bad = [(w, res) for w, res in zip(why, results) if res != "ok"]
     assert not bad, bad
     print("plan: %d YAML plans over %d configurations passed MindFormers 2.1.0's validation" % (
+        len(items), len(profiles)))
+
+
+def test_graph_plans_pass_mindformers_validation(profiles, tmp_path):
+    """--mode graph: MindFormers' graph-mode swap_config for a sweep of budgets, the tightest it reaches
+    included, passes the wheel's graph-mode checks; it lists exactly the plan's layers (any set: graph mode
+    offloads each listed layer), each once, with backward_prefetch the operators ahead (at least 1); a
+    budget below what it reaches writes none."""
+    items, why = [], []
+    for name, (prof, layers, more) in profiles.items():
+        more = more + ["--mode", "graph"]
+        whole, _ = plan_json(prof, 1 << 40, more)
+        assert whole["mindformers_mode"] == "graph"
+        kernels = [l["backward_kernels"] for l in whole["layers"]]
+        assert all(k > 0 for k in kernels), kernels
+        none, code = plan_json(prof, 1, more)
+        tightest = none["mindformers"]["predicted_peak_bytes"]
+        no_swap = whole["no_swap_peak_bytes"]
+        assert code == 1 and not none["mindformers"]["feasible"] and tightest < no_swap, none["mindformers"]
+        for budget in [tightest + (no_swap - tightest) * k // 4 for k in range(4)] + [no_swap]:
+            p, code = plan_json(prof, budget, more)
+            mf = p["mindformers"]
+            assert mf["feasible"] and mf["predicted_peak_bytes"] <= budget, (name, budget, mf)
+            r = swapagent("plan", prof, "--budget", str(budget), "--format", "yaml", *more, check=0)
+            assert r.stdout == p["mindformers_yaml"]
+            assert r.stdout.startswith("# MindFormers 2.1.0 graph mode") and "num_layers %d" % layers in r.stdout
+            sc = yaml.safe_load(r.stdout)["swap_config"]
+            if mf["swap_layers"]:
+                listed = [i for e in sc["layer_swap"] for i in e["layers"]]
+                assert sc["swap"] is True and sorted(listed) == mf["swap_layers"] and mf["prefetch"] >= 1, (sc, mf)
+                assert all(e["backward_prefetch"] >= 1 for e in sc["layer_swap"]), sc
+                if mf["swap_layers"] == p["swap_layers"] and mf["prefetch"] == p["prefetch"]:
+                    assert p["feasible"]  # the plan itself, when graph mode can state it
+            else:
+                assert sc["swap"] is False and budget >= no_swap, (sc, budget)
+            items.append({"yaml": r.stdout, "num_layers": layers, "mode": "graph"})
+            why.append((name, budget, mf["swap_layers"], mf["prefetch"]))
+        r = swapagent("plan", prof, "--budget", str(tightest - 1), "--format", "yaml", *more)
+        assert r.returncode == 1 and r.stdout == "" and "no YAML written" in r.stderr, (r.stdout, r.stderr)
+    # the control: graph mode's own check refuses a prefetch of 0
+    bad = "swap_config:\n  swap: True\n  default_prefetch: 1\n  layer_swap:\n    - backward_prefetch: 0\n      layers: [1]\n"
+    results = validate(items + [{"yaml": bad, "num_layers": 4, "mode": "graph"}], str(tmp_path))
+    assert "must be positive" in results[-1], results[-1]
+    bad = [(w, res) for w, res in zip(why, results) if res != "ok"]
+    assert not bad, bad
+    print("plan: %d graph-mode YAML plans over %d configurations passed MindFormers 2.1.0's checks" % (
         len(items), len(profiles)))
 
 
