@@ -40,7 +40,6 @@ BUILD_TARGETS :=
 CTESTS :=
 BENCHES :=
 PYTESTS :=
-PYTESTS_PURE :=
 
 .PHONY: all build test demo bench bootstrap venv fmt-check vet lint generate generate-check go-test c-test py-test \
 	clean
@@ -84,13 +83,10 @@ generate-check:
 c-test: build
 	@set -e; for t in $(CTESTS); do echo "== $$t"; $$t; done
 
-# Python tests run with the project's virtual environment (.venv, made by scripts/bootstrap.sh).
-# The companions' tests run on the compiled hot path (insisted on: SWAPAGENT_COMPILED=1), then those in
-# PYTESTS_PURE again on the pure-Python one.
+# Python tests run with the project's virtual environment (.venv, made by scripts/bootstrap.sh), once each:
+# the companions have one implementation (docs/design.md, "Where each rule lives").
 py-test: build
-	@set -e; for t in $(PYTESTS); do echo "== pytest $$t"; SWAPAGENT_COMPILED=1 .venv/bin/python -m pytest -q $$t; done
-	@echo "== pytest, pure-Python hot path (SWAPAGENT_COMPILED=0): $(PYTESTS_PURE)"
-	@SWAPAGENT_COMPILED=0 .venv/bin/python -m pytest -q $(PYTESTS_PURE)
+	@set -e; for t in $(PYTESTS); do echo "== pytest $$t"; .venv/bin/python -m pytest -q $$t; done
 
 go-test: build
 	$(GO) test -count=1 ./...

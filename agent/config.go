@@ -27,7 +27,7 @@ const (
 	EnvLog      = "SWAPAGENT_LOG"
 	EnvPython   = "SWAPAGENT_PYTHON"   // auto or off: the Python bootstrap of `swapagent run`
 	EnvTrace    = "SWAPAGENT_TRACE"    // all, memory or off: what the trace records (tracelevel.go)
-	EnvCompiled = "SWAPAGENT_COMPILED" // auto, 0 or 1: the companions' compiled hot path
+	EnvCompiled = "SWAPAGENT_COMPILED" // auto, 0 or 1: accepted, selects nothing (the companions are Python only)
 	// EnvTraceLimit is the bytes of trace a process keeps (2M, 512MiB, 1G, a plain count; 0: no limit): the
 	// newest segments within it, the oldest deleted (trace/segment.go).
 	EnvTraceLimit = "SWAPAGENT_TRACE_LIMIT"
@@ -57,7 +57,8 @@ type Config struct {
 	RankSet  bool
 	// Python is SWAPAGENT_PYTHON: "" when unset (the bootstrap was not offered), auto or off.
 	Python string
-	// Compiled is SWAPAGENT_COMPILED, one of CompiledModes ("" when unset): read by the Python companions.
+	// Compiled is SWAPAGENT_COMPILED, one of CompiledModes ("" when unset): it chose the companions' compiled
+	// hot path, which is gone; still checked so that a job that sets it runs as before.
 	Compiled string
 	// TraceLimit is SWAPAGENT_TRACE_LIMIT in bytes (trace.DefaultLimit when unset; 0: no limit).
 	TraceLimit int64
@@ -119,8 +120,8 @@ type Setting struct {
 }
 
 // Settings are every setting the agent and its companions read from the environment, in the order
-// their problems are reported. SWAPAGENT_COMPILED is read by the Python companions (core.hot_module,
-// which follows the same rule); the agent checks it so that a bad value is named once, up front.
+// their problems are reported. SWAPAGENT_COMPILED selects nothing any more (the companions have one path,
+// Python); it keeps its values so that a job that sets it runs as it did.
 var Settings = []Setting{
 	{EnvPolicy, "one of " + strings.Join(Policies, ", "), DefaultPolicy.String(), func(v string, c *Config) bool {
 		// offload.ParsePolicy: the exact, lower-case names, as run --policy and replay --policy take them.
@@ -164,8 +165,8 @@ var Settings = []Setting{
 	}},
 }
 
-// CompiledModes are the values SWAPAGENT_COMPILED takes: auto takes the compiled hot path when it loads,
-// 0 never, 1 insists (docs/companions.md, "The compiled hot path").
+// CompiledModes are the values SWAPAGENT_COMPILED takes. They once chose the companions' compiled hot path
+// (auto, 0 never, 1 insisted); the companions are Python only now and every value runs that one path.
 var CompiledModes = []string{"auto", "0", "1"}
 
 var logLevels = map[string]zapcore.Level{"debug": zapcore.DebugLevel, "info": zapcore.InfoLevel,

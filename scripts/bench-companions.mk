@@ -3,11 +3,9 @@
 # (12 layers, hidden 64, CPU), µs per saved tensor and step time with the companion under off and safe
 # against no companion, each measured side by side in one run (best of N), and the profile of where a
 # saved tensor's time goes (framework hooks, the companion's Python, ABI and agent). Then issue 26's own
-# check (python/bench/floor.py): on a 12-layer hidden-96 model, the companion under off on both hot paths,
-# by the plain control calls and against a null agent (its own cost), each against the empty hooks of its
-# kinds, least of 3 interleaved runs of best of 5 x 20 steps, and where the time goes inside the steps: each
-# hook's own time, the empty hooks' against the companion's (the timed build of _hot.c, python/python.mk; the
-# torch shapes of companions.py print it too). Then the agent's own part alone
+# check (python/bench/floor.py): on a 12-layer hidden-96 model, the companion under off, by the plain control
+# calls and by queued ones and against a null agent (its own cost), each against the empty hooks of its
+# kinds, least of 3 interleaved runs of best of 5 x 20 steps. Then the agent's own part alone
 # (agent/abi_bench_test.go): a region of 38 saves per iteration through the agent's control methods, with
 # one save call per storage against one batched call, and the parts a call is made of. And the guard's
 # cost (python/bench/guard.py): the same decoder swapped by the hyper-parallel stand-in under
@@ -16,7 +14,7 @@
 BENCHES += bench-companions
 
 .PHONY: bench-companions
-bench-companions: $(BUILD)/lib/libswapagent.so $(HOT_TIMED)
+bench-companions: $(BUILD)/lib/libswapagent.so
 	@.venv/bin/python python/bench/companions.py
 	@.venv/bin/python python/bench/floor.py
 	@.venv/bin/python python/bench/guard.py

@@ -22,7 +22,7 @@ dist-arm64:
 	@$(MAKE) --no-print-directory arm64
 	@bash scripts/dist.sh archive $(ARM64_BUILD) arm64 $(VERSION)
 
-wheel: venv $(BUILD)/lib/swapagent_hot.abi3.so
+wheel: venv
 	@bash scripts/dist.sh wheel $(VERSION)
 
 # The arm64 archive is checked too when the cross tools are here (make test has built build/arm64 then).

@@ -31,12 +31,6 @@ archive() {
   install -m 755 "$build/bin/swapagent" "$stage/bin/swapagent"
   install -m 755 "$build/lib/libswapagent.so" "$stage/lib/libswapagent.so"
   install -m 644 "$build/include/swapagent.h" "$stage/include/swapagent.h"
-  # The companions' compiled hot path, beside the library where they look for it.
-  local hot=$build/lib/swapagent_hot.abi3.so
-  [ -f "$hot" ] || { echo "dist.sh: $hot is missing (make build finds no Python.h?)" >&2; exit 1; }
-  readelf -h "$hot" | grep -q "Machine:.*$want" ||
-    { echo "dist.sh: $hot is not a linux/$arch binary: $(readelf -h "$hot" | grep Machine:)" >&2; exit 1; }
-  install -m 755 "$hot" "$stage/lib/swapagent_hot.abi3.so"
   local f
   for f in $(cd python && find swapagent -name '*.py' | sort); do
     install -D -m 644 "python/$f" "$stage/python/$f"
@@ -59,24 +53,15 @@ wheel() {
     { echo "dist.sh: hatchling is not in .venv (it is in requirements.txt: make venv)" >&2; exit 1; }
   mkdir -p "$dist"
   rm -f "$dist"/swapagent-*-py3-none-any.whl
-  # The compiled hot path of each architecture built here goes in as swapagent/_native/<machine>/ (the
-  # companions pick theirs and fall back to pure Python without one); pyproject.toml names the folder.
-  local native=python/swapagent/_native
-  native_hot() { if [ -f "$2" ]; then install -D -m 755 "$2" "$native/$1/swapagent_hot.abi3.so"; fi; }
-  rm -rf "$native"
-  native_hot "$(uname -m)" build/lib/swapagent_hot.abi3.so
-  [ "$(uname -m)" = aarch64 ] || native_hot aarch64 build/arm64/lib/swapagent_hot.abi3.so
   local log
   log=$(mktemp)
   if ! "$py" -m pip wheel --no-deps --no-build-isolation --no-index --disable-pip-version-check -q \
       -w "$dist" . >"$log" 2>&1; then
-    rm -rf "$native"
     cat "$log" >&2
     rm -f "$log"
     exit 1
   fi
   rm -f "$log"
-  rm -rf "$native"
   local whl=$dist/swapagent-$version-py3-none-any.whl
   [ -f "$whl" ] || { echo "dist.sh: pip made no $whl (pyproject.toml's version is not $version?)" >&2; exit 1; }
   echo "dist: $whl ($(du -h "$whl" | cut -f1))"

@@ -44,16 +44,16 @@ mkdir -p "$tmp/opt" "$tmp/home" "$tmp/job"
 
 # --- the archive --------------------------------------------------------------------------------------
 want_files=$(printf '%s\n' "$name/LICENSE" "$name/README" "$name/bin/swapagent" "$name/include/swapagent.h" \
-  "$name/lib/libswapagent.so" "$name/lib/swapagent_hot.abi3.so" $(cd python && find swapagent -name '*.py' | sed "s|^|$name/python/|") | sort)
+  "$name/lib/libswapagent.so" $(cd python && find swapagent -name '*.py' | sed "s|^|$name/python/|") | sort)
 if [ ! -f "$archive" ]; then
   fail "archive: $archive is missing (make dist)"
 elif [ "$(tar -tzf "$archive" | grep -v '/$' | sort)" != "$want_files" ]; then
   tar -tzf "$archive" > "$tmp/list"
-  fail "archive: want exactly bin/swapagent, lib/libswapagent.so and swapagent_hot.abi3.so, include/swapagent.h, python/swapagent, README, LICENSE" "$tmp/list"
+  fail "archive: want exactly bin/swapagent, lib/libswapagent.so, include/swapagent.h, python/swapagent, README, LICENSE" "$tmp/list"
 else
   tar -xzf "$archive" -C "$tmp/opt"
   if cmp -s "$home/LICENSE" LICENSE && grep -q 'ASCEND_HOME_PATH' "$home/README" && grep -q "swapagent $VERSION" "$home/README"; then
-    ok "archive: $(basename "$archive") holds bin, lib (the agent and the companions' compiled hot path), include, python (the companions and the guard's bootstrap), README (version $VERSION, CANN setup) and LICENSE"
+    ok "archive: $(basename "$archive") holds bin, lib (the agent), include, python (the companions and the guard's bootstrap), README (version $VERSION, CANN setup) and LICENSE"
   else
     fail "archive: README or LICENSE content" "$home/README"
   fi
@@ -94,11 +94,10 @@ else
   torch_site=$("$ROOT/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$torch_site" > "$site/zz-borrowed-torch.pth"
   if user_env "$venv/bin/python" -m pip install -q --no-index --no-deps --disable-pip-version-check "$whl" > "$tmp/pip.log" 2>&1; then
-    if [ -f "$site/swapagent/_bootstrap/sitecustomize.py" ] && [ -f "$site/swapagent/guard.py" ] &&
-        [ -f "$site/swapagent/_native/$(uname -m)/swapagent_hot.abi3.so" ]; then
-      ok "wheel: $(basename "$whl") installed into a fresh venv, the guard, its bootstrap and the compiled hot path ($(cd "$site/swapagent/_native" && ls | tr '\n' ' '| sed 's/ $//')) with it"
+    if [ -f "$site/swapagent/_bootstrap/sitecustomize.py" ] && [ -f "$site/swapagent/guard.py" ]; then
+      ok "wheel: $(basename "$whl") installed into a fresh venv, the guard and its bootstrap with it"
     else
-      fail "wheel: $(basename "$whl") lacks swapagent/guard.py, swapagent/_bootstrap/sitecustomize.py or swapagent/_native/$(uname -m)/swapagent_hot.abi3.so"
+      fail "wheel: $(basename "$whl") lacks swapagent/guard.py or swapagent/_bootstrap/sitecustomize.py"
     fi
   else
     fail "wheel: pip install" "$tmp/pip.log"
@@ -150,7 +149,7 @@ if mode == "swap":
     agent = swapagent.core.load()
     res.update(module=swapagent.__file__, version=swapagent.__version__,
                dist_version=importlib.metadata.version("swapagent"),
-               agent={"preloaded": agent.preloaded, "path": agent.path}, hot_path=swapagent.core._hot_path_ran)
+               agent={"preloaded": agent.preloaded, "path": agent.path})
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
 res["losses"] = []
 for _ in range(2):
@@ -207,7 +206,7 @@ EOF
 if [ -x "$venv/bin/python" ] && [ -x "$home/bin/swapagent" ]; then
   torch_case torch-noswap noswap 'True' -- &&
     torch_case torch-swap swap "r['agent'] == {'preloaded': True, 'path': '(preloaded)'} and r['module'].startswith(h + '/python/') \
-      and r['version'] == r['dist_version'] == '$VERSION' and r['stats']['offloaded_bytes'] > 0 and r['stats']['released_external'] == 0 and r['hot_path'] == 'compiled' \
+      and r['version'] == r['dist_version'] == '$VERSION' and r['stats']['offloaded_bytes'] > 0 and r['stats']['released_external'] == 0 \
       and not r['stats']['faults'] and r['losses'] == json.load(open('$tmp/torch-noswap.json'))['losses'] \
       and r['grad'] == json.load(open('$tmp/torch-noswap.json'))['grad']" \
       -- swapagent run --policy safe --out "$tmp/out-torch" -- &&
@@ -222,9 +221,9 @@ if [ -x "$venv/bin/python" ] && [ -x "$home/bin/swapagent" ]; then
   fi
   torch_case torch-path swap "r['agent'] == {'preloaded': False, 'path': h + '/lib/libswapagent.so'} and r['stats']['offloaded_bytes'] > 0" -- &&
     ok "torch companion, not preloaded: found the agent beside \`swapagent\` on PATH ($(cat "$tmp/torch-path.secs")s)"
-  torch_case torch-home swap "r['agent'] == {'preloaded': False, 'path': h + '/lib/libswapagent.so'} and r['stats']['offloaded_bytes'] > 0 and r['hot_path'] == 'compiled'" \
+  torch_case torch-home swap "r['agent'] == {'preloaded': False, 'path': h + '/lib/libswapagent.so'} and r['stats']['offloaded_bytes'] > 0" \
     SWAPAGENT_HOME="$home" PATH=/usr/bin:/bin -- &&
-    ok "torch companion, not preloaded, swapagent not on PATH: found the agent and the compiled hot path through SWAPAGENT_HOME ($(cat "$tmp/torch-home.secs")s)"
+    ok "torch companion, not preloaded, swapagent not on PATH: found the agent through SWAPAGENT_HOME ($(cat "$tmp/torch-home.secs")s)"
 fi
 
 # --- the guard: an unmodified job whose own swap (the hyper-parallel stand-in) releases storages ---------

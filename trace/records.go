@@ -290,8 +290,9 @@ const (
 	MetaTraceLevel = "trace_level"
 	// MetaTraceLimit is the bytes of trace the process keeps (SWAPAGENT_TRACE_LIMIT; 0: no limit).
 	MetaTraceLimit = "trace_limit"
-	// MetaCompanionPath is the hot path a framework companion or the guard runs (SWAPAGENT_CALL_NOTE): "compiled"
-	// (python/swapagent/_hot.c) or "python: <why the compiled one is not running>".
+	// MetaCompanionPath is the hot path a framework companion ran, "compiled" or "python: <why>", in traces of
+	// releases whose companions had a compiled copy; today's are Python only and do not note it. Read (and
+	// printed) for those traces.
 	MetaCompanionPath = "companion_path"
 	// MetaControlCalls is how a companion or the guard reaches the agent (SWAPAGENT_CALL_NOTE): "queued" (the
 	// queued calls of swapagent.h, answered in C where nothing can move) or "plain".

@@ -31,8 +31,8 @@ ABI call (timers around the C functions), so that
 Under safe with moves the added time is split into the transfer work (moves - still: the storage ops
 that release and restore, and the agent's copies) and the rest (still - none, the same work as off).
 
-For torch (both shapes) the off process also prints floor.py's split: each hook's own time inside steps, the
-empty hooks' against the compiled companion's (the timed build of _hot.c), per call and per saved tensor.
+The wide shape's rows also give the median block against none's, the figure the companion's cost is judged by
+there (docs/design.md, "Where each rule lives").
 
     python python/bench/companions.py [--framework torch,mindspore] [--shape llama,wide] [--rounds N] [--steps N]
 """
@@ -41,12 +41,12 @@ import argparse
 import collections
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-import floor
 from frameworks import MindSpore, Removable, Torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,14 +55,14 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 LIB = os.path.join(REPO, "build", "lib", "libswapagent.so")
 
 PROCESSES = {  # name -> (agent environment, configurations)
-    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "saved", "hooks", "python-py", "python", "off-py", "off"]),
-    "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe-py", "safe"]),
+    "off": ({"SWAPAGENT_POLICY": "off"}, ["none", "saved", "hooks", "python", "off"]),
+    "still": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": str(1 << 40)}, ["none", "safe"]),
     "moves": ({"SWAPAGENT_POLICY": "safe", "SWAPAGENT_MIN_BYTES": "1024"}, ["none", "safe"]),
 }
 # The wide shape's steps take about half a second: only the rows its question needs (how much of a real
 # step the companion costs), in two processes.
 WIDE_PROCESSES = {
-    "off": (PROCESSES["off"][0], ["none", "hooks", "off-py", "off"]),
+    "off": (PROCESSES["off"][0], ["none", "hooks", "off"]),
     "still": (PROCESSES["still"][0], ["none", "safe"]),
 }
 # rounds, steps per block: short blocks and many rounds, so that the best block of each configuration is
@@ -74,25 +74,15 @@ WIDE_DEFAULTS = (24, 1)  # the wide shape's steps are long: fewer, and one a blo
 # ---- one process: one framework, one agent setting --------------------------------------------------
 
 def install(fw, config):
-    """config's hooks on fw's layers; a companion config ending in -py runs the pure-Python hot path, the others
-    the compiled one (_hot.c) when it loads. A layer takes its path when it is made, so both take turns in one
-    process."""
+    """config's hooks on fw's layers."""
     if config == "none":
         return Removable([])
     if config in ("hooks", "saved"):
         return fw.install_hooks(saved_only=config == "saved")
-    from swapagent import core
-    core.hot_module()
-    hot = core._hot  # pylint: disable=protected-access
-    if config.endswith("-py"):
-        core._hot, config = None, config[:-3]  # pylint: disable=protected-access
-    try:
-        if config == "python":
-            return fw.install_null()
-        import llama
-        return fw.companion().layer_swap(fw.layers, swap=range(len(llama.SWAP)), prefetch=None, include_cpu=True)
-    finally:
-        core._hot = hot  # pylint: disable=protected-access
+    if config == "python":
+        return fw.install_null()
+    import llama
+    return fw.companion().layer_swap(fw.layers, swap=range(len(llama.SWAP)), prefetch=None, include_cpu=True)
 
 
 class Profile:
@@ -150,16 +140,16 @@ class Profile:
         """Before layer_swap: the layers make their pack and unpack closures when they are made."""
         core = self.core
         entry = self.ENTRY
-        if "_hot_path" in core.Layer.__dict__:
+        if "_make_hooks" in core.Layer.__dict__:
             entry = tuple(n for n in entry if n not in ("pack", "unpack"))
-            orig_hot = core.Layer.__dict__["_hot_path"]
+            orig_make = core.Layer.__dict__["_make_hooks"]
 
-            def hot_path(layer):
-                orig_hot(layer)
+            def make_hooks(layer):
+                orig_make(layer)
                 layer._pack = self.timed(layer._pack, self.add_hook_time)  # pylint: disable=protected-access
                 layer._unpack = self.timed(layer._unpack, self.add_hook_time)  # pylint: disable=protected-access
-            core.Layer._hot_path = hot_path  # pylint: disable=protected-access
-            self.undo.append(lambda: setattr(core.Layer, "_hot_path", orig_hot))
+            core.Layer._make_hooks = make_hooks  # pylint: disable=protected-access
+            self.undo.append(lambda: setattr(core.Layer, "_make_hooks", orig_make))
         for cls, names in ((core.Layer, entry), (core._Chain, ("__call__",)),  # pylint: disable=protected-access
                            (core.Packed, ("__del__",))):
             for n in names:
@@ -225,9 +215,8 @@ def worker(opt):
         res["configs"][c] = {"wall": [], "cpu": []}
         h.remove()
     res["digests"] = digests
-    # The profile's block: the companion under the agent, with timers, on the pure-Python path (the compiled
-    # one calls swapagent_unpack past the timers).
-    timed = "off-py" in configs and "python-py" in configs  # the llama shape only
+    # The profile's block: the companion under the agent, with timers.
+    timed = "off" in configs and "python" in configs  # the llama shape only
     if timed:
         res["configs"]["timed"] = {"wall": [], "cpu": [], "blocks": []}
         over = Profile.overhead()
@@ -239,7 +228,7 @@ def worker(opt):
                 prof.wrap_agent(prof.core.load())
                 prof.wrap_companion()
             try:
-                h = install(fw, "off-py" if c == "timed" else c)
+                h = install(fw, "off" if c == "timed" else c)
                 fw.step()
                 if prof is not None:
                     prof.reset()
@@ -265,20 +254,11 @@ def worker(opt):
         res["profile"]["medians"] = {k: sorted(v)[len(v) // 2] for k, v in calls.items() if v}
         res["profile"]["counts"] = {k: len(v) / (len(r["blocks"]) * opt.steps) for k, v in calls.items()}
         del r["blocks"]
-    res["hot_path"] = core_hot_path()
-    if opt.framework == "torch" and "hooks" in configs and "off" in configs and os.path.exists(floor.TIMED_HOT):
-        res["split"] = floor.split(fw, 2 * opt.rounds // 3 or 1, 5)  # where the time goes (floor.py says how)
     real = [c for c in configs if c in ("off", "safe")]
     if real:
         res["stats"] = stats_per_step(fw, real[0], max(3, 3 * opt.steps))
     with open(opt.out, "w") as f:
         json.dump(res, f)
-
-
-def core_hot_path():
-    from swapagent import core
-    core.hot_module()
-    return core._hot_path_ran  # pylint: disable=protected-access
 
 
 def stats_per_step(fw, config, steps):
@@ -341,15 +321,15 @@ def best(r, kind):
     return min(r[kind])
 
 
-def report_rows(runs, rows, rounds, steps):
-    """The heading and the table of step times for rows (label, process, configuration)."""
+def report_rows(runs, rows, rounds, steps, median=False):
+    """The heading and the table of step times for rows (label, process, configuration); median: also each
+    row's median block against none's (cpu), the blocks having taken turns."""
     off = runs["off"]
     saves = off["saved_tensors"]
     print("%s, %s: %d saved tensors per step, %.0f swapagent_save calls; best of %d x %d steps" % (
         off["version"], off["shape"], saves, off["stats"]["saves"], rounds, steps))
-    print("  hot path of the rows marked compiled: %s" % off.get("hot_path", "?"))
-    print("  %-32s %9s %7s %9s   %9s %7s %9s" % ("", "wall ms", "vs none", "us/saved", "cpu ms", "vs none",
-                                                "us/saved"))
+    print("  %-32s %9s %7s %9s   %9s %7s %9s%s" % ("", "wall ms", "vs none", "us/saved", "cpu ms", "vs none",
+                                                  "us/saved", "   median cpu vs none" if median else ""))
     for label, proc, c in rows:
         run = runs[proc]
         r, b = run["configs"][c], run["configs"]["none"]
@@ -360,16 +340,11 @@ def report_rows(runs, rows, rounds, steps):
                 cells.append("%9.2f %7s %9s" % (t * 1e3, "", ""))
             else:
                 cells.append("%9.2f %+6.1f%% %9.2f" % (t * 1e3, (t / t0 - 1) * 100, (t - t0) / saves * 1e6))
-        print("  %-32s %s   %s" % (label, cells[0], cells[1]))
+        if median and c != "none":
+            cells.append("%+6.1f%%" % ((statistics.median(r["cpu"]) / statistics.median(b["cpu"]) - 1) * 100))
+        print("  %-32s %s" % (label, "   ".join(cells)))
     same = all(d == r["digests"]["none"] for r in runs.values() for d in r["digests"].values())
     print("  loss and gradients bit-identical to none in every configuration: %s" % ("yes" if same else "NO"))
-
-
-def print_split(run):
-    """floor.py's split of where the time goes, from the off process of a torch shape (worker: res["split"])."""
-    if "split" in run:
-        cfg, saves = run["configs"], run["saved_tensors"]
-        floor.print_split(*run["split"], saves, (best(cfg["off"], "wall") - best(cfg["hooks"], "wall")) / saves * 1e6)
 
 
 def report(framework, runs, rounds, steps):
@@ -377,11 +352,8 @@ def report(framework, runs, rounds, steps):
     saves = off["saved_tensors"]
     report_rows(runs, [("none", "off", "none"), ("saved-tensor hooks (empty)", "off", "saved"),
                        ("hooks (empty)", "off", "hooks"),
-                       ("companion, null agent, python", "off", "python-py"),
-                       ("companion, null agent, compiled", "off", "python"),
-                       ("companion, off, python", "off", "off-py"), ("companion, off, compiled", "off", "off"),
-                       ("none", "still", "none"), ("companion, safe, still, python", "still", "safe-py"),
-                       ("companion, safe, still, compiled", "still", "safe"),
+                       ("companion, null agent", "off", "python"), ("companion, off", "off", "off"),
+                       ("none", "still", "none"), ("companion, safe, still", "still", "safe"),
                        ("none", "moves", "none"), ("companion, safe, moves", "moves", "safe")], rounds, steps)
     # the profile: where the time of a saved tensor goes (main-thread CPU, per saved tensor), from the
     # timed block that ran fastest, against none's fastest block
@@ -391,13 +363,13 @@ def report(framework, runs, rounds, steps):
     prof = off["profile"]
     timed_cpu = best(cfg["timed"], "cpu") - prof["timers_s"]
     allin, py, abi = us(timed_cpu - none_cpu), us(prof["hook_s"] - prof["abi_s"]), us(prof["abi_s"])
-    print("  split under off, python path, per saved tensor (cpu; a block with timers, their own cost taken out): +%.2f us = "
+    print("  split under off, per saved tensor (cpu; a block with timers, their own cost taken out): +%.2f us = "
           "companion Python %.2f + ABI and agent %.2f + the framework's hook calls and the rest %.2f" % (
               allin, py, abi, allin - py - abi))
     print("    for comparison: empty hooks %+.2f us (of which the saved-tensor hooks %+.2f us), the companion against "
           "a null agent %+.2f us (its Python without the agent)" % (
               us(best(cfg["hooks"], "cpu") - none_cpu), us(best(cfg["saved"], "cpu") - none_cpu),
-              us(best(cfg["python-py"], "cpu") - none_cpu)))
+              us(best(cfg["python"], "cpu") - none_cpu)))
     parts = []
     for name in Profile.ABI:
         if name in prof["medians"]:
@@ -414,7 +386,6 @@ def report(framework, runs, rounds, steps):
               total * 1e3, (total - rest) * 1e3, st.get("offloaded_storages", 0), st.get("restored_storages", 0),
               st.get("offloaded_bytes", 0) / 1e6, st.get("resize_s", 0) * 1e3, rest * 1e3))
     nones = [best(r["configs"]["none"], "cpu") for r in runs.values()]
-    print_split(off)
     print("  noise: none's best block differs by %.2f ms (%.1f us per saved tensor) between the three processes" % (
         (max(nones) - min(nones)) * 1e3, (max(nones) - min(nones)) / saves * 1e6))
 
@@ -448,10 +419,9 @@ def main():
             else:
                 runs = {p: run_process(framework, p, rounds, steps, shape) for p in WIDE_PROCESSES}
                 report_rows(runs, [("none", "off", "none"), ("hooks (empty)", "off", "hooks"),
-                                   ("companion, off, python", "off", "off-py"), ("companion, off, compiled", "off", "off"),
-                                   ("none", "still", "none"), ("companion, safe, still, compiled", "still", "safe")],
-                            rounds, steps)
-                print_split(runs["off"])
+                                   ("companion, off", "off", "off"),
+                                   ("none", "still", "none"), ("companion, safe, still", "still", "safe")],
+                            rounds, steps, median=True)
 
 
 if __name__ == "__main__":

@@ -7,25 +7,8 @@ import hashlib
 
 
 class NullAgent:
-    """The agent's Python interface with nothing behind it: the companion's own cost. Its one C call is a C
-    function too (a ctypes callback of swapagent_call's signature, c_calls), so that the compiled region
-    hooks run against it as against the agent; the callback takes the GIL, about a µs a call."""
+    """The agent's Python interface with nothing behind it: the companion's own cost."""
     _next = 1 << 50  # far from the agent's handles: both share the process's storage-ops registry
-
-    def __init__(self):
-        import ctypes as c
-        from swapagent import _abi, binding
-        self._kinds = (_abi.CALL_REGION_EXIT, _abi.CALL_SAVE)
-        call = c.CFUNCTYPE(c.c_int64, c.POINTER(binding.Call), c.c_uint32)(self._call)
-        self._keep = call  # the callback lives as long as this agent
-        self.c_calls = (_abi.OPT_OWN_MEMORY, c.cast(call, c.c_void_p).value)
-
-    def _call(self, rec, _opts):
-        import ctypes as c
-        r = rec.contents
-        if r.kind in self._kinds and r.n_save:
-            (c.c_int64 * r.n_save).from_address(r.handles)[:] = self.save_n(None, range(r.n_save), None, None)
-        return 0
 
     def save_n(self, _group, ptrs, _nbytes, _flags):
         first = NullAgent._next + 1

@@ -1,7 +1,6 @@
 """swapagent.binding owns the companions' one way to the agent library: finding and loading it, and the
 ctypes binding to its control calls. Every call beyond the fixed v1 functions is one record (struct
 swapagent_call, whose fields _abi.py has from swapagent.h) given to swapagent_call; Agent's methods build it.
-The compiled hot path (swapagent._hot) calls swapagent_call itself, by the address and options Agent.c_calls gives.
 """
 
 import array
@@ -121,15 +120,9 @@ class Agent:
         self._text_cache = {}  # description lines -> their text (_text)
         # The C functions of the hot path (Layer), bound once: a saved tensor costs its share of one region
         # exit and one swapagent_unpack per saved storage; everything around them is Python and must stay
-        # small. Their addresses are for the compiled hot path (swapagent._hot), which calls them without ctypes:
-        # swapagent_unpack_resident answers a storage that stays on device without waiting (asked with the
-        # GIL held), swapagent_unpack only on a miss.
+        # small.
         self.save_c = lib.swapagent_save
         self._unpack_c = lib.swapagent_unpack
-        address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
-        self.unpack_address = address(self._unpack_c)
-        self.unpack_resident_address = address(lib.swapagent_unpack_resident)
-        self._call_address = address(self._call)
         # Queued calls: where nothing can move (policy off; safe until something does) the library answers a
         # region's calls at once and the agent runs them later, in their place; a misuse is then logged, not
         # returned (swapagent.h, "Queued calls").
@@ -139,13 +132,10 @@ class Agent:
     def set_queued(self, on):
         """Whether the region and backward calls ask to be queued (on from the start where the agent queues
         them: under policies off and safe). Off: every call runs at once and its misuse code comes back at
-        once. Returns the setting. It also sets c_calls, what the compiled path reads at each region and
-        backward call, as a plain attribute (a property would cost it a Python frame there): (options,
-        swapagent_call's address), the options with SWAPAGENT_OPT_OWN_MEMORY (its buffers are its own)."""
+        once. Returns the setting."""
         on = bool(on) and self._run(Call(_CALL_SIZE, CALL_QUEUEING), 0) == 1
         self.queued = on
         self._queue = OPT_QUEUE if on else 0
-        self.c_calls = (OPT_OWN_MEMORY | self._queue, self._call_address)
         return on
 
     def _run(self, call, opts):

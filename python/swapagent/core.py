@@ -9,11 +9,9 @@ integers only), every storage saved for backward, and backward boundaries; the a
 the device and calls back into the registry to release (resize to 0) or restore (resize back) a storage.
 """
 
-import functools
 import itertools
 import json
 import logging
-import os
 import threading
 import warnings
 
@@ -60,12 +58,9 @@ forward_hook = None
 
 
 def watch(saves, forward):
-    """Installs the guard's hooks (saves_hook, forward_hook; None, None: none). The compiled region hooks hand
-    every region to the Python methods, which call them, while they are set."""
+    """Installs the guard's hooks (saves_hook, forward_hook; None, None: none)."""
     global saves_hook, forward_hook
     saves_hook, forward_hook = saves, forward
-    if _hot is not None:
-        _hot.watch(saves is not None or forward is not None)
 
 
 # ---- the per-layer reporter -----------------------------------------------------------------------
@@ -73,102 +68,20 @@ def watch(saves, forward):
 _flat = itertools.chain.from_iterable
 
 
-# ---- the compiled hot path ------------------------------------------------------------------------
-
-HOT_LIB = "swapagent_hot.abi3.so"  # _hot.c, built for the limited API: one file per architecture
-_hot = None  # the module, once hot_module() decided
-_hot_path_ran = None  # "compiled", or "python: <why>": what the run's summary says (note "companion_path")
-
-
-def hot_candidates():
-    """Where the compiled hot path is looked for, in order: beside the agent library (the preloaded one, or
-    every place load() looks: the source tree's build/lib, the release archive's lib/), then the package's
-    own _native/<machine>/ (the wheel carries one per architecture)."""
-    dirs = []
-    for path in _preloaded_paths() + [p for _, p in library_candidates()]:
-        d = os.path.dirname(os.path.realpath(path))
-        if d not in dirs:
-            dirs.append(d)
-    dirs.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "_native", os.uname().machine))
-    return [os.path.join(d, HOT_LIB) for d in dirs]
-
-
-def _preloaded_paths():
-    """The libswapagent.so files this process has mapped (a preloaded agent's path is nowhere else)."""
-    try:
-        with open("/proc/self/maps") as f:
-            return sorted({l.split(None, 5)[5].strip() for l in f if l.rstrip().endswith("/" + LIB_NAME)})
-    except (OSError, IndexError):
-        return []
-
-
-def load_hot(path):
-    """The compiled hot path's module from the file at path (ImportError or OSError when it does not load)."""
-    import importlib.machinery
-    import importlib.util
-    loader = importlib.machinery.ExtensionFileLoader("swapagent._hot", path)
-    spec = importlib.util.spec_from_file_location("swapagent._hot", path, loader=loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    # what the C walk and chains read: core's, not copies
-    mod.configure(INPUT, OUTPUT, _MAX_DEPTH, _ATOMS, grads.hook_failed, grads.end_failed, freed_layers, end_freed)
-    mod.watch(saves_hook is not None or forward_hook is not None)
-    return mod
-
-
-COMPILED_MODES = ("auto", "0", "1")  # agent.CompiledModes
-
-
-def hot_module():
-    """The compiled hot path (_hot.c), or None for the pure-Python one, decided once per process.
-    SWAPAGENT_COMPILED: unset or "auto" takes it when it loads; "0" never; "1" insists (AgentError when it does
-    not load). The choice is noted in the trace (companion_path), so the run's summary says which path ran.
-    The value is read by the agent's rule for every setting (agent.Settings): blanks and case do not matter,
-    and a bad value is "auto", the default, which the agent has named in its one line at load (`swapagent
-    run` refuses it before the job starts)."""
-    global _hot, _hot_path_ran
-    if _hot_path_ran is not None:
-        return _hot
-    want = os.environ.get("SWAPAGENT_COMPILED", "").strip().lower() or "auto"
-    if want not in COMPILED_MODES:
-        want = "auto"
-    why = "SWAPAGENT_COMPILED=0"
-    if want != "0":
-        candidates = hot_candidates()
-        why = "%s not found (tried %s)" % (HOT_LIB, ", ".join(candidates))
-        for path in candidates:
-            if not os.path.exists(path):
-                continue
-            try:
-                _hot = load_hot(path)
-                break
-            except (ImportError, OSError) as e:
-                why = "%s does not load: %s" % (path, e)
-        if _hot is None and want == "1":
-            raise AgentError("swapagent: SWAPAGENT_COMPILED=1, but the compiled hot path is not there: " + why)
-    _hot_path_ran = "compiled" if _hot is not None else "python: " + why
-    if _hot is None:
-        log.info("swapagent: the pure-Python hot path runs (%s)", why)
-    return _hot
-
-
-def note_hot_path(agent):
-    """Decides the hot path (hot_module) and notes it in agent's trace (companion_path)."""
-    hot_module()
-    agent.note("companion_path", _hot_path_ran[:1024])
+def note_control_calls(agent):
+    """Notes in agent's trace how the companion reaches it (control_calls: queued or plain)."""
     agent.note("control_calls", "queued" if getattr(agent, "queued", False) else "plain")
 
 
 def is_packed(x):
-    """Whether x is what a pack hook returned for a saved storage (either path's Packed)."""
-    return type(x) is Packed or (_hot is not None and type(x) is _hot.Packed)  # pylint: disable=unidiomatic-typecheck
+    """Whether x is what a pack hook returned for a saved storage."""
+    return type(x) is Packed  # pylint: disable=unidiomatic-typecheck
 
 
 class Pass:
     """One forward of a layer, from its region enter until its backward exit. Plain state, no tensor: per
     storage the forward saved (its slot), the saved tensors still alive (refs) and, once the region
-    reported its saves, the agent's handle or refusal code (handles). The compiled path's is _hot.Pass, a C
-    struct with the same members."""
+    reported its saves, the agent's handle or refusal code (handles)."""
     __slots__ = ("layer", "entered", "exited", "inputs_left", "ended", "refs", "handles", "__weakref__")
 
     def __init__(self, layer):
@@ -179,8 +92,7 @@ class Pass:
 
 
 class State:
-    """The layer's state that its hooks read, on the pure-Python path (the compiled path's is the layer's Hot,
-    a C struct with the same members, which C reads without looking a name up)."""
+    """The layer's state that its hooks read (Layer.st)."""
     __slots__ = ("latest", "params", "removed", "guarded")
 
     def __init__(self):
@@ -235,13 +147,14 @@ class Layer:
         self._saved_t = []  # the tensor of each slot, until region exit describes them
         # The saved tensors (ids of their Packed) of any forward neither unpacked nor freed yet. Single set
         # operations are atomic under the GIL: pack, unpack and Packed.__del__ take no lock; maybe_exit
-        # reads it under the lock. On the compiled path the Hot, whose len() is that count (_hot_path).
+        # reads it under the lock.
         self._waiting = set()
         self._region = {}  # storage ptr -> slot, of what the open region saved
         self._handles = []  # handles in the registry since the group's last backward exit
         self._unpacked = set()  # handles unpacked since then (the agent hears of each one once)
         self._lock = threading.RLock()  # re-entrant: Packed.__del__ may run inside a locked section
-        self._hot_path()  # sets st (State, or the compiled path's Hot), _new_pass and _chain
+        self.st = State()
+        self._make_hooks()  # sets _pack and _unpack
 
     @property
     def saved(self):
@@ -271,7 +184,7 @@ class Layer:
         st.params = self.fw.param_ptrs(self.module, self._param_cache)
         self._saved.clear()
         self._clear_region()
-        p = self._new_pass()
+        p = Pass(self)
         with self._lock:
             st.latest = p
         named = walk_named(args, self._is_tensor, "args", [])
@@ -330,7 +243,7 @@ class Layer:
                 descs.append(describe_line(path, t))
         # What the region saved, by storage: dtype and shape (no path: a saved input keeps its argument's).
         ptrs.extend(self._bptr)
-        descs.extend(self._saved_descs(self._saved_t))
+        descs.extend(map(saved_desc, self._saved_t))
         self._saved_t.clear()
         # The saves, the descriptions and the exit in one call.
         self.flush(lambda g, sp, sn, sf: self.agent.region_exit(g, out_ptrs, sp, sn, sf, ptrs, descs))
@@ -350,14 +263,14 @@ class Layer:
             if id(t) in seen or not fw.takes_grad(t):
                 continue
             seen.add(id(t))
-            ch = self._chain(t)
+            ch = grads.chain(fw, t)
             if ch is not None:
                 ch.add(p, kind)
                 n += 1
         return n
 
     # pack and unpack run once per saved tensor each, Packed.__del__ once more: they are closures over what
-    # they use (no attribute lookups), made in _hot_path; these methods are their documented entry points.
+    # they use (no attribute lookups), made in _make_hooks; these methods are their documented entry points.
     def pack(self, t):
         """The saved-tensor pack hook: collects t's storage for the region's report (once per storage and
         region: a storage the region already saved, such as a layer input read by several operations or a
@@ -429,39 +342,13 @@ class Layer:
                     _entries.pop(hs[i], None)
         bstore[start:] = [None] * (n - start)  # the registry holds what it needs
 
-    def _hot_path(self):
+    def _make_hooks(self):
         fw = self.fw
         saved_of, alias = fw.saved, fw.alias
         waiting, unpacked, region = self._waiting, self._unpacked, self._region
-        hot = hot_module()
-        if hot is not None:
-            # The same pack and unpack in C (_hot.c), on this layer's own lists, dict and sets, with the state
-            # both read in the Hot (st). A real agent's swapagent_unpack is called directly; another agent
-            # object (a test's, the bench's null agent) through its unpack method. The Hot calls the layer's
-            # methods where the rule stays in Python (flush, and the backward's on a layer without region()).
-            h = hot.Hot(layer=self, saved_of=saved_of, alias=alias, region=region, bptr=self._bptr,
-                        bsize=self._bsize, bflag=self._bflag, bstore=self._bstore, saved_t=self._saved_t,
-                        unpacked=unpacked, entries=_entries, handles=self._handles, saved=self._saved,
-                        agent=self.agent, group=self.group.encode(), lock=self._lock, flush=self.flush,
-                        enter=self.enter, maybe_exit=self.maybe_exit, input_grad=self.input_grad,
-                        output_grad=self.output_grad, forward_pre=self.forward_pre, forward_post=self.forward_post,
-                        unpack_address=getattr(self.agent, "unpack_address", 0),
-                        resident_address=getattr(self.agent, "unpack_resident_address", 0))
-            self._pack, self._unpack = h.pack, h.unpack
-            self._waiting = h  # its count of saved tensors waiting (only its own Packed are made)
-            self._hot = self.st = h  # a framework part may make its region hooks too (Hot.region: swapagent.torch)
-            self._new_pass = functools.partial(hot.Pass, h)
-            self._chain = functools.partial(grads.chain, hot.Chain, fw)
-            descs_of = hot.saved_descs  # saved_desc of each saved tensor at region exit, in C too
-            self._saved_descs = lambda ts: descs_of(ts, _saved_descs, saved_desc)
-            return
-        self._hot, self.st = None, State()
-        self._new_pass = functools.partial(Pass, self)
-        self._chain = functools.partial(grads.chain, _Chain, fw)
         st = self.st
         bptr, bsize, bflag, bstore, saved_t = self._bptr, self._bsize, self._bflag, self._bstore, self._saved_t
         new = object.__new__
-        self._saved_descs = lambda ts: map(saved_desc, ts)
 
         def pack(t):
             info = saved_of(t)
@@ -491,7 +378,6 @@ class Layer:
             return pk
 
         def unpack(p):
-            # (a compiled path's Packed never comes here: each path unpacks its own)
             if type(p) is not Packed:  # pylint: disable=unidiomatic-typecheck
                 return p
             ps, i = p.pass_, p.slot
@@ -619,7 +505,7 @@ def start(prefetch):
     """Loads the agent, installs the storage ops once, and checks prefetch against the agent's."""
     agent = load()
     registry.install(agent)
-    note_hot_path(agent)
+    note_control_calls(agent)
     if prefetch is not None:
         try:
             have = json.loads(agent.stats_json()).get("prefetch")

@@ -1,7 +1,6 @@
 """swapagent.grads: the gradient hooks a companion puts on the tensors crossing its layers, from which
 core.Layer finds each forward's backward enter and exit (no module or Cell backward hook: see core.Layer).
-One hook per tensor (a chain), whatever number of layers it crosses, and its calls. The compiled hot path has
-the same types in C (_hot_grad.c: Chain, Call), with the same rule; a layer uses its path's (Layer._chain)."""
+One hook per tensor (a chain), whatever number of layers it crosses, and its calls."""
 
 import logging
 import threading
@@ -76,9 +75,8 @@ _chains = {}  # id(tensor) -> (weak reference to the tensor, chain); the entry g
 _chains_lock = threading.RLock()
 
 
-def chain(make, fw, t):
-    """The chain hooked on tensor t (registered once per tensor; make() makes it: _Chain, or the compiled
-    path's Chain), or None when t takes no hook."""
+def chain(fw, t):
+    """The chain hooked on tensor t (registered once per tensor), or None when t takes no hook."""
     key = id(t)
     with _chains_lock:
         e = _chains.get(key)
@@ -94,7 +92,7 @@ def chain(make, fw, t):
         ref = weakref.ref(t, gone)
     except TypeError:
         return None
-    ch = make()
+    ch = _Chain()
     try:
         ch.remove = fw.grad_hook(t, ch)
     except (RuntimeError, TypeError, ValueError):  # a tensor that takes no gradient
@@ -104,16 +102,6 @@ def chain(make, fw, t):
     with _chains_lock:
         _chains[key] = (ref, ch)
     return ch
-
-
-def hook_failed(e):
-    """A call of the compiled chain that raised (its _Chain.__call__ logs the same)."""
-    log.error("swapagent: gradient hook failed", exc_info=e)
-
-
-def end_failed(e):
-    """The compiled end-of-backward callback raised (Layer.enter's end logs the same)."""
-    log.error("swapagent: end-of-backward callback failed", exc_info=e)
 
 
 def unhook_removed():

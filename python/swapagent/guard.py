@@ -90,7 +90,7 @@ class Guard:
         try:
             self.agent = core.load()
             self.keep_inputs = self.agent.asks().get("keep_inputs", False)
-            core.note_hot_path(self.agent)
+            core.note_control_calls(self.agent)
         except core.AgentError as ex:
             self.fail("loading the agent", ex)
         return self.agent

@@ -139,9 +139,9 @@ class Packed:
             pass
 
 
-# The layers whose last saved tensor waiting for its unpack the framework freed (Packed.__del__, packed_end in
-# _hot.c): the next forward of any layer asks each whether its forward ended (core.end_freed), before the
-# agent sees storages that may reuse their addresses.
+# The layers whose last saved tensor waiting for its unpack the framework freed (Packed.__del__): the next
+# forward of any layer asks each whether its forward ended (core.end_freed), before the agent sees storages
+# that may reuse their addresses.
 freed_layers = []
 
 

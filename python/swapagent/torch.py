@@ -13,7 +13,6 @@ untyped_storage().resize_().
     h.remove()
 """
 
-import functools
 import inspect
 import sys
 
@@ -250,56 +249,46 @@ def layer_swap(layers, swap=None, prefetch=1, include_cpu=False):
     return core.Handle(wrapped, removers)
 
 
-# torch's own push and pop of the default saved-tensor hooks (what saved_tensors_hooks' __enter__ and
-# __exit__ call), for the compiled region hooks; None where this torch lacks them.
-_autograd = _torch._C._autograd  # pylint: disable=protected-access
-# fn runs once the current backward pass ends (RuntimeError outside one): Torch.at_backward_end, and the
-# compiled path's, which calls it without that method's frame.
+# fn runs once the current backward pass ends (RuntimeError outside one): Torch.at_backward_end.
 _queue_callback = _torch.autograd.Variable._execution_engine.queue_callback  # pylint: disable=protected-access
+# torch's own push and pop of the default saved-tensor hooks, what saved_tensors_hooks' __enter__ and __exit__
+# call: the region hooks call them without a context object each forward. None where this torch lacks them.
+_autograd = _torch._C._autograd  # pylint: disable=protected-access
 _push_hooks = getattr(_autograd, "_push_saved_tensors_default_hooks", None)
 _pop_hooks = getattr(_autograd, "_pop_saved_tensors_default_hooks", None)
 
 
-def _region_hooks(layer):  # pylint: disable=protected-access
-    """The layer's compiled forward pre-hook and forward hook (_hot_region.c's Hot.pre and Hot.post: what pre
-    and post below do, in C), or None where the compiled path or torch's push and pop are missing. Hot.region
-    takes: torch's tensor class, its saved-tensor hooks' push and pop, core's description cache and maker, the
-    walker of other containers, the tensor test, the gradient-hook table and the layer's maker of a tensor's
-    hook, torch's queue_callback (Torch.at_backward_end's), the module's parameter pointers (Torch.param_ptrs
-    with the layer's cache), include_cpu."""
-    hot = layer._hot
-    if hot is None or _push_hooks is None or _pop_hooks is None:
-        return None
-    hot.region(tensor_type=_torch.Tensor, push=_push_hooks, pop=_pop_hooks, descs=core._saved_descs,
-               describe=core.saved_desc, walk=core.walk_named, is_tensor=layer._is_tensor, chains=core._chains,
-               chain=layer._chain, queue=_queue_callback,
-               param_ptrs=functools.partial(layer.fw.param_ptrs, layer.module, layer._param_cache),
-               include_cpu=layer.include_cpu)
-    return hot.pre, hot.post
-
-
 def _install(module, layer, always):
     kw = {"always_call": True} if always else {}
-    hooks = _region_hooks(layer)
-    if hooks is not None:
-        handles = [module.register_forward_pre_hook(hooks[0], with_kwargs=True),
-                   module.register_forward_hook(hooks[1], **kw)]
-        return [h.remove for h in handles]
-    active = []  # saved_tensors_hooks contexts pushed by the pre-hook, popped by the forward hook
+    forward_pre, forward_post = layer.forward_pre, layer.forward_post
+    pack, unpack = layer._pack, layer._unpack  # pylint: disable=protected-access
+    if _push_hooks is not None and _pop_hooks is not None:
+        push, pop = _push_hooks, _pop_hooks
+    else:
+        contexts = []
+
+        def push(pk, up):
+            ctx = _torch.autograd.graph.saved_tensors_hooks(pk, up)
+            ctx.__enter__()
+            contexts.append(ctx)
+
+        def pop():
+            contexts.pop().__exit__(None, None, None)
+    pushed = [0]  # saved-tensor hooks pushed by the pre-hook and not yet popped by the forward hook
 
     def pre(_mod, args, kwargs):
-        layer.forward_pre(args, kwargs)
-        ctx = _torch.autograd.graph.saved_tensors_hooks(layer._pack, layer._unpack)  # pylint: disable=protected-access
-        ctx.__enter__()
-        active.append(ctx)
+        forward_pre(args, kwargs)
+        push(pack, unpack)
+        pushed[0] += 1
         return None
 
     def post(_mod, _args, output):
         try:
-            if active:
-                active.pop().__exit__(None, None, None)
+            if pushed[0]:
+                pushed[0] -= 1
+                pop()
         finally:
-            layer.forward_post(output)
+            forward_post(output)
         return None
 
     # No register_full_backward_pre_hook / register_full_backward_hook: see core.Layer.

@@ -1,7 +1,6 @@
 """swapagent.walk: where the tensors of a layer's arguments and outputs are, however nested, and what each
 one is (its argument path, dtype and shape): the descriptions a companion gives the agent. Shared by both
-framework companions through swapagent.core; the compiled hot path walks the same way, with core's depth and
-atom types (_hot.configure)."""
+framework companions through swapagent.core."""
 
 import dataclasses
 

@@ -485,6 +485,19 @@ def test_companions_register_no_module_backward_hook():
         assert not used & BANNED, (name, used & BANNED)
 
 
+def test_package_files_stay_within_700_lines():
+    """Each concern of the companions in a file of its own: no file of the package over 700 lines."""
+    root = os.path.join(PKG, "swapagent")
+    sizes = {}
+    for d, _, names in os.walk(root):
+        for n in names:
+            if n.endswith(".py"):
+                with open(os.path.join(d, n)) as f:
+                    sizes[os.path.relpath(os.path.join(d, n), root)] = sum(1 for _ in f)
+    assert "core.py" in sizes, sorted(sizes)
+    assert {n: k for n, k in sizes.items() if k > 700} == {}
+
+
 # ---- the shared core, in process (no agent calls) -----------------------------------------------
 
 @dataclasses.dataclass

@@ -55,24 +55,17 @@ func TestEveryRuntimeImportIsHookedOrPassed(t *testing.T) {
 	}
 }
 
-// The rules live in Go (docs/design.md, "Where each rule lives"): the C sides (the shim, the companions'
-// compiled hot path) record, copy and answer what they were told. They name no keep reason, policy or
-// offload state, read no setting that decides one, and copy no constant by hand from Go or Python: what they
-// share comes from swapagent.h (genabi) or is handed to them at run time (offload.Engine.Queueing through
-// sa_go_queueing, core's constants through _hot.configure).
+// The rules live in Go (docs/design.md, "Where each rule lives"): the shim records, copies and answers what
+// it was told. It names no keep reason, policy or offload state, reads no setting that decides one, and
+// copies no constant by hand from Go or Python: what it shares comes from swapagent.h (genabi) or is handed
+// to it at run time (offload.Engine.Queueing through sa_go_queueing).
 func TestCSidesHoldNoRule(t *testing.T) {
 	root := testenv.Root(t)
 	files, err := filepath.Glob(filepath.Join(root, "shim/c/*.[ch]"))
 	if err != nil || len(files) < 10 {
 		t.Fatalf("shim/c: %v, %d files", err, len(files))
 	}
-	hot, err := filepath.Glob(filepath.Join(root, "python/swapagent/_hot*.[ch]"))
-	if err != nil || len(hot) < 4 {
-		t.Fatalf("python/swapagent: %v, %d files of the compiled hot path", err, len(hot))
-	}
-	files = append(files, hot...)
-	rule := regexp.MustCompile(`SWAPAGENT_(KEEP|POLICY|STATE)_[A-Z]|"SWAPAGENT_(MIN_BYTES|POLICY|PREFETCH)"|` +
-		`/\*\s*(agent|trace|core|offload|tracker)\.[A-Za-z_]+\s*\*/`)
+	rule := regexp.MustCompile(`SWAPAGENT_(KEEP|POLICY|STATE)_[A-Z]|"SWAPAGENT_(MIN_BYTES|POLICY|PREFETCH)"`)
 	for _, f := range files {
 		if filepath.Base(f) == "swapagent.h" { // the ABI's one source
 			continue
@@ -86,5 +79,58 @@ func TestCSidesHoldNoRule(t *testing.T) {
 				t.Errorf("%s:%d: %q: a rule or a hand-copied constant on the C side", filepath.Base(f), i+1, m)
 			}
 		}
+	}
+}
+
+// The companions' rules (pack, unpack, a region's enter and exit, when a layer's backward ends, which
+// gradient call is dead, the walk of nested arguments) have one implementation, swapagent.core and its
+// Python modules (docs/design.md, "Where each rule lives"). A second, compiled copy would be a C, C++ or
+// Cython file of the package, or any C file of the tree built against CPython's API: neither may exist.
+func TestCompanionRulesHaveOneImplementation(t *testing.T) {
+	root := testenv.Root(t)
+	pyFiles := 0
+	err := filepath.WalkDir(filepath.Join(root, "python"), func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() && (name == "__pycache__" || strings.HasPrefix(name, ".")) {
+			return filepath.SkipDir
+		}
+		switch filepath.Ext(name) {
+		case ".c", ".h", ".cc", ".cpp", ".pyx", ".pxd", ".so":
+			t.Errorf("%s: compiled code in the companions' tree (their rules are Python's alone)", path)
+		case ".py":
+			pyFiles++
+		}
+		return nil
+	})
+	if err != nil || pyFiles < 10 {
+		t.Fatalf("python/: %v, %d Python files", err, pyFiles)
+	}
+	err = filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "build") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if ext := filepath.Ext(path); ext != ".c" && ext != ".h" {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "Python.h") {
+			t.Errorf("%s: C against CPython's API (a compiled copy of the companions' rules)", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
