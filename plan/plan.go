@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"swapagent/offload"
+	"swapagent/pool"
 	"swapagent/replay"
 	"swapagent/report"
 	"swapagent/timeline"
@@ -71,6 +72,8 @@ type Profile struct {
 	// JobSwaps: the job's own swap moves the layers (the guard declared them), wired as MindFormers'
 	// apply_swap wires it: layer i with layer i + prefetch, which must be a layer of the model.
 	JobSwaps bool
+	// sched: when the recording's pool blocks end (pool.Schedule), found once for every simulation.
+	sched *pool.Schedule
 }
 
 // Indices are the recorded layers' indices, in forward order.
@@ -147,9 +150,10 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	if err := prof.extend(opt.NumLayers); err != nil {
 		return nil, err
 	}
+	prof.sched = pool.ScheduleOf(timeline.ScanMeta(f.Events), f.Events)
 	p := &Plan{Budget: opt.Budget, Profile: *prof}
 	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
-		Swap: func(string) bool { return false }})
+		Swap: func(string) bool { return false }, Schedule: prof.sched})
 	p.NoSwapPeak, p.PoolStep, p.Footprint = none.PeakSimulated, none.PoolStep, none.Footprint
 	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated, Released: none.ReleasedByArg})
 	p.Simulations = 1
@@ -252,7 +256,7 @@ func (p *Profile) simulateSwap(f *trace.File, at []int, pf int) *replay.Result {
 	for _, i := range at {
 		swapped[p.Layers[i].Group] = true
 	}
-	return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+	return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf, Schedule: p.sched, NoSwapKnown: true,
 		PrefetchSet: true, Swap: func(g string) bool { return swapped[g] }})
 }
 
