@@ -68,8 +68,8 @@ type Blocks struct {
 // the recording places another over it. A block used up to the end is never freed.
 type Schedule struct {
 	frees map[int][]int64
-	// Fits: the first pass's model, the recording as it ran, peaked within one step of the peak the trace
-	// shows. Where it does not (another pool's rules), readers keep their estimate.
+	// Fits: the model of the recording as it ran, following this schedule (NewCheck), peaked within one
+	// step of the peak the trace shows. Where it does not (another pool's rules), readers keep their estimate.
 	Fits bool
 }
 
@@ -109,9 +109,6 @@ func NewBlocks(meta trace.Meta, sched *Schedule) *Blocks {
 // Schedule is what a first pass found in the events followed so far, for a second pass over them.
 func (b *Blocks) Schedule() *Schedule {
 	s := &Schedule{frees: map[int][]int64{}}
-	if b.M != nil && b.next > 0 {
-		s.Fits = b.M.HeldPeak() <= b.heldPeak+b.M.cfg.Step && b.heldPeak <= b.M.HeldPeak()+b.M.cfg.Step
-	}
 	for id, at := range b.lastUse {
 		if !b.inRegion[id] {
 			continue // no layer was open: no call says where the job let it go
@@ -123,14 +120,38 @@ func (b *Blocks) Schedule() *Schedule {
 	return s
 }
 
-// ScheduleOf is the Schedule of events (a first pass).
+// NewCheck follows the recording as it ran (its own swap stands) by sched, to tell whether the model
+// follows its pool (Schedule.Check).
+func NewCheck(meta trace.Meta, sched *Schedule) *Blocks {
+	b := NewBlocks(meta, sched)
+	b.recorded = true
+	return b
+}
+
+// Check sets Fits from c, a NewCheck that followed the whole recording: its model peaked within one step of
+// the peak the trace shows.
+func (s *Schedule) Check(c *Blocks) {
+	s.Fits = c.M != nil && c.next > 0 && c.M.HeldPeak() <= c.heldPeak+c.M.cfg.Step &&
+		c.heldPeak <= c.M.HeldPeak()+c.M.cfg.Step
+}
+
+// ScheduleOf is the Schedule of events, checked: a first pass, then a NewCheck pass.
 func ScheduleOf(meta trace.Meta, events []trace.Event) *Schedule {
 	b := NewBlocks(meta, nil)
 	for i := range events {
 		b.Add(&events[i])
 	}
-	return b.Schedule()
+	s := b.Schedule()
+	c := NewCheck(meta, s)
+	for i := range events {
+		c.Add(&events[i])
+	}
+	s.Check(c)
+	return s
 }
+
+// Followed says whether the model followed blocks (a first pass as well).
+func (b *Blocks) Followed() bool { return b != nil && b.M != nil && b.next > 0 }
 
 // Active says whether the model's figures stand: a second pass (NewBlocks with a Schedule) of a recording
 // whose pool the model follows (Schedule.Fits), which allocated device memory and showed tensors in it (a
@@ -482,4 +503,11 @@ func (b *Blocks) isDevice(p uint64) bool {
 		}
 	}
 	return false
+}
+
+// Check is Schedule.Check of the schedule b follows.
+func (b *Blocks) Check(c *Blocks) {
+	if b.sched != nil {
+		b.sched.Check(c)
+	}
 }

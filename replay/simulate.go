@@ -224,7 +224,7 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 }
 
 // SimulateFile is Simulate on the trace at path, read twice as it is folded instead of kept (trace.Scan): once
-// for the recording's settings and its pool.Schedule, once for the simulation, so the memory it needs does not grow with the
+// for the recording's settings and its pool.Schedule (and once more to check it), once for the simulation, so the memory it needs does not grow with the
 // trace's length. It returns the trace as read (what was lost, its warnings) with the result; an error is
 // the reader's one line.
 func SimulateFile(path string, opts Options) (*Result, *trace.File, error) {
@@ -241,6 +241,11 @@ func SimulateFile(path string, opts Options) (*Result, *trace.File, error) {
 	}
 	if opts.Schedule == nil {
 		opts.Schedule = blocks.Schedule()
+		check := pool.NewCheck(recorded, opts.Schedule)
+		if _, err := trace.Scan(path, check.Add); err != nil {
+			return nil, nil, err
+		}
+		opts.Schedule.Check(check)
 	}
 	s, n := newSim(f.Header, recorded, opts), 0
 	f, err = trace.Scan(path, func(ev *trace.Event) {

@@ -98,6 +98,7 @@ type Footprint struct {
 	// Pool is the framework's pool as the recording's blocks drive it, its swap undone (pool.Blocks): where
 	// it can follow them (Active), its peak is the no-swap peak (NoSwapPeak), not the estimate above.
 	Pool       *pool.Blocks
+	check      *pool.Blocks
 	poolPeak   uint64
 	poolPeakAt int64
 
@@ -171,13 +172,21 @@ func (f *Footprint) Touch(ts int64, addr uint64) {
 }
 
 // RefoldPool starts the pool model again, to follow the same events a second time with the Schedule the
-// first pass found (Pool.Schedule): the model then frees each block where the job let it go (FollowPool).
+// first pass found (Pool.Schedule): the model then frees each block where the job let it go (FollowPool),
+// and a check of the schedule follows them too (EndPool).
 func (f *Footprint) RefoldPool(sched *pool.Schedule) {
 	f.Pool, f.poolPeak, f.poolPeakAt = pool.NewBlocks(nil, sched), 0, 0
+	f.check = pool.NewCheck(nil, sched)
 }
 
 // FollowPool follows the recording's next event in the pool model only (a second pass: RefoldPool).
-func (f *Footprint) FollowPool(ev *trace.Event) { f.addPool(ev) }
+func (f *Footprint) FollowPool(ev *trace.Event) {
+	f.addPool(ev)
+	f.check.Add(ev)
+}
+
+// EndPool ends the second pass: the schedule's check says whether the model's figures stand.
+func (f *Footprint) EndPool() { f.Pool.Check(f.check) }
 
 // addPool follows the recording's next event in the pool model.
 func (f *Footprint) addPool(ev *trace.Event) {
