@@ -167,9 +167,10 @@ func (b *Blocks) config(fn string, size uint64) Config {
 		c.Kind, c.Step = VMM, size
 	}
 	if b.meta != nil {
-		if b.meta[MetaKind] == "vmm" {
+		switch b.meta[MetaKind] {
+		case "vmm":
 			c.Kind = VMM
-		} else if b.meta[MetaKind] == "malloc" {
+		case "malloc":
 			c.Kind = Malloc
 		}
 		if v, ok := metaUint(b.meta, MetaStep); ok && v > 0 {
