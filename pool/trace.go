@@ -53,10 +53,11 @@ type Blocks struct {
 	n, cur  int
 	lastUse map[int64]int
 	bounds  []int
-	// open: the regions and backwards open now; inRegion: whether one was open at each block's last use.
-	open     int
-	inRegion map[int64]bool
-	sched    *Schedule
+	// open: the regions and backwards open now; inRegion, bornInRegion: whether one was open at each
+	// block's last use, at its birth.
+	open                   int
+	inRegion, bornInRegion map[int64]bool
+	sched                  *Schedule
 }
 
 // Schedule is what a first pass over a recording (in which its own swap stands) found for the second:
@@ -64,8 +65,12 @@ type Blocks struct {
 // A block ends at the first region or backward enter or exit after its last use: the trace shows where a
 // block was last used, not where the job let it go, and a framework frees a layer's temporaries and drops
 // its saved tensors when the layer's forward or backward returns (decoder-sim: before region_exit, after
-// backward_exit). A block last used with no layer open (a layer the job does not declare) ends only where
-// the recording places another over it. A block used up to the end is never freed.
+// backward_exit). A block made in a layer and last used with no layer open (a gradient the optimizer reads,
+// the last layer's output the loss reads) is the step's own, which a framework frees when its last reference
+// dies: it ends right after the last kernel or copy that used it. A block made and last used with no layer
+// open may be a layer's the job does not declare, held past its last use (its saved tensors until its
+// backward ends, a function's temporaries until it returns), which the trace does not show: it ends only
+// where the recording places another over it. A block used up to the end is never freed.
 type Schedule struct {
 	frees map[int][]int64
 	// Fits: the model of the recording as it ran, following this schedule (NewCheck), peaked within one
@@ -103,18 +108,20 @@ const (
 func NewBlocks(meta trace.Meta, sched *Schedule) *Blocks {
 	return &Blocks{meta: meta, recorded: sched == nil, sizes: map[int64]uint64{}, device: map[uint64]uint64{},
 		tensors: map[uint64]tensorRec{}, execs: map[uint64]execRec{}, handles: map[int64]uint64{}, moved: map[int64]int64{},
-		names: map[uint16]funcInfo{}, lastUse: map[int64]int{}, inRegion: map[int64]bool{}, sched: sched}
+		names: map[uint16]funcInfo{}, lastUse: map[int64]int{}, inRegion: map[int64]bool{}, bornInRegion: map[int64]bool{}, sched: sched}
 }
 
 // Schedule is what a first pass found in the events followed so far, for a second pass over them.
 func (b *Blocks) Schedule() *Schedule {
 	s := &Schedule{frees: map[int][]int64{}}
 	for id, at := range b.lastUse {
-		if !b.inRegion[id] {
-			continue // no layer was open: no call says where the job let it go
-		}
-		if k := sort.SearchInts(b.bounds, at+1); k < len(b.bounds) {
-			s.frees[b.bounds[k]] = append(s.frees[b.bounds[k]], id)
+		switch {
+		case b.inRegion[id]:
+			if k := sort.SearchInts(b.bounds, at+1); k < len(b.bounds) {
+				s.frees[b.bounds[k]] = append(s.frees[b.bounds[k]], id)
+			}
+		case b.bornInRegion[id] && at+1 < b.n:
+			s.frees[at+1] = append(s.frees[at+1], id)
 		}
 	}
 	return s
@@ -256,6 +263,7 @@ func (b *Blocks) use(base, size uint64) {
 	b.next++
 	b.lastUse[b.next], b.inRegion[b.next] = b.cur, b.open > 0
 	b.sizes[b.next] = size
+	b.bornInRegion[b.next] = b.open > 0
 	b.index(base, size, b.next)
 	b.M.Alloc(b.next, size)
 }
