@@ -1,13 +1,15 @@
 // planmem_test.go checks the pool model (package pool) against real runs on both of decoder-sim's pools:
 // each configuration is recorded once as a profile, planned for a sweep of budgets, and each plan is run as
 // planned under safe and, for the measured saving, under off: the predicted peak must be within 5% of the
-// run's; the saving the run's summary states (the no-swap peak the model finds in the swap run's own
-// trace) within one step of the pool's growth of the one `report --baseline` measures.
+// run's; at the tightest budget, the saving the run's summary states (the no-swap peak the model finds in
+// the swap run's own trace) within 5% of the one `report --baseline` measures on the malloc pool (three
+// configurations), within one step of the pool's growth on the VMM pool.
 package main
 
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	"swapagent/internal/testenv"
@@ -38,12 +40,15 @@ func within5(pred, got uint64) bool {
 	return d <= 0.05*float64(got) && -d <= 0.05*float64(got)
 }
 
+func withinStep(a, b, step uint64) bool { return a <= b+step && b <= a+step }
+
 func TestPlanMemoryModelAgainstRuns(t *testing.T) {
 	sim := testenv.Path(t, testenv.DecoderSim)
 	configs := [][]string{
 		{"--layers", "6", "--seq", "1024", "--steps", "2"},
 		{"--layers", "8", "--seq", "1024", "--alloc", "vmm", "--steps", "2"},
 		{"--layers", "6", "--seq", "1024", "--hidden", "16", "--streams", "2", "--sync", "step", "--steps", "2"},
+		{"--layers", "10", "--seq", "2048", "--steps", "2"},
 	}
 	for _, job := range configs {
 		rec := t.TempDir()
@@ -86,11 +91,15 @@ func TestPlanMemoryModelAgainstRuns(t *testing.T) {
 			if !within5(p.Peak, got.Peak) {
 				t.Errorf("%v budget %d: predicted peak %d, measured %d: more than 5%% apart", job, budget, p.Peak, got.Peak)
 			}
-			if frac == 0 { // one saving per configuration: three configurations
+			if frac == 0 { // one saving per configuration: three on the malloc pool
 				savingChecked = true
-				if d := int64(got.Saved) - int64(measured); d > int64(p.PoolStep) || -d > int64(p.PoolStep) {
-					t.Errorf("%v as planned for %d: the run says it saved %d, report --baseline measures %d: more than a "+
-						"pool step (%d) apart", job, budget, got.Saved, measured, p.PoolStep)
+				// VMM: where the swap run's pool had nothing to unmap at a step's empty cache, the trace does not
+				// show that the job emptied it, so the model of the job without swap keeps those mappings (and
+				// lays the next step out otherwise): it can be one step of the pool's growth high.
+				if vmm := slices.Contains(job, "vmm"); vmm && !withinStep(got.Saved, measured, p.PoolStep) ||
+					!vmm && !within5(got.Saved, measured) {
+					t.Errorf("%v as planned for %d: the run says it saved %d, report --baseline measures %d: more than "+
+						"5%% apart (VMM: a pool step)", job, budget, got.Saved, measured)
 				}
 			}
 		}
