@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"swapagent/offload"
+	"swapagent/pool"
 	"swapagent/replay"
 	"swapagent/report"
 	"swapagent/timeline"
@@ -77,6 +78,8 @@ type Profile struct {
 	// steps are the recorded steps' own times, the first left out, for the time model (timemodel.go); nil
 	// when the layers' spans do not line up step by step (the model then runs one step of the medians).
 	steps []stepTimes
+	// sched: when the recording's pool blocks end (pool.Schedule), found once for every simulation.
+	sched *pool.Schedule
 }
 
 // Indices are the recorded layers' indices, in forward order.
@@ -155,9 +158,10 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	if err := prof.extend(opt.NumLayers); err != nil {
 		return nil, err
 	}
+	prof.sched = pool.ScheduleOf(timeline.ScanMeta(f.Events), f.Events)
 	p := &Plan{Budget: opt.Budget, Profile: *prof, mf: forMindFormers}
 	none := replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe,
-		Swap: func(string) bool { return false }})
+		Swap: func(string) bool { return false }, Schedule: prof.sched})
 	p.NoSwapPeak, p.PoolStep, p.Footprint = none.PeakSimulated, none.PoolStep, none.Footprint
 	p.Ranked = append(p.Ranked, Candidate{Layers: []int{}, PeakBytes: none.PeakSimulated, Released: none.ReleasedByArg})
 	p.Simulations = 1
@@ -260,7 +264,7 @@ func (p *Profile) simulateSwap(f *trace.File, at []int, pf int) *replay.Result {
 	for _, i := range at {
 		swapped[p.Layers[i].Group] = true
 	}
-	return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf,
+	return replay.Simulate(f.Header, f.Events, replay.Options{Policy: offload.PolicySafe, Prefetch: pf, Schedule: p.sched, NoSwapKnown: true,
 		PrefetchSet: true, Swap: func(g string) bool { return swapped[g] }})
 }
 

@@ -14,6 +14,7 @@ import (
 	"sort"
 
 	"swapagent/offload"
+	"swapagent/pool"
 	"swapagent/report"
 	"swapagent/timeline"
 	"swapagent/trace"
@@ -31,6 +32,12 @@ type Options struct {
 	// Swap, when set, says which of the recording's groups are swapped: the control calls of the others are
 	// left out, as a job that wraps fewer layers would not make them (a plan's candidate configuration).
 	Swap func(group string) bool
+	// Schedule is the recording's pool.Schedule when the caller has it (a plan simulates one recording many
+	// times); nil: found by a first pass.
+	Schedule *pool.Schedule
+	// NoSwapKnown: the caller has the no-swap peak (a plan's first simulation): PeakNoSwap is left to the
+	// estimate, which saves following the pool a second time.
+	NoSwapKnown bool
 }
 
 // Read is a later kernel launch that reads a storage the simulation holds released.
@@ -125,6 +132,10 @@ type simOps struct {
 	nextHost uint64
 	released uint64 // bytes the simulation holds released now
 	saved    map[int64]uint64
+	// blocks is the pool the simulation releases into and restores from; block the pool block of each
+	// handle's storage (pool.Blocks.At its base when it was saved or released).
+	blocks *pool.Blocks
+	block  map[int64]int64
 }
 
 func (s *simOps) AllocHost(n uint64) (offload.HostBuf, error) {
@@ -143,8 +154,12 @@ func (s *simOps) CopyIn(_, _, n uint64) (offload.Copy, error) {
 func (s *simOps) Wait(offload.Copy) error             { return nil }
 func (s *simOps) After([]uint64) error                { return nil }
 func (s *simOps) Before(offload.Copy, []uint64) error { return nil }
-func (s *simOps) Release(_ int64, _, nbytes uint64) error {
+func (s *simOps) Release(handle int64, base, nbytes uint64) error {
 	s.released += nbytes
+	if id := s.blocks.At(base); id != 0 {
+		s.block[handle] = id
+	}
+	s.blocks.Release(s.block[handle])
 	return nil
 }
 func (s *simOps) Restore(handle int64, nbytes uint64) (uint64, error) {
@@ -153,6 +168,7 @@ func (s *simOps) Restore(handle int64, nbytes uint64) (uint64, error) {
 		return 0, fmt.Errorf("simulation: no saved base for handle %d", handle)
 	}
 	s.released -= min(nbytes, s.released)
+	s.blocks.Restore(s.block[handle])
 	return base, nil
 }
 
@@ -170,6 +186,8 @@ type sim struct {
 	guarded  map[string]bool // groups the recording declared moved by their framework
 	// releasedAtPeak: the simulation's bytes released when its peak was reached (the saving's bound).
 	releasedAtPeak uint64
+	// poolPeak: the pool model's peak so far (ops.blocks), and the bytes released when it rose to it.
+	poolPeak, poolReleasedAtPeak uint64
 	// The saved storages' footprint (timeline.Saved) less what the simulation and the recording released:
 	// the peaks where the trace records no device allocation.
 	saved struct{ sim, rec, releasedAtSim uint64 }
@@ -192,7 +210,11 @@ type sim struct {
 
 // Simulate replays events (one trace, in file order) through a fresh engine under opts.
 func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
-	s := newSim(h, timeline.ScanMeta(events), opts)
+	meta := timeline.ScanMeta(events)
+	if opts.Schedule == nil {
+		opts.Schedule = pool.ScheduleOf(meta, events)
+	}
+	s := newSim(h, meta, opts)
 	for i := range events {
 		s.step(i, &events[i])
 	}
@@ -202,18 +224,28 @@ func Simulate(h trace.Header, events []trace.Event, opts Options) *Result {
 }
 
 // SimulateFile is Simulate on the trace at path, read twice as it is folded instead of kept (trace.Scan): once
-// for the recording's settings, once for the simulation, so the memory it needs does not grow with the
+// for the recording's settings and its pool.Schedule (and once more to check it), once for the simulation, so the memory it needs does not grow with the
 // trace's length. It returns the trace as read (what was lost, its warnings) with the result; an error is
 // the reader's one line.
 func SimulateFile(path string, opts Options) (*Result, *trace.File, error) {
 	recorded := trace.Meta{}
+	blocks := pool.NewBlocks(nil, nil)
 	f, err := trace.Scan(path, func(ev *trace.Event) {
 		if ev.Kind == trace.KindMeta {
 			recorded.Parse(ev.Text)
 		}
+		blocks.Add(ev)
 	})
 	if err != nil {
 		return nil, nil, err
+	}
+	if opts.Schedule == nil {
+		opts.Schedule = blocks.Schedule()
+		check := pool.NewCheck(recorded, opts.Schedule)
+		if _, err := trace.Scan(path, check.Add); err != nil {
+			return nil, nil, err
+		}
+		opts.Schedule.Check(check)
 	}
 	s, n := newSim(f.Header, recorded, opts), 0
 	f, err = trace.Scan(path, func(ev *trace.Event) {
@@ -249,8 +281,10 @@ func newSim(h trace.Header, recorded trace.Meta, opts Options) *sim {
 		res: &Result{Argv: h.Argv, PID: h.PID, Policy: cfg.Policy.String(), Prefetch: cfg.Prefetch,
 			MinBytes: cfg.MinBytes, RecordedPolicy: recorded["policy"],
 			ReleasedByArg: map[string]uint64{}},
-		ops:     &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44},
-		rec:     timeline.New(h, timeline.Options{NoSeries: true, Retire: func(*timeline.Handle) {}}),
+		ops: &simOps{saved: map[int64]uint64{}, nextHost: 1 << 44, blocks: pool.NewBlocks(recorded, opts.Schedule),
+			block: map[int64]int64{}},
+		rec: timeline.New(h, timeline.Options{NoSeries: true, Retire: func(*timeline.Handle) {},
+			PoolSchedule: opts.Schedule, NoPool: opts.NoSwapKnown}),
 		handles: map[int64]int64{}, guardTok: map[int64]int64{}, guarded: map[string]bool{},
 		swap: opts.Swap, unswapped: map[int64]bool{},
 		tensors: map[uint32][]tensorRec{},
@@ -272,6 +306,8 @@ func (s *sim) step(i int, ev *trace.Event) {
 		freed, wasLive = s.rec.Foot.Held.Size(ev.Args[0])
 	}
 	s.rec.Add(ev)
+	s.ops.blocks.Add(ev)
+	s.poolRose()
 	switch ev.Kind {
 	case trace.KindCall:
 		s.res.RuntimeCalls++
@@ -403,6 +439,7 @@ func (s *sim) abi(ev *trace.Event) {
 		s.engineErr(err)
 		if err == nil {
 			s.ops.saved[h] = ev.Args[0]
+			s.ops.block[h] = s.ops.blocks.At(ev.Args[0])
 			if ev.Handle != 0 {
 				s.handles[ev.Handle] = h
 			}
@@ -440,6 +477,8 @@ func (s *sim) abi(ev *trace.Event) {
 		s.engineErr(err)
 		if err == nil && d.Allow && d.Known {
 			s.ops.released += d.Size
+			s.ops.block[d.Handle] = s.ops.blocks.At(ev.Args[0])
+			s.ops.blocks.Release(s.ops.block[d.Handle])
 			s.noteRelease(d.Handle, d.Size)
 			if ev.Handle != 0 && ev.Args[2] == trace.ReleaseAllow {
 				s.guardTok[ev.Handle] = d.Handle
@@ -453,6 +492,7 @@ func (s *sim) abi(ev *trace.Event) {
 		delete(s.guardTok, ev.Handle)
 		if _, err := s.eng.GuardRestore(tok, ev.Args[0], ev.Args[1]); err == nil {
 			s.ops.released -= min(ev.Args[1], s.ops.released)
+			s.ops.blocks.Restore(s.ops.block[tok])
 		} else {
 			s.engineErr(err)
 		}
@@ -469,6 +509,7 @@ func (s *sim) guardRestoreBefore(h int64) {
 	}
 	if _, err := s.eng.GuardRestore(h, info.Storage.Addr, info.Storage.Size); err == nil {
 		s.ops.released -= min(info.Storage.Size, s.ops.released)
+		s.ops.blocks.Restore(s.ops.block[h])
 	}
 }
 
@@ -555,10 +596,16 @@ func (s *sim) checkLaunch(i int, ev *trace.Event) {
 	}
 }
 
-// peak evaluates the device-memory model at an allocation: device memory only grows there, and a
-// caching pool only allocates when it is full, so that is where the bytes in use are known (docs/replay.md).
-// The recorded and no-swap figures are the recorded side's timeline.Footprint, the same as every report
-// shows.
+// poolRose notes the bytes released when the pool model's peak rose (the saving's lower bound).
+func (s *sim) poolRose() {
+	if m := s.ops.blocks.M; m != nil && m.HeldPeak() > s.poolPeak {
+		s.poolPeak, s.poolReleasedAtPeak = m.HeldPeak(), s.ops.released
+	}
+}
+
+// peak evaluates the device-memory estimate of a trace the pool model cannot follow (no tensor recorded:
+// level memory) at an allocation: device memory only grows there, and a caching pool only allocates when
+// it is full, so that is where the bytes in use are known (docs/replay.md).
 func (s *sim) peak() {
 	foot := &s.rec.Foot
 	s.res.PeakRecorded = foot.Held.PeakBytes
@@ -578,8 +625,15 @@ func (s *sim) finish() {
 	r.RecordedFreed = s.rec.Foot.PeakReleased
 	r.NoSwapActivity = r.ABICalls == 0
 	// The no-swap peak can come after the last allocation (docs/cli.md): read it from the whole recording.
-	r.PeakNoSwap = max(s.rec.Foot.PeakNoSwap, s.rec.Foot.Held.PeakBytes)
+	noSwap, _ := s.rec.Foot.NoSwapPeak()
+	r.PeakNoSwap = max(noSwap, s.rec.Foot.Held.PeakBytes)
 	r.PoolStep = s.rec.Foot.MinAlloc
+	if s.ops.blocks.Active() { // the pool model followed the recording's blocks: its peak, not the estimate
+		r.PeakSimulated, s.releasedAtPeak = s.poolPeak, s.poolReleasedAtPeak
+		if s.rec.Foot.Pool != nil {
+			r.PeakNoSwap = noSwap
+		}
+	}
 	r.Footprint = "device"
 	if r.PeakRecorded == 0 && s.rec.Saved.PeakBytes > 0 { // no device allocation: the saved storages
 		r.Footprint, r.PeakRecorded, r.PeakNoSwap, r.PeakSimulated = "saved", s.saved.rec, s.rec.Saved.PeakBytes, s.saved.sim

@@ -124,6 +124,16 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	if file != Stdin && t.Foot.Pool.Followed() {
+		// The pool model needs where each block was last used, which only the end of the trace says: it
+		// follows the trace a second time with the first pass's schedule. (Standard input is read once: there
+		// the model frees a block only where another is placed over it.)
+		t.Foot.RefoldPool(t.Foot.Pool.Schedule())
+		if _, err := trace.Scan(file, t.Foot.FollowPool); err != nil {
+			return nil, err
+		}
+		t.Foot.EndPool()
+	}
 	t.Header = f.Header
 	s := summarize(file, t, hf, events, f.Truncated)
 	s.Gaps, s.Repairs, s.Warnings, s.Damaged = f.Gaps, f.Repairs, f.Warnings(), f.Damaged()

@@ -49,8 +49,9 @@ type MemFigures struct {
 
 // figures returns the footprint's memory figures; reserved is the reservation tracking (may be empty).
 func figures(f *timeline.Footprint, reserved *Memory, vmm bool) MemFigures {
-	m := Figures(f.Held.PeakBytes, f.PeakNoSwap, f.PeakReleased, f.MinAlloc, f.ReleasedAtPeak)
-	m.PeakInUseAtNS, m.PeakNoSwapAtNS, m.InUseAtEnd = f.Held.PeakAtNS, f.PeakNoSwapAtNS, f.InUseBytes()
+	noSwap, noSwapAt := f.NoSwapPeak()
+	m := Figures(f.Held.PeakBytes, noSwap, f.PeakReleased, f.MinAlloc, f.ReleasedAtPeak)
+	m.PeakInUseAtNS, m.PeakNoSwapAtNS, m.InUseAtEnd = f.Held.PeakAtNS, noSwapAt, f.InUseBytes()
 	if vmm {
 		m.Source = "VMM mappings"
 	}

@@ -1,5 +1,10 @@
 package timeline
 
+import (
+	"swapagent/pool"
+	"swapagent/trace"
+)
+
 // MemPoint is the live byte count of one memory right after the event at TS.
 type MemPoint struct {
 	TS    int64  // nanoseconds since the trace start
@@ -90,6 +95,13 @@ type Footprint struct {
 	MinAlloc       uint64 // the smallest runtime allocation or mapping: the pool's step of growth
 	ReleasedAtPeak uint64 // Released when Held reached its peak (SavedAtLeast)
 
+	// Pool is the framework's pool as the recording's blocks drive it, its swap undone (pool.Blocks): where
+	// it can follow them (Active), its peak is the no-swap peak (NoSwapPeak), not the estimate above.
+	Pool       *pool.Blocks
+	check      *pool.Blocks
+	poolPeak   uint64
+	poolPeakAt int64
+
 	NoSeries bool       // figures only, no curves (replay)
 	InUse    []MemPoint // Held minus poolFree, after each change
 	NoSwap   []MemPoint // in use plus Released, after each change
@@ -157,6 +169,40 @@ func (f *Footprint) Touch(ts int64, addr uint64) {
 			return
 		}
 	}
+}
+
+// RefoldPool starts the pool model again, to follow the same events a second time with the Schedule the
+// first pass found (Pool.Schedule): the model then frees each block where the job let it go (FollowPool),
+// and a check of the schedule follows them too (EndPool).
+func (f *Footprint) RefoldPool(sched *pool.Schedule) {
+	f.Pool, f.poolPeak, f.poolPeakAt = pool.NewBlocks(nil, sched), 0, 0
+	f.check = pool.NewCheck(nil, sched)
+}
+
+// FollowPool follows the recording's next event in the pool model only (a second pass: RefoldPool).
+func (f *Footprint) FollowPool(ev *trace.Event) {
+	f.addPool(ev)
+	f.check.Add(ev)
+}
+
+// EndPool ends the second pass: the schedule's check says whether the model's figures stand.
+func (f *Footprint) EndPool() { f.Pool.Check(f.check) }
+
+// addPool follows the recording's next event in the pool model.
+func (f *Footprint) addPool(ev *trace.Event) {
+	f.Pool.Add(ev)
+	if m := f.Pool.M; m != nil && m.HeldPeak() > f.poolPeak {
+		f.poolPeak, f.poolPeakAt = m.HeldPeak(), ev.TS
+	}
+}
+
+// NoSwapPeak is the peak device memory the job would have held without swap, and when: the pool model's
+// (Pool) where it followed the recording's blocks, else the estimate PeakNoSwap (in use plus released).
+func (f *Footprint) NoSwapPeak() (uint64, int64) {
+	if f.Pool != nil && f.Pool.Active() {
+		return f.poolPeak, f.poolPeakAt
+	}
+	return f.PeakNoSwap, f.PeakNoSwapAtNS
 }
 
 // InUseBytes is Held minus the released bytes the pool still holds free.

@@ -12,12 +12,18 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"swapagent/pool"
 	"swapagent/trace"
 )
 
 // Options configure a fold.
 type Options struct {
 	NoSeries bool // figures only, no memory curves (replay: traces of millions of calls)
+	// PoolSchedule is what a first pass over the same events found of the recording's pool blocks
+	// (pool.Blocks.Schedule); nil: this fold is that first pass (Foot.RefoldPool then follows them again).
+	PoolSchedule *pool.Schedule
+	// NoPool leaves the pool model out: a reader that needs no no-swap peak (NoSwapPeak is then the estimate).
+	NoPool bool
 	// Retire, when set, makes the fold's memory independent of the trace's length: a handle is passed to
 	// Retire and dropped once its group's backward_exit succeeded (the engine forgets the group's handles
 	// there, so no later event names them), and the fold keeps no per-change history (Transitions,
@@ -91,6 +97,9 @@ func New(h trace.Header, opt Options) *Timeline {
 		retire: opt.Retire,
 	}
 	t.Foot.NoSeries = opt.NoSeries
+	if !opt.NoPool {
+		t.Foot.Pool = pool.NewBlocks(nil, opt.PoolSchedule)
+	}
 	t.Saved.noSeries = opt.NoSeries
 	t.HostPinned.noSeries = opt.NoSeries
 	t.Reserved.noSeries = opt.NoSeries
@@ -111,6 +120,9 @@ func Fold(h trace.Header, events []trace.Event, opt Options) *Timeline {
 func (t *Timeline) Add(ev *trace.Event) {
 	t.NumEvents++
 	t.kinds[ev.Kind]++
+	if t.Foot.Pool != nil {
+		t.Foot.addPool(ev)
+	}
 	t.EndNS = max(t.EndNS, ev.TS)
 	switch ev.Kind {
 	case trace.KindCall:
@@ -264,5 +276,6 @@ func (t *Timeline) Forget() {
 	t.Inputs, t.Outputs = nil, nil
 	t.tensor, t.owners, t.bases = tensors{}, ownerIndex{}, nil
 	t.Foot.Held.live, t.Foot.free, t.HostPinned.live, t.Reserved.live = nil, nil, nil, nil
+	t.Foot.Pool = nil
 	t.Saved.live, t.Saved.refs, t.Saved.byGroup = nil, nil, nil
 }
