@@ -31,9 +31,11 @@ type Blocks struct {
 	held, heldPeak uint64
 	meta           trace.Meta
 	// live: the recorded blocks by base (sorted; a step's storages, a few hundred).
-	live  []span
-	sizes map[int64]uint64 // every block's size, by id
-	next  int64
+	live []span
+	// blocks: every block's size and last use, by id (ids count up from 1: a slice, not a map, so that
+	// a long recording's first pass costs a few words a block).
+	blocks []blockRec
+	next   int64
 	// device: the recording's allocations and mappings (base -> size), to tell device pointers of copies.
 	device map[uint64]uint64
 	// tensors: what each tensor handle was made with, for aclSetTensorAddr, which says only the address;
@@ -48,16 +50,23 @@ type Blocks struct {
 	// names: function names and classes by id (KindFunc).
 	names map[uint16]funcInfo
 
-	// n: the events followed so far; lastUse: the event of each block's last use; bounds: the control calls
-	// (region and backward enters and exits) so far; cur: the event being followed. sched: the frees of a Schedule to follow, by event.
-	n, cur  int
-	lastUse map[int64]int
-	bounds  []int
-	// open: the regions and backwards open now; inRegion, bornInRegion: whether one was open at each
-	// block's last use, at its birth.
-	open                   int
-	inRegion, bornInRegion map[int64]bool
-	sched                  *Schedule
+	// n: the events followed so far; bounds: the control calls (region and backward enters and exits) so
+	// far; cur: the event being followed. sched: the frees of a Schedule to follow, by event; freed: how
+	// many of them are behind.
+	n, cur int
+	bounds []int
+	// open: the regions and backwards open now.
+	open  int
+	sched *Schedule
+	freed int
+}
+
+// blockRec is what a pass knows of one block: its size, the event of its last use, and whether a region or
+// backward was open at that use and at its birth.
+type blockRec struct {
+	size                   uint64
+	lastUse                int
+	inRegion, bornInRegion bool
 }
 
 // Schedule is what a first pass over a recording (in which its own swap stands) found for the second:
@@ -72,10 +81,15 @@ type Blocks struct {
 // backward ends, a function's temporaries until it returns), which the trace does not show: it ends only
 // where the recording places another over it. A block used up to the end is never freed.
 type Schedule struct {
-	frees map[int][]int64
+	frees []scheduledFree // by event
 	// Fits: the model of the recording as it ran, following this schedule (NewCheck), peaked within one
 	// step of the peak the trace shows. Where it does not (another pool's rules), readers keep their estimate.
 	Fits bool
+}
+
+type scheduledFree struct {
+	at int // the event before which the block is freed
+	id int64
 }
 
 type span struct {
@@ -106,24 +120,26 @@ const (
 // (Schedule); else the job without the recording's swap, its blocks freed by sched, the Schedule of a first
 // pass over the same events.
 func NewBlocks(meta trace.Meta, sched *Schedule) *Blocks {
-	return &Blocks{meta: meta, recorded: sched == nil, sizes: map[int64]uint64{}, device: map[uint64]uint64{},
+	return &Blocks{meta: meta, recorded: sched == nil, blocks: []blockRec{{}}, device: map[uint64]uint64{},
 		tensors: map[uint64]tensorRec{}, execs: map[uint64]execRec{}, handles: map[int64]uint64{}, moved: map[int64]int64{},
-		names: map[uint16]funcInfo{}, lastUse: map[int64]int{}, inRegion: map[int64]bool{}, bornInRegion: map[int64]bool{}, sched: sched}
+		names: map[uint16]funcInfo{}, sched: sched}
 }
 
 // Schedule is what a first pass found in the events followed so far, for a second pass over them.
 func (b *Blocks) Schedule() *Schedule {
-	s := &Schedule{frees: map[int][]int64{}}
-	for id, at := range b.lastUse {
+	s := &Schedule{}
+	for id := 1; id < len(b.blocks); id++ {
+		r := b.blocks[id]
 		switch {
-		case b.inRegion[id]:
-			if k := sort.SearchInts(b.bounds, at+1); k < len(b.bounds) {
-				s.frees[b.bounds[k]] = append(s.frees[b.bounds[k]], id)
+		case r.inRegion:
+			if k := sort.SearchInts(b.bounds, r.lastUse+1); k < len(b.bounds) {
+				s.frees = append(s.frees, scheduledFree{b.bounds[k], int64(id)})
 			}
-		case b.bornInRegion[id] && at+1 < b.n:
-			s.frees[at+1] = append(s.frees[at+1], id)
+		case r.bornInRegion && r.lastUse+1 < b.n:
+			s.frees = append(s.frees, scheduledFree{r.lastUse + 1, int64(id)})
 		}
 	}
+	sort.SliceStable(s.frees, func(i, j int) bool { return s.frees[i].at < s.frees[j].at })
 	return s
 }
 
@@ -256,14 +272,13 @@ func (b *Blocks) use(base, size uint64) {
 		return
 	}
 	if i := b.find(base); i >= 0 {
-		b.lastUse[b.live[i].id], b.inRegion[b.live[i].id] = b.cur, b.open > 0
+		r := &b.blocks[b.live[i].id]
+		r.lastUse, r.inRegion = b.cur, b.open > 0
 		return
 	}
 	size = b.M.Round(size)
 	b.next++
-	b.lastUse[b.next], b.inRegion[b.next] = b.cur, b.open > 0
-	b.sizes[b.next] = size
-	b.bornInRegion[b.next] = b.open > 0
+	b.blocks = append(b.blocks, blockRec{size: size, lastUse: b.cur, inRegion: b.open > 0, bornInRegion: b.open > 0})
 	b.index(base, size, b.next)
 	b.M.Alloc(b.next, size)
 }
@@ -278,7 +293,7 @@ func (b *Blocks) Release(id int64) {
 // Restore gives block id memory again (a simulated restore; a live block stays as it is).
 func (b *Blocks) Restore(id int64) {
 	if b.M != nil && id != 0 && !b.M.Live(id) {
-		b.M.Alloc(id, b.sizes[id])
+		b.M.Alloc(id, b.blocks[id].size)
 	}
 }
 
@@ -287,8 +302,10 @@ func (b *Blocks) Add(ev *trace.Event) {
 	b.cur = b.n
 	b.n++
 	if b.M != nil && b.sched != nil {
-		for _, id := range b.sched.frees[b.cur] {
-			b.M.Free(id)
+		for f := b.sched.frees; b.freed < len(f) && f[b.freed].at <= b.cur; b.freed++ {
+			if f[b.freed].at == b.cur {
+				b.M.Free(f[b.freed].id)
+			}
 		}
 	}
 	switch ev.Kind {
@@ -311,7 +328,7 @@ func (b *Blocks) Add(ev *trace.Event) {
 	case trace.KindSave:
 		b.handles[ev.Handle] = ev.Args[0]
 		if id := b.At(ev.Args[0]); id != 0 { // saved for backward: in use until then
-			b.lastUse[id], b.inRegion[id] = b.cur, true
+			b.blocks[id].lastUse, b.blocks[id].inRegion = b.cur, true
 		}
 	case trace.KindState:
 		b.state(ev)
@@ -339,9 +356,9 @@ func (b *Blocks) state(ev *trace.Event) {
 		b.handles[ev.Handle] = base
 		if id, ok := b.moved[ev.Handle]; ok {
 			delete(b.moved, ev.Handle)
-			b.index(base, b.sizes[id], id)
+			b.index(base, b.blocks[id].size, id)
 			if b.recorded {
-				b.M.Alloc(id, b.sizes[id])
+				b.M.Alloc(id, b.blocks[id].size)
 			}
 		}
 	}

@@ -186,7 +186,10 @@ func (f *Footprint) FollowPool(ev *trace.Event) {
 }
 
 // EndPool ends the second pass: the schedule's check says whether the model's figures stand.
-func (f *Footprint) EndPool() { f.Pool.Check(f.check) }
+func (f *Footprint) EndPool() {
+	f.Pool.Check(f.check)
+	f.check = nil
+}
 
 // addPool follows the recording's next event in the pool model.
 func (f *Footprint) addPool(ev *trace.Event) {

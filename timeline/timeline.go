@@ -276,6 +276,6 @@ func (t *Timeline) Forget() {
 	t.Inputs, t.Outputs = nil, nil
 	t.tensor, t.owners, t.bases = tensors{}, ownerIndex{}, nil
 	t.Foot.Held.live, t.Foot.free, t.HostPinned.live, t.Reserved.live = nil, nil, nil, nil
-	t.Foot.Pool = nil
+	t.Foot.Pool, t.Foot.check = nil, nil
 	t.Saved.live, t.Saved.refs, t.Saved.byGroup = nil, nil, nil
 }
