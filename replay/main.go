@@ -139,9 +139,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 }
 
 // simulate simulates one trace read the way report does (trace.Scan, twice: the memory does not grow with the
-// trace); standard input, which cannot be read twice, is loaded. notes are the trace's warnings.
+// trace); a pipe (standard input, /dev/fd/N), which cannot be read twice, is loaded. notes are the
+// trace's warnings.
 func simulate(file string, opts Options) (*Result, *trace.File, []string, error) {
-	if file == report.Stdin {
+	if report.ReadOnce(file) {
 		t, notes, err := load(file)
 		if err != nil {
 			return nil, nil, nil, err

@@ -108,3 +108,25 @@ func TestReadersReadAnonymousPipes(t *testing.T) {
 		t.Errorf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// TestPipedTraceReadOnce: report and replay read a file twice (the pool model's second pass, replay's
+// simulation); a pipe through /dev/fd/N cannot be read twice, so it is read once, as standard input is.
+// A decoder-sim trace has the device allocations that make them want the second pass.
+func TestPipedTraceReadOnce(t *testing.T) {
+	out := t.TempDir()
+	if r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out), testenv.Path(t, testenv.DecoderSim),
+		"--layers", "2", "--steps", "2"); r.Code != 0 {
+		t.Fatalf("decoder-sim: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 10))
+	}
+	paths, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
+	if len(paths) != 1 {
+		t.Fatalf("%d traces, want 1", len(paths))
+	}
+	for _, cmd := range []string{"report", "replay"} {
+		r := testenv.Run(t, 30*time.Second, testenv.CleanEnv(), "bash", "-c", `"$1" "$2" <(cat "$3")`, "bash",
+			testenv.Path(t, testenv.CLI), cmd, paths[0])
+		if r.Code != 0 || r.Stderr != "" || !strings.Contains(r.Stdout, "/dev/fd/") {
+			t.Errorf("%s <(cat trace): exit %d stdout %q stderr %q", cmd, r.Code, testenv.Tail(r.Stdout, 3), r.Stderr)
+		}
+	}
+}
