@@ -313,3 +313,12 @@ func TestPlanUsage(t *testing.T) {
 		t.Errorf("a bad trace: exit %d stderr %q", r.Code, r.Stderr)
 	}
 }
+
+// TestPlanBadLink: a --link that is no rate the time model can use is bad usage, said before any trace is
+// read: 0 (taken before as "not given"), NaN and Inf (never rates), and one so slow that a step's
+// transfer overflows the model's nanoseconds (it then read as 0s, the slowest link as the fastest).
+func TestPlanBadLink(t *testing.T) {
+	for _, v := range []string{"0", "-1", "NaN", "Inf", "1e-300"} {
+		usageErr(t, swapagent(t, nil, "plan", "x.swtrace", "--budget", "1G", "--link", v), "plan", "bad --link")
+	}
+}
