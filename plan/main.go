@@ -71,6 +71,10 @@ not the profiled job; 3 planned, but the trace was damaged.`,
 // nanoseconds (int64) a thousand times over.
 const MinLinkGBps = 0.001
 
+// MaxNumLayers bounds --num-layers: each layer is modelled in every step, so a count no model has (a
+// billion) would run for hours; the deepest models have a few hundred layers.
+const MaxNumLayers = 10000
+
 // Main runs `swapagent plan` with args (the words after "plan") and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	c := Command
@@ -105,8 +109,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	case fs.Changed("link") && !(*link >= MinLinkGBps && *link <= math.MaxFloat64):
 		// NaN fails both; slower than this, a step's transfer overflows the time model's nanoseconds.
 		return c.UsageError(stderr, "bad --link %g (want GB/s, at least %g)", *link, MinLinkGBps)
-	case *numLayers < 0:
-		return c.UsageError(stderr, "bad --num-layers %d", *numLayers)
+	case *numLayers < 0 || *numLayers > MaxNumLayers:
+		return c.UsageError(stderr, "bad --num-layers %d (0 to %d)", *numLayers, MaxNumLayers)
 	case *prefetchMax < 0 || *prefetchMax > 8:
 		return c.UsageError(stderr, "bad --prefetch-max %d (0 to 8)", *prefetchMax)
 	case *format != "text" && *format != "yaml" && *format != "json":

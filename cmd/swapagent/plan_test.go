@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"swapagent/internal/testenv"
 )
@@ -320,5 +321,20 @@ func TestPlanUsage(t *testing.T) {
 func TestPlanBadLink(t *testing.T) {
 	for _, v := range []string{"0", "-1", "NaN", "Inf", "1e-300"} {
 		usageErr(t, swapagent(t, nil, "plan", "x.swtrace", "--budget", "1G", "--link", v), "plan", "bad --link")
+	}
+}
+
+// TestPlanBadNumLayers: a layer count no model has is bad usage at once, on a real profile; each layer is
+// modelled in every step, so --num-layers 1000000000 ran for hours.
+func TestPlanBadNumLayers(t *testing.T) {
+	rec := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", rec, "--", testenv.Path(t, testenv.DecoderSim),
+		"--swap-layers", "all", "--layers", "2", "--steps", "2"); r.Code != 0 {
+		t.Fatalf("profiling run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	for _, v := range []string{"-1", "1000000000"} {
+		r := testenv.Run(t, 10*time.Second, testenv.CleanEnv(), testenv.Path(t, testenv.CLI), "plan", rec,
+			"--budget", "1G", "--num-layers", v)
+		usageErr(t, r, "plan", "bad --num-layers")
 	}
 }
