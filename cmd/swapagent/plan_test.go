@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -336,5 +337,29 @@ func TestPlanBadNumLayers(t *testing.T) {
 		r := testenv.Run(t, 10*time.Second, testenv.CleanEnv(), testenv.Path(t, testenv.CLI), "plan", rec,
 			"--budget", "1G", "--num-layers", v)
 		usageErr(t, r, "plan", "bad --num-layers")
+	}
+}
+
+// TestPlanRefusesKilledSwapRun: a swapping run that was killed never wrote its stats (they come at the
+// close); it moved data all the same, which its state changes show, so it is no profile (exit 2), as the
+// same run closed is. The kill is the file cut short, as SIGKILL leaves it.
+func TestPlanRefusesKilledSwapRun(t *testing.T) {
+	rec := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "safe", "--out", rec, "--", testenv.Path(t, testenv.DecoderSim),
+		"--layers", "4", "--steps", "3"); r.Code != 0 {
+		t.Fatalf("swap run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	paths, _ := filepath.Glob(filepath.Join(rec, "*.swtrace"))
+	if len(paths) != 1 {
+		t.Fatalf("%d traces, want 1", len(paths))
+	}
+	data, err := os.ReadFile(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := writeFile(t, t.TempDir(), filepath.Base(paths[0]), data[:len(data)*2/3])
+	r := swapagent(t, nil, "plan", cut, "--budget", "1G")
+	if r.Code != 2 || r.Stdout != "" || !strings.Contains(r.Stderr, "the recording was made under policy safe, which moved") {
+		t.Errorf("exit %d stdout %q stderr %q, want 2 and the refusal", r.Code, testenv.Tail(r.Stdout, 3), r.Stderr)
 	}
 }
