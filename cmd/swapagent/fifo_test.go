@@ -130,3 +130,11 @@ func TestPipedTraceReadOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestReportStdinTwice: standard input named twice (two TRACEs, or a TRACE and --baseline) is bad usage: it is
+// read once, and its second name found it drained and called it an empty file.
+func TestReportStdinTwice(t *testing.T) {
+	for _, args := range [][]string{{"report", "-", "-"}, {"report", "-", "--baseline", "-"}} {
+		usageErr(t, swapagent(t, nil, args...), "report", "standard input) given twice")
+	}
+}
