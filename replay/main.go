@@ -67,8 +67,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *format != "text" && *format != "json" {
 		return c.UsageError(stderr, "bad --format %q (want text or json)", *format)
 	}
-	if *prefetch < 0 {
-		return c.UsageError(stderr, "bad --prefetch %d (must be >= 0)", *prefetch)
+	if *prefetch < 0 || *prefetch > offload.MaxPrefetch {
+		return c.UsageError(stderr, "bad --prefetch %d (0 to %d, as SWAPAGENT_PREFETCH)", *prefetch, offload.MaxPrefetch)
 	}
 	files, found, err := report.Inputs(fs.Arg(0))
 	if err != nil {
