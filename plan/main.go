@@ -165,7 +165,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		_, err = io.WriteString(stdout, y)
 	default:
-		writeText(cli.Terminal(stdout), files[0], p)
+		tw := cli.Terminal(stdout)
+		writeText(tw, files[0], p)
+		err = cli.WriteErr(tw)
 	}
 	if err != nil {
 		c.Errorf(stderr, "write: %v", err)

@@ -135,6 +135,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		WriteText(tw, r)
 	}
+	if err := cli.WriteErr(tw); err != nil {
+		c.Errorf(stderr, "write: %v", err) // as JSON's
+		return ExitViolation
+	}
 	return code
 }
 

@@ -138,3 +138,23 @@ func TestReportStdinTwice(t *testing.T) {
 		usageErr(t, swapagent(t, nil, args...), "report", "standard input) given twice")
 	}
 }
+
+// TestTextToFullDisk: text that cannot be written is an error, as JSON's is (replay 1, plan 2, report 1),
+// never exit 0 with the output lost.
+func TestTextToFullDisk(t *testing.T) {
+	out := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", out, "--", testenv.Path(t, testenv.DecoderSim),
+		"--swap-layers", "all", "--layers", "2", "--steps", "2"); r.Code != 0 {
+		t.Fatalf("profiling run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	for _, c := range []struct {
+		args string
+		code int
+	}{{"report", 1}, {"replay", 1}, {"plan --budget 1G", 2}} {
+		r := testenv.Run(t, time.Minute, testenv.CleanEnv(), "bash", "-c", `exec "$1" $2 "$3" > /dev/full`, "bash",
+			testenv.Path(t, testenv.CLI), c.args, out)
+		if r.Code != c.code || !strings.Contains(r.Stderr, "no space left on device") {
+			t.Errorf("%s > /dev/full: exit %d stderr %q, want %d and the write's error", c.args, r.Code, r.Stderr, c.code)
+		}
+	}
+}
