@@ -139,7 +139,8 @@ func TestReportStdinTwice(t *testing.T) {
 	}
 }
 
-// TestTextToFullDisk: text that cannot be written is an error, as JSON's is (replay 1, plan 2, report 1),
+// TestTextToFullDisk: text that cannot be written is an error, as JSON's is (replay 1, plan 2, report 1,
+// doctor 2),
 // never exit 0 with the output lost.
 func TestTextToFullDisk(t *testing.T) {
 	out := t.TempDir()
@@ -150,7 +151,7 @@ func TestTextToFullDisk(t *testing.T) {
 	for _, c := range []struct {
 		args string
 		code int
-	}{{"report", 1}, {"replay", 1}, {"plan --budget 1G", 2}} {
+	}{{"report", 1}, {"replay", 1}, {"plan --budget 1G", 2}, {"doctor", 2}} {
 		r := testenv.Run(t, time.Minute, testenv.CleanEnv(), "bash", "-c", `exec "$1" $2 "$3" > /dev/full`, "bash",
 			testenv.Path(t, testenv.CLI), c.args, out)
 		if r.Code != c.code || !strings.Contains(r.Stderr, "no space left on device") {
