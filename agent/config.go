@@ -130,10 +130,10 @@ var Settings = []Setting{
 		return err == nil
 	}},
 	{EnvOut, "a directory", DefaultOut, func(v string, c *Config) bool { c.Out = v; return true }},
-	{EnvPrefetch, "an integer from 0 to 1024", strconv.Itoa(DefaultPrefetch), func(v string, c *Config) bool {
+	{EnvPrefetch, "an integer from 0 to " + strconv.Itoa(offload.MaxPrefetch), strconv.Itoa(DefaultPrefetch), func(v string, c *Config) bool {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		c.Prefetch = n
-		return err == nil && n >= 0 && n <= 1024
+		return err == nil && n >= 0 && n <= offload.MaxPrefetch
 	}},
 	{EnvMinBytes, "a byte count (64K, 64KiB, 1M, or a number of bytes)", "64K", func(v string, c *Config) bool {
 		n, ok := bytesize.Parse(v)

@@ -351,7 +351,9 @@ func TestWithTrace(t *testing.T) {
 				t.Errorf("rank 3 matched to rank 0's trace")
 			}
 			var out bytes.Buffer
-			res.Render(&out)
+			if err := res.Render(&out); err != nil {
+				t.Fatal(err)
+			}
 			for _, want := range []string{"storage: 0x12c000000000 generation 3, 1048576 bytes", "released by layer.0",
 				"owner:   keyword input of layer.0..layer.10"} {
 				if !strings.Contains(out.String(), want) {
@@ -402,7 +404,9 @@ func TestTraceMatchesByPIDAndTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		res.Render(&out)
+		if err := res.Render(&out); err != nil {
+			t.Fatal(err)
+		}
 		return root, res, out.String()
 	}
 	good := trace.Header{Version: 1, PID: 31200, Host: "node-1", Rank: 0, StartUnix: fixtureStart.UnixNano()}
@@ -534,7 +538,9 @@ func TestDescribedTrace(t *testing.T) {
 		t.Fatalf("storage ref %+v", ref)
 	}
 	var out bytes.Buffer
-	res.Render(&out)
+	if err := res.Render(&out); err != nil {
+		t.Fatal(err)
+	}
 	for _, want := range []string{"size:    1048576 bytes = float32 [4096, 1, 1, 64] (as the framework described",
 		"storage: 0x12c000000000 generation 3, 1048576 bytes (float32 [4096, 1, 1, 64])",
 		"owner:   keyword input rotary_cos_sin[0] of layer.0..layer.10"} {

@@ -53,8 +53,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			c.Errorf(stderr, "%s", oneLine(err))
 			return ExitBadInput
 		}
-	} else {
-		res.Render(stdout)
+	} else if err := res.Render(stdout); err != nil {
+		c.Errorf(stderr, "%s", oneLine(err)) // as JSON's
+		return ExitBadInput
 	}
 	if res.Diagnosed() {
 		return ExitDiagnosed

@@ -243,8 +243,8 @@ func orUnknown(s string) string {
 }
 
 // Render prints the diagnosis as text. Everything goes through cli.Terminal: log lines and trace
-// contents may hold control characters.
-func (r *Result) Render(out io.Writer) {
+// contents may hold control characters. It returns the first write that failed.
+func (r *Result) Render(out io.Writer) error {
 	w := cli.Terminal(out)
 	if !r.Diagnosed() {
 		switch {
@@ -257,7 +257,7 @@ func (r *Result) Render(out io.Writer) {
 				len(r.Traces), plural(r.tracesFound, "trace"), r.tracesFound-len(r.Traces))
 		}
 		r.renderNotes(w)
-		return
+		return cli.WriteErr(w)
 	}
 	n := 0
 	for _, f := range r.Faults {
@@ -282,6 +282,7 @@ func (r *Result) Render(out io.Writer) {
 		r.Faults[i].render(w, sizes)
 	}
 	r.renderNotes(w)
+	return cli.WriteErr(w)
 }
 
 // plural is "1 fault", "3 faults".

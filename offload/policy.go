@@ -115,6 +115,8 @@ func (p Policy) Queueing() Queueing {
 const (
 	DefaultPrefetch = 1
 	DefaultMinBytes = 65536
+	// MaxPrefetch is the deepest prefetch SWAPAGENT_PREFETCH and replay --prefetch take.
+	MaxPrefetch = 1024
 )
 
 // Config tunes an Engine. The zero value is policy safe, no prefetch, no small threshold.

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
@@ -66,13 +67,21 @@ configuration fits the budget (the lowest reachable peak is printed), or the ver
 not the profiled job; 3 planned, but the trace was damaged.`,
 }
 
+// MinLinkGBps is the slowest --link: 1 MB/s, at which 10 TB moved a step still fits the time model's
+// nanoseconds (int64) a thousand times over.
+const MinLinkGBps = 0.001
+
+// MaxNumLayers bounds --num-layers: each layer is modelled in every step, so a count no model has (a
+// billion) would run for hours; the deepest models have a few hundred layers.
+const MaxNumLayers = 10000
+
 // Main runs `swapagent plan` with args (the words after "plan") and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	c := Command
 	fs := c.Flags()
 	budget := &bytesize.Flag{}
 	fs.Var(budget, "budget", "device-memory budget `BYTES`: 64M, 1.5G, 1GiB or a number of bytes (required)")
-	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s`; given, it wins over a measured one (default: measured from the recording's copies, else 25)")
+	link := fs.Float64("link", 0, "the link's bandwidth in `GB/s` (at least 0.001); given, it wins over a measured one (default: measured from the recording's copies, else 25)")
 	prefetchMax := fs.Int("prefetch-max", 2, "the deepest prefetch `N` to try")
 	format := fs.String("format", "text", "output `FORMAT`: text, yaml or json")
 	mode := fs.String("mode", "pynative", "MindFormers' `MODE` the YAML is for: pynative (its swap: section) or graph (swap_config:)")
@@ -97,10 +106,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return c.UsageError(stderr, "want exactly one TRACE (a .swtrace file or a directory), got %d", fs.NArg())
 	case !fs.Changed("budget") || budget.N == 0:
 		return c.UsageError(stderr, "--budget is required and must be above 0")
-	case *link < 0:
-		return c.UsageError(stderr, "bad --link %g (must be > 0)", *link)
-	case *numLayers < 0:
-		return c.UsageError(stderr, "bad --num-layers %d", *numLayers)
+	case fs.Changed("link") && !(*link >= MinLinkGBps && *link <= math.MaxFloat64):
+		// NaN fails both; slower than this, a step's transfer overflows the time model's nanoseconds.
+		return c.UsageError(stderr, "bad --link %g (want GB/s, at least %g)", *link, MinLinkGBps)
+	case *numLayers < 0 || *numLayers > MaxNumLayers:
+		return c.UsageError(stderr, "bad --num-layers %d (0 to %d)", *numLayers, MaxNumLayers)
 	case *prefetchMax < 0 || *prefetchMax > 8:
 		return c.UsageError(stderr, "bad --prefetch-max %d (0 to 8)", *prefetchMax)
 	case *format != "text" && *format != "yaml" && *format != "json":
@@ -155,7 +165,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		_, err = io.WriteString(stdout, y)
 	default:
-		writeText(cli.Terminal(stdout), files[0], p)
+		tw := cli.Terminal(stdout)
+		writeText(tw, files[0], p)
+		err = cli.WriteErr(tw)
 	}
 	if err != nil {
 		c.Errorf(stderr, "write: %v", err)

@@ -465,6 +465,8 @@ func profile(f *trace.File) (*Profile, error) {
 	var st trace.Stats
 	if tl.HasStats && json.Unmarshal(tl.StatsJSON, &st) == nil {
 		p.MovedBytes = st.OffloadedBytes + st.RestoredBytes
+	} else { // a killed run wrote no stats: its state changes say what it moved
+		p.MovedBytes = tl.Moved.ReleasedBytes + tl.Moved.RestoredBytes
 	}
 	if len(tl.Steps) >= 2 { // launches between the second step's start and the last's, a step
 		from, to := tl.Steps[min(1, len(tl.Steps)-2)], tl.Steps[len(tl.Steps)-1]

@@ -67,8 +67,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if *format != "text" && *format != "json" {
 		return c.UsageError(stderr, "bad --format %q (want text or json)", *format)
 	}
-	if *prefetch < 0 {
-		return c.UsageError(stderr, "bad --prefetch %d (must be >= 0)", *prefetch)
+	if *prefetch < 0 || *prefetch > offload.MaxPrefetch {
+		return c.UsageError(stderr, "bad --prefetch %d (0 to %d, as SWAPAGENT_PREFETCH)", *prefetch, offload.MaxPrefetch)
 	}
 	files, found, err := report.Inputs(fs.Arg(0))
 	if err != nil {
@@ -135,13 +135,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		WriteText(tw, r)
 	}
+	if err := cli.WriteErr(tw); err != nil {
+		c.Errorf(stderr, "write: %v", err) // as JSON's
+		return ExitViolation
+	}
 	return code
 }
 
 // simulate simulates one trace read the way report does (trace.Scan, twice: the memory does not grow with the
-// trace); standard input, which cannot be read twice, is loaded. notes are the trace's warnings.
+// trace); a pipe (standard input, /dev/fd/N), which cannot be read twice, is loaded. notes are the
+// trace's warnings.
 func simulate(file string, opts Options) (*Result, *trace.File, []string, error) {
-	if file == report.Stdin {
+	if report.ReadOnce(file) {
 		t, notes, err := load(file)
 		if err != nil {
 			return nil, nil, nil, err

@@ -116,6 +116,7 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 	}
 	var f *trace.File
 	var err error
+	once := ReadOnce(file)
 	if file == Stdin {
 		f, err = trace.ScanReader("standard input", os.Stdin, emit)
 	} else {
@@ -124,10 +125,10 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	if file != Stdin && t.Foot.Pool.Followed() {
+	if !once && t.Foot.Pool.Followed() {
 		// The pool model needs where each block was last used, which only the end of the trace says: it
-		// follows the trace a second time with the first pass's schedule. (Standard input is read once: there
-		// the model frees a block only where another is placed over it.)
+		// follows the trace a second time with the first pass's schedule. (A pipe is read once: there the
+		// model frees a block only where another is placed over it.)
 		t.Foot.RefoldPool(t.Foot.Pool.Schedule())
 		if _, err := trace.Scan(file, t.Foot.FollowPool); err != nil {
 			return nil, err
@@ -154,6 +155,17 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 		s.Spans = nil
 	}
 	return s, nil
+}
+
+// ReadOnce says whether file can be read only once: standard input, or a pipe named by its path (process
+// substitution's /dev/fd/N). A reader that reads a file twice reads these once; a second read would find
+// the pipe drained.
+func ReadOnce(file string) bool {
+	if file == Stdin {
+		return true
+	}
+	fi, err := os.Stat(file)
+	return err == nil && !fi.Mode().IsRegular()
 }
 
 // ReadTrace reads one trace file ("-": standard input) whole, by the read rule every command follows

@@ -225,3 +225,11 @@ func TestReportInputs(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayPrefetchBound: replay --prefetch takes what SWAPAGENT_PREFETCH takes (0 to 1024, one bound): a
+// deeper one is bad usage, as it is in the agent's environment, not a simulation of a setting no run can have.
+func TestReplayPrefetchBound(t *testing.T) {
+	for _, v := range []string{"-1", "1025", "99999999999"} {
+		usageErr(t, swapagent(t, nil, "replay", "x.swtrace", "--prefetch", v), "replay", "bad --prefetch")
+	}
+}

@@ -108,3 +108,54 @@ func TestReadersReadAnonymousPipes(t *testing.T) {
 		t.Errorf("exit %d stdout %q stderr %q", r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// TestPipedTraceReadOnce: report and replay read a file twice (the pool model's second pass, replay's
+// simulation); a pipe through /dev/fd/N cannot be read twice, so it is read once, as standard input is.
+// A decoder-sim trace has the device allocations that make them want the second pass.
+func TestPipedTraceReadOnce(t *testing.T) {
+	out := t.TempDir()
+	if r := testenv.Run(t, time.Minute, testenv.AgentEnv(t, out), testenv.Path(t, testenv.DecoderSim),
+		"--layers", "2", "--steps", "2"); r.Code != 0 {
+		t.Fatalf("decoder-sim: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 10))
+	}
+	paths, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
+	if len(paths) != 1 {
+		t.Fatalf("%d traces, want 1", len(paths))
+	}
+	for _, cmd := range []string{"report", "replay"} {
+		r := testenv.Run(t, 30*time.Second, testenv.CleanEnv(), "bash", "-c", `"$1" "$2" <(cat "$3")`, "bash",
+			testenv.Path(t, testenv.CLI), cmd, paths[0])
+		if r.Code != 0 || r.Stderr != "" || !strings.Contains(r.Stdout, "/dev/fd/") {
+			t.Errorf("%s <(cat trace): exit %d stdout %q stderr %q", cmd, r.Code, testenv.Tail(r.Stdout, 3), r.Stderr)
+		}
+	}
+}
+
+// TestReportStdinTwice: standard input named twice (two TRACEs, or a TRACE and --baseline) is bad usage: it is
+// read once, and its second name found it drained and called it an empty file.
+func TestReportStdinTwice(t *testing.T) {
+	for _, args := range [][]string{{"report", "-", "-"}, {"report", "-", "--baseline", "-"}} {
+		usageErr(t, swapagent(t, nil, args...), "report", "standard input) given twice")
+	}
+}
+
+// TestTextToFullDisk: text that cannot be written is an error, as JSON's is (replay 1, plan 2, report 1,
+// doctor 2),
+// never exit 0 with the output lost.
+func TestTextToFullDisk(t *testing.T) {
+	out := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", out, "--", testenv.Path(t, testenv.DecoderSim),
+		"--swap-layers", "all", "--layers", "2", "--steps", "2"); r.Code != 0 {
+		t.Fatalf("profiling run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	for _, c := range []struct {
+		args string
+		code int
+	}{{"report", 1}, {"replay", 1}, {"plan --budget 1G", 2}, {"doctor", 2}} {
+		r := testenv.Run(t, time.Minute, testenv.CleanEnv(), "bash", "-c", `exec "$1" $2 "$3" > /dev/full`, "bash",
+			testenv.Path(t, testenv.CLI), c.args, out)
+		if r.Code != c.code || !strings.Contains(r.Stderr, "no space left on device") {
+			t.Errorf("%s > /dev/full: exit %d stderr %q, want %d and the write's error", c.args, r.Code, r.Stderr, c.code)
+		}
+	}
+}

@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"swapagent/internal/testenv"
 )
@@ -311,5 +313,53 @@ func TestPlanUsage(t *testing.T) {
 	}
 	if r := swapagent(t, nil, "plan", rec+"/x.swtrace", "--budget", "1G"); r.Code != 2 {
 		t.Errorf("a bad trace: exit %d stderr %q", r.Code, r.Stderr)
+	}
+}
+
+// TestPlanBadLink: a --link that is no rate the time model can use is bad usage, said before any trace is
+// read: 0 (taken before as "not given"), NaN and Inf (never rates), and one so slow that a step's
+// transfer overflows the model's nanoseconds (it then read as 0s, the slowest link as the fastest).
+func TestPlanBadLink(t *testing.T) {
+	for _, v := range []string{"0", "-1", "NaN", "Inf", "1e-300"} {
+		usageErr(t, swapagent(t, nil, "plan", "x.swtrace", "--budget", "1G", "--link", v), "plan", "bad --link")
+	}
+}
+
+// TestPlanBadNumLayers: a layer count no model has is bad usage at once, on a real profile; each layer is
+// modelled in every step, so --num-layers 1000000000 ran for hours.
+func TestPlanBadNumLayers(t *testing.T) {
+	rec := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "off", "--out", rec, "--", testenv.Path(t, testenv.DecoderSim),
+		"--swap-layers", "all", "--layers", "2", "--steps", "2"); r.Code != 0 {
+		t.Fatalf("profiling run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	for _, v := range []string{"-1", "1000000000"} {
+		r := testenv.Run(t, 10*time.Second, testenv.CleanEnv(), testenv.Path(t, testenv.CLI), "plan", rec,
+			"--budget", "1G", "--num-layers", v)
+		usageErr(t, r, "plan", "bad --num-layers")
+	}
+}
+
+// TestPlanRefusesKilledSwapRun: a swapping run that was killed never wrote its stats (they come at the
+// close); it moved data all the same, which its state changes show, so it is no profile (exit 2), as the
+// same run closed is. The kill is the file cut short, as SIGKILL leaves it.
+func TestPlanRefusesKilledSwapRun(t *testing.T) {
+	rec := t.TempDir()
+	if r := swapagent(t, nil, "run", "--policy", "safe", "--out", rec, "--", testenv.Path(t, testenv.DecoderSim),
+		"--layers", "4", "--steps", "3"); r.Code != 0 {
+		t.Fatalf("swap run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	paths, _ := filepath.Glob(filepath.Join(rec, "*.swtrace"))
+	if len(paths) != 1 {
+		t.Fatalf("%d traces, want 1", len(paths))
+	}
+	data, err := os.ReadFile(paths[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := writeFile(t, t.TempDir(), filepath.Base(paths[0]), data[:len(data)*2/3])
+	r := swapagent(t, nil, "plan", cut, "--budget", "1G")
+	if r.Code != 2 || r.Stdout != "" || !strings.Contains(r.Stderr, "the recording was made under policy safe, which moved") {
+		t.Errorf("exit %d stdout %q stderr %q, want 2 and the refusal", r.Code, testenv.Tail(r.Stdout, 3), r.Stderr)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"swapagent/internal/cli"
 	"swapagent/report"
@@ -52,6 +53,14 @@ func cmdReport(args []string) int {
 	}
 	if fs.NArg() == 0 {
 		return c.UsageError(os.Stderr, "missing TRACE, DIR or - (standard input)")
+	}
+	inputs := fs.Args()
+	if fs.Changed("baseline") {
+		inputs = append(inputs, *baseline)
+	}
+	if i := slices.Index(inputs, report.Stdin); i >= 0 && slices.Contains(inputs[i+1:], report.Stdin) {
+		// Read once, standard input has nothing left for its second name.
+		return c.UsageError(os.Stderr, "- (standard input) given twice: it can be read once")
 	}
 	// Text and JSON print figures: each trace is folded as it is read and only its figures kept. SVG draws
 	// curves and spans too; Perfetto also runtime calls, as many as it shows.

@@ -145,6 +145,16 @@ func Terminal(w io.Writer) io.Writer { return &terminal{w: w} }
 type terminal struct {
 	w    io.Writer
 	tail []byte // an incomplete UTF-8 sequence left by the previous Write
+	err  error  // the first write that failed: renderers print with fmt and do not look at each error
+}
+
+// WriteErr is the first error a Terminal's writes met (nil for another writer): a command checks it once
+// its text is written, so a full disk or a closed pipe is not an exit 0 with the output lost.
+func WriteErr(w io.Writer) error {
+	if t, ok := w.(*terminal); ok {
+		return t.err
+	}
+	return nil
 }
 
 func (t *terminal) Write(p []byte) (int, error) {
@@ -165,6 +175,9 @@ func (t *terminal) Write(p []byte) (int, error) {
 		buf = []byte(rest)
 	}
 	if _, err := io.WriteString(t.w, out.String()); err != nil {
+		if t.err == nil {
+			t.err = err
+		}
 		return 0, err
 	}
 	return len(p), nil
