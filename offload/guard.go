@@ -49,21 +49,23 @@ type Decision struct {
 // allowed release is recorded as an offload of its bytes, so the job's own swap shows in the same figures
 // as the engine's.
 func (e *Engine) GuardRelease(name string, ptr, nbytes uint64, held tracker.Holders) (Decision, error) {
-	if ptr == 0 {
-		return Decision{}, fmt.Errorf("%w: release of address 0", ErrInvalid)
-	}
-	e.lock()
-	defer e.unlock()
-	si, ok := e.tr.LookupStorage(ptr)
-	if !ok || si.Base != ptr {
-		return Decision{Allow: true}, nil
-	}
-	return e.guardReleaseLocked(name, si, nbytes, e.handlesOf(si.ID), held)
+	return e.atStorageBase(ptr, func(si tracker.StorageInfo) (Decision, error) {
+		return e.guardReleaseLocked(name, si, nbytes, e.handlesOf(si.ID), held)
+	})
 }
 
 // Releasable is GuardRelease's answer for the storage based at ptr with nothing recorded or changed: the
 // decision a framework may ask for before it spends work on a release (SWAPAGENT_CALL_RELEASABLE).
 func (e *Engine) Releasable(name string, ptr uint64, held tracker.Holders) (Decision, error) {
+	return e.atStorageBase(ptr, func(si tracker.StorageInfo) (Decision, error) {
+		d, _ := e.decideRelease(name, si, 0, e.handlesOf(si.ID), held)
+		return d, nil
+	})
+}
+
+// atStorageBase runs decide under the engine's lock on the storage based at ptr; a pointer that is no
+// tracked storage's base is none of the agent's business (allowed), and address 0 is refused.
+func (e *Engine) atStorageBase(ptr uint64, decide func(tracker.StorageInfo) (Decision, error)) (Decision, error) {
 	if ptr == 0 {
 		return Decision{}, fmt.Errorf("%w: release of address 0", ErrInvalid)
 	}
@@ -73,8 +75,7 @@ func (e *Engine) Releasable(name string, ptr uint64, held tracker.Holders) (Deci
 	if !ok || si.Base != ptr {
 		return Decision{Allow: true}, nil
 	}
-	d, _ := e.decideRelease(name, si, 0, e.handlesOf(si.ID), held)
-	return d, nil
+	return decide(si)
 }
 
 // handlesOf returns the first handle of storage sid in every live group.

@@ -160,7 +160,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			mf, _ := p.bestFor(p.mf)
 			c.Errorf(stderr, "no configuration MindFormers can express fits %s: the lowest it reaches is %s "+
 				"(layers %s, prefetch %d); no YAML written", report.Bytes(p.Budget), report.Bytes(mf.PeakBytes),
-				span(mf.Layers), mf.Prefetch)
+				Span(mf.Layers), mf.Prefetch)
 			return ExitNoFit
 		}
 		_, err = io.WriteString(stdout, y)
@@ -201,8 +201,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return ExitPlanned
 }
 
-// span writes layer indices as ranges ("0-5,7").
-func span(layers []int) string {
+// Span writes layer indices as ranges ("0-5,7"; "none" for no layer).
+func Span(layers []int) string {
 	var parts []string
 	for i := 0; i < len(layers); {
 		j := i
@@ -288,7 +288,7 @@ func specs(layers []int) string {
 	if len(layers) == 0 {
 		return ""
 	}
-	parts := strings.Split(span(layers), ",")
+	parts := strings.Split(Span(layers), ",")
 	for i := range parts {
 		parts[i] = "'" + parts[i] + "'"
 	}
@@ -443,7 +443,7 @@ func (c Candidate) decoderSimArgs() []string {
 	if c.Recompute {
 		return nil
 	}
-	return []string{"--swap-layers", span(c.Layers)}
+	return []string{"--swap-layers", Span(c.Layers)}
 }
 
 // MeasuredLink is the bandwidth the recording's copies measured (bytes per second; 0 when it made none).
@@ -534,16 +534,16 @@ func writeText(w io.Writer, file string, p *Plan) {
 	}
 	if !p.Feasible {
 		fmt.Fprintf(w, "  no configuration fits: the lowest peak swap reaches, %s (layers %s, prefetch %d), is %s "+
-			"above the budget\n", report.Bytes(b.PeakBytes), span(b.Layers), b.Prefetch,
+			"above the budget\n", report.Bytes(b.PeakBytes), Span(b.Layers), b.Prefetch,
 			report.Bytes(b.PeakBytes-min(b.PeakBytes, p.Budget)))
 		return
 	}
 	if b.Recompute {
-		fmt.Fprintf(w, "  plan: recompute layers %s: peak %s, %v of forward run again a step\n", span(b.Layers),
+		fmt.Fprintf(w, "  plan: recompute layers %s: peak %s, %v of forward run again a step\n", Span(b.Layers),
 			report.Bytes(b.PeakBytes), time.Duration(b.ExposedNS).Round(time.Microsecond))
 	} else {
 		fmt.Fprintf(w, "  plan: swap layers %s, prefetch %d: peak %s, %s moved a step, %v of transfer not hidden\n",
-			span(b.Layers), b.Prefetch, report.Bytes(b.PeakBytes), report.Bytes(b.MovedBytes),
+			Span(b.Layers), b.Prefetch, report.Bytes(b.PeakBytes), report.Bytes(b.MovedBytes),
 			time.Duration(b.ExposedNS).Round(time.Microsecond))
 	}
 	fmt.Fprintf(w, "  released by argument over the recorded steps: %s\n", releasedText(b.Released))
@@ -556,7 +556,7 @@ func writeText(w io.Writer, file string, p *Plan) {
 		if c.Recompute {
 			how, pf = "recompute", "-"
 		}
-		fmt.Fprintf(w, "  %-10s %-10s %8s %12s %12s %12v%s\n", how, span(c.Layers), pf, report.Bytes(c.PeakBytes),
+		fmt.Fprintf(w, "  %-10s %-10s %8s %12s %12s %12v%s\n", how, Span(c.Layers), pf, report.Bytes(c.PeakBytes),
 			report.Bytes(c.MovedBytes), time.Duration(c.ExposedNS).Round(time.Microsecond), mark)
 	}
 	if p.mf == forMindFormersGraph {
@@ -589,7 +589,7 @@ func writeTarget(w io.Writer, p *Plan, t target, name, text string) {
 			why = "no prefetch, or recompute"
 		}
 		fmt.Fprintf(w, "\n  %s cannot state the plan (%s); its best: layers %s, prefetch %d: peak %s, %v of transfer "+
-			"not hidden:\n", name, why, span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes),
+			"not hidden:\n", name, why, Span(c.Layers), c.Prefetch, report.Bytes(c.PeakBytes),
 			time.Duration(c.ExposedNS).Round(time.Microsecond))
 	default:
 		fmt.Fprintf(w, "\n  %s:\n", name)

@@ -79,8 +79,8 @@ func TestBetter(t *testing.T) {
 
 func TestSpanAndMedian(t *testing.T) {
 	for want, layers := range map[string][]int{"none": nil, "0-5": {0, 1, 2, 3, 4, 5}, "0,2-3,7": {0, 2, 3, 7}} {
-		if got := span(layers); got != want {
-			t.Errorf("span(%v) = %q, want %q", layers, got, want)
+		if got := Span(layers); got != want {
+			t.Errorf("Span(%v) = %q, want %q", layers, got, want)
 		}
 	}
 	if m := median([]int64{100, 5, 3, 4}); m != 4 { // the first (warm-up) step left out

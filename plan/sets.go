@@ -147,13 +147,13 @@ func (p *Plan) searchSets(f *trace.File, opt Options, extra uint64) {
 		if c.PeakBytes <= opt.Budget {
 			p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, "+
 				"%s), %d simulated (%d left out as subsets of sets that did not fit): the cheapest that fits is "+
-				"%s, %s", costed, len(cheaper), span(best.Layers), how(*best), simulated, pruned, span(c.Layers), how(c))
+				"%s, %s", costed, len(cheaper), Span(best.Layers), how(*best), simulated, pruned, Span(c.Layers), how(c))
 			return
 		}
 	}
 	p.Sets = fmt.Sprintf("sets of layers with gaps: %d costed, %d cheaper than the best range (%s, %s), "+
 		"%d simulated (%d left out as subsets of sets that did not fit), none fits", costed, len(cheaper),
-		span(best.Layers), how(*best), simulated, pruned)
+		Span(best.Layers), how(*best), simulated, pruned)
 }
 
 // cheaperThan says whether a set with gaps, c, is worth simulating against the best range: less exposed

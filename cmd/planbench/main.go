@@ -106,7 +106,7 @@ type candidate struct {
 }
 
 func (c *candidate) String() string {
-	return fmt.Sprintf("layers %s prefetch %d", spanOf(c.layers), c.prefetch)
+	return fmt.Sprintf("layers %s prefetch %d", plan.Span(c.layers), c.prefetch)
 }
 
 func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (float64, error) {
@@ -295,7 +295,7 @@ func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (f
 		}
 	}
 	fmt.Printf("  depth, where the model gains most from prefetch 2 (%s): predicted %s less exposed transfer than "+
-		"prefetch 1; side by side (%d rounds): step %s against %s (%+.1f%%)\n", spanOf(deep[0].layers),
+		"prefetch 1; side by side (%d rounds): step %s against %s (%+.1f%%)\n", plan.Span(deep[0].layers),
 		ms(deep[0].predict-deep[1].predict), rounds, ms(median(deep[1].steps)), ms(median(deep[0].steps)),
 		100*(float64(median(deep[1].steps))/float64(median(deep[0].steps))-1))
 	return ratio, nil
@@ -308,21 +308,3 @@ func median(v []int64) int64 {
 }
 
 func ms(ns int64) string { return time.Duration(ns).Round(10 * time.Microsecond).String() }
-
-// spanOf writes layer indices as ranges ("0-2,4").
-func spanOf(layers []int) string {
-	var parts []string
-	for i := 0; i < len(layers); {
-		j := i
-		for j+1 < len(layers) && layers[j+1] == layers[j]+1 {
-			j++
-		}
-		if j == i {
-			parts = append(parts, fmt.Sprint(layers[i]))
-		} else {
-			parts = append(parts, fmt.Sprintf("%d-%d", layers[i], layers[j]))
-		}
-		i = j + 1
-	}
-	return strings.Join(parts, ",")
-}
