@@ -182,9 +182,21 @@ func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (f
 				pred: p.PredictedPeak(profFile, layers, pf)})
 		}
 	}
-	run := func(k *candidate) (*plan.Check, error) {
-		return plan.Measure(cli, "safe", plan.Candidate{Layers: k.layers, Prefetch: k.prefetch}, argv, io.Discard)
+	// interleave runs ks one after the other, n rounds, and gives record each run's figures: side by side,
+	// so the machine's load falls on all of them alike.
+	interleave := func(ks []*candidate, n int, record func(*candidate, *plan.Check)) error {
+		for range n {
+			for _, k := range ks {
+				m, err := plan.Measure(cli, "safe", plan.Candidate{Layers: k.layers, Prefetch: k.prefetch}, argv, io.Discard)
+				if err != nil {
+					return err
+				}
+				record(k, m)
+			}
+		}
+		return nil
 	}
+	keepStep := func(k *candidate, m *plan.Check) { k.steps = append(k.steps, m.LeastStepNS) }
 	t0 := time.Now()
 	var fit []*candidate
 	var picked *candidate
@@ -197,17 +209,13 @@ func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (f
 			picked = k
 		}
 	}
-	for range sweepRounds {
-		for _, k := range fit {
-			m, err := run(k)
-			if err != nil {
-				return 0, err
-			}
-			k.peak = max(k.peak, m.PeakBytes)
-			if k.first == 0 || m.LeastStepNS < k.first {
-				k.first = m.LeastStepNS
-			}
+	if err := interleave(fit, sweepRounds, func(k *candidate, m *plan.Check) {
+		k.peak = max(k.peak, m.PeakBytes)
+		if k.first == 0 || m.LeastStepNS < k.first {
+			k.first = m.LeastStepNS
 		}
+	}); err != nil {
+		return 0, err
 	}
 	ranWithin := 0
 	for _, k := range fit {
@@ -239,14 +247,8 @@ func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (f
 	if len(fit) == 0 {
 		return 0, fmt.Errorf("%s: no configuration of the sweep fits %s", c.name, report.Bytes(budget))
 	}
-	for range rounds {
-		for _, k := range final {
-			m, err := run(k)
-			if err != nil {
-				return 0, err
-			}
-			k.steps = append(k.steps, m.LeastStepNS)
-		}
+	if err := interleave(final, rounds, keepStep); err != nil {
+		return 0, err
 	}
 	best := final[0]
 	for _, k := range final {
@@ -285,14 +287,8 @@ func bench(c config, steps, sweepRounds, rounds, finalists int, frac float64) (f
 		}
 	}
 	deep[0].steps, deep[1].steps = nil, nil
-	for range rounds {
-		for _, k := range deep {
-			m, err := run(k)
-			if err != nil {
-				return 0, err
-			}
-			k.steps = append(k.steps, m.LeastStepNS)
-		}
+	if err := interleave(deep[:], rounds, keepStep); err != nil {
+		return 0, err
 	}
 	fmt.Printf("  depth, where the model gains most from prefetch 2 (%s): predicted %s less exposed transfer than "+
 		"prefetch 1; side by side (%d rounds): step %s against %s (%+.1f%%)\n", plan.Span(deep[0].layers),
