@@ -5,6 +5,7 @@
 package agent
 
 import (
+	"swapagent/offload"
 	"swapagent/trace"
 	"swapagent/tracker"
 )
@@ -65,6 +66,20 @@ func (a *Agent) callGuardRelease(_ origin, c *Call) int64 {
 
 func (a *Agent) callGuardRestore(_ origin, c *Call) int64 {
 	return int64(a.GuardRestore(c.Handle, c.Ptr, c.Nbytes))
+}
+
+// callScopeEnter and callScopeExit record a scope's boundary (SWAPAGENT_CALL_SCOPE_ENTER, SCOPE_EXIT) in
+// its place among the runtime calls; the engine is not told: nothing of a scope moves.
+func (a *Agent) callScopeEnter(o origin, c *Call) int64 {
+	return int64(a.scope(o, "scope_enter", trace.KindScopeEnter, c.Group))
+}
+
+func (a *Agent) callScopeExit(o origin, c *Call) int64 {
+	return int64(a.scope(o, "scope_exit", trace.KindScopeExit, c.Group))
+}
+
+func (a *Agent) scope(o origin, call string, kind trace.Kind, group string) int {
+	return a.groupCall(o, call, kind, group, nil, func(*offload.Engine) error { return nil })
 }
 
 func (a *Agent) callNote(_ origin, c *Call) int64 { return int64(a.Note(c.Group, c.Text)) }

@@ -36,6 +36,10 @@ func (a *Agent) dispatch(o origin, c *Call) int64 {
 		return a.callNote(o, c)
 	case trace.CallReleasable:
 		return a.callReleasable(o, c)
+	case trace.CallScopeEnter:
+		return a.callScopeEnter(o, c)
+	case trace.CallScopeExit:
+		return a.callScopeExit(o, c)
 	}
 	return int64(a.Invalid(CallName(c.Kind), "unknown kind"))
 }

@@ -50,36 +50,48 @@ type Blocks struct {
 	// names: function names and classes by id (KindFunc).
 	names map[uint16]funcInfo
 
-	// n: the events followed so far; bounds: the control calls (region and backward enters and exits) so
-	// far; cur: the event being followed. sched: the frees of a Schedule to follow, by event; freed: how
-	// many of them are behind.
+	// n: the events followed so far; cur: the event being followed. sched: the frees of a Schedule to
+	// follow, by event; freed: how many of them are behind.
 	n, cur int
-	bounds []int
-	// open: the regions and backwards open now.
-	open  int
-	sched *Schedule
-	freed int
+	// scopes: every region, backward and declared scope so far, in the order they opened; open: those open
+	// now, innermost last.
+	scopes []scopeRec
+	open   []int32
+	sched  *Schedule
+	freed  int
 }
 
-// blockRec is what a pass knows of one block: its size, the event of its last use, and whether a region or
-// backward was open at that use and at its birth.
+// scopeRec is one region, backward or declared scope: the one it opened in (-1: none) and the event that
+// closed it (-1: still open).
+type scopeRec struct {
+	parent int32
+	exit   int
+}
+
+// blockRec is what a pass knows of one block: its size, the event of its last use, and the innermost scope
+// open at that use and at its birth (-1: none).
 type blockRec struct {
-	size                   uint64
-	lastUse                int
-	inRegion, bornInRegion bool
+	size            uint64
+	lastUse         int
+	useScope, birth int32
 }
 
 // Schedule is what a first pass over a recording (in which its own swap stands) found for the second:
 // when its blocks end, by the event before which each is freed, and whether the model follows its pool.
-// A block ends at the first region or backward enter or exit after its last use: the trace shows where a
-// block was last used, not where the job let it go, and a framework frees a layer's temporaries and drops
-// its saved tensors when the layer's forward or backward returns (decoder-sim: before region_exit, after
-// backward_exit). A block made in a layer and last used with no layer open (a gradient the optimizer reads,
-// the last layer's output the loss reads) is the step's own, which a framework frees when its last reference
-// dies: it ends right after the last kernel or copy that used it. A block made and last used with no layer
-// open may be a layer's the job does not declare, held past its last use (its saved tensors until its
-// backward ends, a function's temporaries until it returns), which the trace does not show: it ends only
-// where the recording places another over it. A block used up to the end is never freed.
+// The trace shows where a block was last used, not where the job let it go: a framework frees a scope's
+// temporaries when the scope returns and drops a layer's saved tensors when its backward returns
+// (decoder-sim: before region_exit or scope_exit, after backward_exit). The scopes are the regions, the
+// backwards and the scopes a job declares without swapping them (SWAPAGENT_CALL_SCOPE_ENTER: the layers it
+// does not swap, a function inside a layer); they nest. A block last used in a scope ends where the
+// innermost scope open at both its birth and its last use closes (a function's temporaries at its return, a
+// layer's at the layer's end); with none open at both (made in a forward, last used in a backward: saved
+// for it), where the outermost scope open at its last use closes (the layer's backward). A block made in a
+// scope and last used with none open (a gradient the optimizer reads, the last layer's output the loss
+// reads) is the step's own, which a framework frees when its last reference dies: it ends right after the
+// last kernel or copy that used it. A block made and last used with no scope open may be a layer's the job
+// does not declare, held past its last use (its saved tensors until its backward ends, a function's
+// temporaries until it returns), which the trace does not show: it ends only where the recording places
+// another over it. A block used up to the end (or last used in a scope that never closed) is never freed.
 type Schedule struct {
 	frees []scheduledFree // by event
 	// Fits: the model of the recording as it ran, following this schedule (NewCheck), peaked within one
@@ -131,16 +143,40 @@ func (b *Blocks) Schedule() *Schedule {
 	for id := 1; id < len(b.blocks); id++ {
 		r := b.blocks[id]
 		switch {
-		case r.inRegion:
-			if k := sort.SearchInts(b.bounds, r.lastUse+1); k < len(b.bounds) {
-				s.frees = append(s.frees, scheduledFree{b.bounds[k], int64(id)})
+		case r.useScope >= 0:
+			if at := b.scopes[b.ending(r.birth, r.useScope)].exit; at >= 0 {
+				s.frees = append(s.frees, scheduledFree{at, int64(id)})
 			}
-		case r.bornInRegion && r.lastUse+1 < b.n:
+		case r.birth >= 0 && r.lastUse+1 < b.n:
 			s.frees = append(s.frees, scheduledFree{r.lastUse + 1, int64(id)})
 		}
 	}
 	sort.SliceStable(s.frees, func(i, j int) bool { return s.frees[i].at < s.frees[j].at })
 	return s
+}
+
+// ending is the scope whose close ends a block made in scope birth and last used in scope use (>= 0): the
+// innermost open at both, else the outermost open at the use.
+func (b *Blocks) ending(birth, use int32) int32 {
+	for u := use; u >= 0; u = b.scopes[u].parent {
+		for o := birth; o >= 0; o = b.scopes[o].parent {
+			if o == u {
+				return u
+			}
+		}
+	}
+	for b.scopes[use].parent >= 0 {
+		use = b.scopes[use].parent
+	}
+	return use
+}
+
+// scope is the innermost scope open now (-1: none).
+func (b *Blocks) scope() int32 {
+	if len(b.open) == 0 {
+		return -1
+	}
+	return b.open[len(b.open)-1]
 }
 
 // NewCheck follows the recording as it ran (its own swap stands) by sched, to tell whether the model
@@ -273,12 +309,12 @@ func (b *Blocks) use(base, size uint64) {
 	}
 	if i := b.find(base); i >= 0 {
 		r := &b.blocks[b.live[i].id]
-		r.lastUse, r.inRegion = b.cur, b.open > 0
+		r.lastUse, r.useScope = b.cur, b.scope()
 		return
 	}
 	size = b.M.Round(size)
 	b.next++
-	b.blocks = append(b.blocks, blockRec{size: size, lastUse: b.cur, inRegion: b.open > 0, bornInRegion: b.open > 0})
+	b.blocks = append(b.blocks, blockRec{size: size, lastUse: b.cur, useScope: b.scope(), birth: b.scope()})
 	b.index(base, size, b.next)
 	b.M.Alloc(b.next, size)
 }
@@ -309,12 +345,13 @@ func (b *Blocks) Add(ev *trace.Event) {
 		}
 	}
 	switch ev.Kind {
-	case trace.KindRegionEnter, trace.KindRegionExit, trace.KindBackwardEnter, trace.KindBackwardExit:
-		b.bounds = append(b.bounds, b.cur)
-		if ev.Kind == trace.KindRegionEnter || ev.Kind == trace.KindBackwardEnter {
-			b.open++
-		} else {
-			b.open = max(b.open-1, 0)
+	case trace.KindRegionEnter, trace.KindBackwardEnter, trace.KindScopeEnter:
+		b.scopes = append(b.scopes, scopeRec{parent: b.scope(), exit: -1})
+		b.open = append(b.open, int32(len(b.scopes)-1))
+	case trace.KindRegionExit, trace.KindBackwardExit, trace.KindScopeExit:
+		if k := len(b.open) - 1; k >= 0 {
+			b.scopes[b.open[k]].exit = b.cur
+			b.open = b.open[:k]
 		}
 	case trace.KindFunc:
 		b.names[ev.Fn] = funcInfo{ev.Text, trace.ClassOf(ev.Text)}
@@ -328,7 +365,7 @@ func (b *Blocks) Add(ev *trace.Event) {
 	case trace.KindSave:
 		b.handles[ev.Handle] = ev.Args[0]
 		if id := b.At(ev.Args[0]); id != 0 { // saved for backward: in use until then
-			b.blocks[id].lastUse, b.blocks[id].inRegion = b.cur, true
+			b.blocks[id].lastUse, b.blocks[id].useScope = b.cur, b.scope()
 		}
 	case trace.KindState:
 		b.state(ev)

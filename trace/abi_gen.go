@@ -55,10 +55,12 @@ const (
 	CallNote          = 13 // SWAPAGENT_CALL_NOTE: group (the key), text, text_len (the value)
 	CallQueueing      = 14 // SWAPAGENT_CALL_QUEUEING: nothing: 1 when calls with SWAPAGENT_OPT_QUEUE are queued now, else 0
 	CallReleasable    = 15 // SWAPAGENT_CALL_RELEASABLE: group or NULL, ptr, counts (or NULL), n
+	CallScopeEnter    = 16 // SWAPAGENT_CALL_SCOPE_ENTER: group
+	CallScopeExit     = 17 // SWAPAGENT_CALL_SCOPE_EXIT: group
 )
 
 // NumCalls is the number of call kinds: they are 1 to NumCalls.
-const NumCalls = 15
+const NumCalls = 17
 
 // CallNames names the call kinds by value (index kind-1): the header's names in lower case.
 var CallNames = [NumCalls]string{
@@ -77,6 +79,8 @@ var CallNames = [NumCalls]string{
 	"note",
 	"queueing",
 	"releasable",
+	"scope_enter",
+	"scope_exit",
 }
 
 // Options of swapagent_call (SWAPAGENT_OPT_*).

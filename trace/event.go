@@ -68,6 +68,10 @@ const (
 	// KindSegment opens every segment after the first (segment.go): Args[0] = the segment's index, Args[1]
 	// = the number of snapshot events that follow it, TS = the last TS before the segment began.
 	KindSegment Kind = 22
+	// KindScopeEnter, KindScopeExit: Group, a scope of the job the agent records and never moves
+	// (SWAPAGENT_CALL_SCOPE_ENTER and SCOPE_EXIT: a layer it does not swap, a function inside one).
+	KindScopeEnter Kind = 23
+	KindScopeExit  Kind = 24
 )
 
 // Event is one decoded trace record. Fields a Kind does not use are zero.
@@ -109,6 +113,7 @@ var kindNames = [...]string{
 	KindClassify: "classify", KindState: "state", KindFault: "fault", KindStats: "stats",
 	KindLog: "log", KindMeta: "meta", KindLost: "lost", KindDescribe: "describe", KindGuard: "guard",
 	KindGuardRestore: "guard_restore", KindGuarded: "guarded", KindSegment: "segment",
+	KindScopeEnter: "scope_enter", KindScopeExit: "scope_exit",
 }
 
 // String returns the Kind's short name ("call", "region_enter", ...) or "kind(N)" for one this

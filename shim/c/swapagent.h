@@ -189,8 +189,16 @@ struct swapagent_call {
  * resize to 0) or to learn whether its evidence of holders lets a storage go, and asks GUARD_RELEASE when it
  * releases. Returns SWAPAGENT_RELEASE_ALLOW or SWAPAGENT_RELEASE_KEEP, or a code. */
 #define SWAPAGENT_CALL_RELEASABLE 15    /* group or NULL, ptr, counts (or NULL), n */
+/* SCOPE_ENTER and SCOPE_EXIT bound a scope of the job that the agent records and never moves: a layer it
+ * does not swap (its forward or its backward), or a function inside one whose temporaries die when it
+ * returns. Nothing is saved, kept or ordered for it; the trace shows where it began and ended, so a reader
+ * of the trace knows where the job let go of what the scope made (package pool's model of the job's memory
+ * pool frees a block at the first region, backward or scope boundary after its last use). Scopes may nest;
+ * group names the scope (any name a group may have; a swapped layer's name is allowed). */
+#define SWAPAGENT_CALL_SCOPE_ENTER 16   /* group */
+#define SWAPAGENT_CALL_SCOPE_EXIT 17    /* group */
 /* The kinds SWAPAGENT_OPT_QUEUE may queue ("Queued calls" below):
- * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT. */
+ * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT, SCOPE_ENTER, SCOPE_EXIT. */
 /* ---- End of the lines from shim/c/calls.def. ---- */
 
 /* The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed): references that exist only to serve

@@ -112,6 +112,7 @@ void model_init(model *m, const model_config *cfg) {
     L->index = i;
     L->swapped = cfg->swap[i] && swap_present();
     snprintf(L->group, sizeof L->group, "layer.%d", i);
+    snprintf(L->rope, sizeof L->rope, "layer.%d.rope", i);
     L->w[P_WQ] = random_tensor(H, R, 1.0f / sqrtf((float)H), &rng);
     L->w[P_WK] = random_tensor(H, R, 1.0f / sqrtf((float)H), &rng);
     L->w[P_WO] = random_tensor(R, H, 0.2f / sqrtf((float)R), &rng);
@@ -151,6 +152,7 @@ static void drop_saved(layer *L) {
 static tensor rope_part(model *m, layer *L, tensor x, int w_idx, tensor cos, tensor sin, int sv_rot, int sv_x,
                         int sv_w, int sv_xr, int sv_wr, int sv_cos, int sv_sin) {
   const int64_t S = m->cfg.seq, H = m->cfg.hidden, R = m->cfg.rope_dim;
+  swap_scope_enter(L->rope); /* its temporaries die when it returns */
   tensor w = L->w[w_idx];
   tensor wr = tensor_new(H, R);
   op_matmul(wr, w, m->rot);
@@ -174,6 +176,7 @@ static tensor rope_part(model *m, layer *L, tensor x, int w_idx, tensor cos, ten
   op_add(e, t1, t2, 1.0f);
   tensor *tmp[] = {&wr, &p, &pr, &t1, &t2};
   for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; i++) tensor_free(tmp[i]);
+  swap_scope_exit(L->rope);
   return e;
 }
 
@@ -183,6 +186,8 @@ static tensor layer_forward(model *m, layer *L, tensor x, tensor cos, tensor sin
     /* x is positional; cos and sin come in as the keyword argument rotary_cos_sin. */
     uintptr_t inputs[3] = {storage_base(x.st), storage_base(cos.st), storage_base(sin.st)};
     swap_region_enter(L->group, inputs, 3, 1);
+  } else {
+    swap_scope_enter(L->group); /* declared, not swapped: where its temporaries die */
   }
   tensor qe = rope_part(m, L, x, P_WQ, cos, sin, SV_ROT_Q, SV_X_Q, SV_WQ, SV_X_QR, SV_WQR, SV_COS_Q, SV_SIN_Q);
   tensor ke = rope_part(m, L, x, P_WK, cos, sin, SV_ROT_K, SV_X_K, SV_WK, SV_X_KR, SV_WKR, SV_COS_K, SV_SIN_K);
@@ -225,6 +230,8 @@ static tensor layer_forward(model *m, layer *L, tensor x, tensor cos, tensor sin
   if (L->swapped) {
     uintptr_t outputs[1] = {storage_base(out.st)};
     swap_region_exit(L->group, outputs, 1);
+  } else {
+    swap_scope_exit(L->group);
   }
   if (ops_sync_mode() == OPS_SYNC_LAYER) ops_sync();
   return out;
@@ -244,6 +251,7 @@ static tensor add_into(tensor *acc, tensor *t) {
 static tensor rope_back(model *m, layer *L, tensor de, tensor *dx, int sv_rot, int sv_x, int sv_w, int sv_xr,
                         int sv_wr, int sv_cos, int sv_sin) {
   const int64_t S = m->cfg.seq, H = m->cfg.hidden, R = m->cfg.rope_dim;
+  swap_scope_enter(L->rope);
   tensor dpr = tensor_new(S, R);
   op_mul(dpr, use(L, sv_sin), de);
   tensor dp = tensor_new(S, R);
@@ -270,13 +278,17 @@ static tensor rope_back(model *m, layer *L, tensor de, tensor *dx, int sv_rot, i
   tensor_free(&dwr);
   tensor_free(&dp);
   tensor_free(&dpr);
+  swap_scope_exit(L->rope);
   return dw;
 }
 
 /* layer_backward takes d(out) and returns d(x); the weight gradients land in L->grad. */
 static tensor layer_backward(model *m, layer *L, tensor dout) {
   const int64_t S = m->cfg.seq, H = m->cfg.hidden, R = m->cfg.rope_dim, F = m->cfg.ffn;
-  if (L->swapped) swap_backward_enter(L->group);
+  if (L->swapped)
+    swap_backward_enter(L->group);
+  else
+    swap_scope_enter(L->group);
 
   /* MLP: out = h + (u*g) @ W2, u = h @ W1, g = h @ W3; on the MLP stream once dout is ready. */
   ops_use_stream(OPS_MLP);
@@ -326,7 +338,10 @@ static tensor layer_backward(model *m, layer *L, tensor dout) {
   tensor_free(&dke);
 
   if (ops_sync_mode() == OPS_SYNC_LAYER) ops_sync();
-  if (L->swapped) swap_backward_exit(L->group);
+  if (L->swapped)
+    swap_backward_exit(L->group);
+  else
+    swap_scope_exit(L->group);
   drop_saved(L);
   return dx;
 }

@@ -228,6 +228,19 @@ void swap_backward_exit(const char *group) {
   for (size_t i = 0; i < ndrop; i++) storage_unref(drop[i]);
 }
 
+/* scope makes a scope call; an agent older than the kind refuses it, reported once. */
+static void scope(uint32_t kind, const char *fn, const char *group) {
+  if (!present || abi.call == NULL) return;
+  ops_drain();
+  struct swapagent_call c = {.size = sizeof c, .kind = kind, .group = group};
+  int rc = (int)abi.call(&c, SWAPAGENT_OPT_OWN_MEMORY);
+  if (rc != SWAPAGENT_OK) warn_once(fn, group, rc);
+}
+
+void swap_scope_enter(const char *group) { scope(SWAPAGENT_CALL_SCOPE_ENTER, "swapagent_call(scope_enter)", group); }
+
+void swap_scope_exit(const char *group) { scope(SWAPAGENT_CALL_SCOPE_EXIT, "swapagent_call(scope_exit)", group); }
+
 void swap_summary(void) {
   if (!present) return;
   fprintf(stderr,

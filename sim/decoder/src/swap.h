@@ -27,6 +27,12 @@ void swap_backward_enter(const char *group);
 void swap_unpack(int64_t handle, storage *st);
 void swap_backward_exit(const char *group);
 
+/* swap_scope_enter and swap_scope_exit bound a scope the agent records and never moves (a layer not wrapped
+ * for swap, a function whose temporaries die when it returns), so a reader of the trace knows where the
+ * job freed what the scope made. No-ops without an agent or with one that lacks swapagent_call. */
+void swap_scope_enter(const char *group);
+void swap_scope_exit(const char *group);
+
 /* swap_summary prints one stderr line of counts when the agent was present. */
 void swap_summary(void);
 
