@@ -78,6 +78,12 @@ func (a *Agent) callScopeExit(o origin, c *Call) int64 {
 	return int64(a.scope(o, "scope_exit", trace.KindScopeExit, c.Group))
 }
 
+// callEmptyCache records that the job's pool emptied its cache (SWAPAGENT_CALL_EMPTY_CACHE), in its place.
+func (a *Agent) callEmptyCache(o origin, c *Call) int64 {
+	return int64(a.scope(o, "empty_cache", trace.KindEmptyCache, c.Group))
+}
+
+// scope records a call that only marks a point of the job (a scope's boundary, an empty cache).
 func (a *Agent) scope(o origin, call string, kind trace.Kind, group string) int {
 	return a.groupCall(o, call, kind, group, nil, func(*offload.Engine) error { return nil })
 }

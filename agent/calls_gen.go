@@ -40,6 +40,8 @@ func (a *Agent) dispatch(o origin, c *Call) int64 {
 		return a.callScopeEnter(o, c)
 	case trace.CallScopeExit:
 		return a.callScopeExit(o, c)
+	case trace.CallEmptyCache:
+		return a.callEmptyCache(o, c)
 	}
 	return int64(a.Invalid(CallName(c.Kind), "unknown kind"))
 }

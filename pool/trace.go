@@ -78,20 +78,22 @@ type blockRec struct {
 
 // Schedule is what a first pass over a recording (in which its own swap stands) found for the second:
 // when its blocks end, by the event before which each is freed, and whether the model follows its pool.
-// The trace shows where a block was last used, not where the job let it go: a framework frees a scope's
-// temporaries when the scope returns and drops a layer's saved tensors when its backward returns
-// (decoder-sim: before region_exit or scope_exit, after backward_exit). The scopes are the regions, the
-// backwards and the scopes a job declares without swapping them (SWAPAGENT_CALL_SCOPE_ENTER: the layers it
-// does not swap, a function inside a layer); they nest. A block last used in a scope ends where the
-// innermost scope open at both its birth and its last use closes (a function's temporaries at its return, a
-// layer's at the layer's end); with none open at both (made in a forward, last used in a backward: saved
-// for it), where the outermost scope open at its last use closes (the layer's backward). A block made in a
-// scope and last used with none open (a gradient the optimizer reads, the last layer's output the loss
-// reads) is the step's own, which a framework frees when its last reference dies: it ends right after the
-// last kernel or copy that used it. A block made and last used with no scope open may be a layer's the job
-// does not declare, held past its last use (its saved tensors until its backward ends, a function's
-// temporaries until it returns), which the trace does not show: it ends only where the recording places
-// another over it. A block used up to the end (or last used in a scope that never closed) is never freed.
+// The trace shows where a block was last used, not where the job let it go. The scopes say it: the
+// regions, the backwards, and the scopes a job declares without swapping them (SWAPAGENT_CALL_SCOPE_ENTER:
+// the layers it does not swap, a function inside a layer, a backward node); they nest. A framework frees a
+// scope's temporaries when the scope returns, a value a scope consumed (an input gradient a backward node
+// took) when that scope returns, and a layer's saved tensors when its backward returns (decoder-sim: before
+// region_exit or scope_exit, after backward_exit). So a block last used in a scope ends where the innermost
+// scope open at its last use closes, when it was made inside the same outermost scope; made elsewhere (in a
+// layer's forward, last used in its backward: saved for it), where the outermost scope open at its last use
+// closes (the layer's backward). Without nested scopes that is the first region or backward boundary after
+// its last use. A block made in a scope and last used with none open (a gradient the optimizer reads, the
+// last layer's output the loss reads) is the step's own, which a framework frees when its last reference
+// dies: it ends right after the last kernel or copy that used it. A block made and last used with no scope
+// open may be a layer's the job does not declare, held past its last use (its saved tensors until its
+// backward ends, a function's temporaries until it returns), which the trace does not show: it ends only
+// where the recording places another over it. A block used up to the end (or last used in a scope that
+// never closed) is never freed.
 type Schedule struct {
 	frees []scheduledFree // by event
 	// Fits: the model of the recording as it ran, following this schedule (NewCheck), peaked within one
@@ -155,20 +157,20 @@ func (b *Blocks) Schedule() *Schedule {
 	return s
 }
 
-// ending is the scope whose close ends a block made in scope birth and last used in scope use (>= 0): the
-// innermost open at both, else the outermost open at the use.
+// ending is the scope whose close ends a block made in scope birth and last used in scope use (>= 0): use
+// itself when the two lie in one outermost scope, else the outermost scope open at the use.
 func (b *Blocks) ending(birth, use int32) int32 {
-	for u := use; u >= 0; u = b.scopes[u].parent {
-		for o := birth; o >= 0; o = b.scopes[o].parent {
-			if o == u {
-				return u
-			}
-		}
+	if birth >= 0 && b.outermost(birth) == b.outermost(use) {
+		return use
 	}
-	for b.scopes[use].parent >= 0 {
-		use = b.scopes[use].parent
+	return b.outermost(use)
+}
+
+func (b *Blocks) outermost(s int32) int32 {
+	for b.scopes[s].parent >= 0 {
+		s = b.scopes[s].parent
 	}
-	return use
+	return s
 }
 
 // scope is the innermost scope open now (-1: none).
@@ -352,6 +354,10 @@ func (b *Blocks) Add(ev *trace.Event) {
 		if k := len(b.open) - 1; k >= 0 {
 			b.scopes[b.open[k]].exit = b.cur
 			b.open = b.open[:k]
+		}
+	case trace.KindEmptyCache: // the job's pool emptied its cache, with or without something to unmap
+		if b.M != nil {
+			b.M.EmptyCache()
 		}
 	case trace.KindFunc:
 		b.names[ev.Fn] = funcInfo{ev.Text, trace.ClassOf(ev.Text)}

@@ -131,7 +131,7 @@ func summarize(path string, t *timeline.Timeline, hf *handleFigures, events []tr
 
 // abiOf counts the control-ABI events, the classifications by keep reason and the state transitions.
 func abiOf(t *timeline.Timeline) ABI {
-	a := ABI{Groups: t.GroupOrder, RegionEnters: t.Count(trace.KindRegionEnter),
+	a := ABI{Groups: t.SwapGroups(), RegionEnters: t.Count(trace.KindRegionEnter),
 		RegionExits: t.Count(trace.KindRegionExit), Saves: t.Count(trace.KindSave),
 		Protects: t.Count(trace.KindProtect), BackwardEnters: t.Count(trace.KindBackwardEnter),
 		BackwardExits: t.Count(trace.KindBackwardExit), Unpacks: t.Count(trace.KindUnpack),

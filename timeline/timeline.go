@@ -44,6 +44,9 @@ type Timeline struct {
 	Funcs      map[uint16]string // function names by id (KindFunc)
 	Groups     map[uint32]string // group names by id (KindGroup)
 	GroupOrder []string          // group names in the order the trace first named each id
+	groupIDs   []uint32          // GroupOrder's ids
+	// scopeOnly: groups only scope and empty-cache events used so far (not swap groups: SwapGroups)
+	scopeOnly map[uint32]bool
 
 	Foot       Footprint // device memory: runtime allocations or VMM mappings, and what swap released
 	Saved      Saved     // the storages the groups saved for backward, without swap (saved.go)
@@ -87,7 +90,7 @@ type Timeline struct {
 func New(h trace.Header, opt Options) *Timeline {
 	t := &Timeline{
 		Header: h,
-		Funcs:  map[uint16]string{}, Groups: map[uint32]string{},
+		Funcs:  map[uint16]string{}, Groups: map[uint32]string{}, scopeOnly: map[uint32]bool{},
 		Handles: map[int64]*Handle{}, Reasons: map[uint64]uint64{},
 		Moved:  Moved{Changes: map[Change]uint64{}},
 		Inputs: map[uint64][]RegionUse{}, Outputs: map[uint64][]uint32{},
@@ -124,6 +127,10 @@ func (t *Timeline) Add(ev *trace.Event) {
 		t.Foot.addPool(ev)
 	}
 	t.EndNS = max(t.EndNS, ev.TS)
+	if ev.Group != 0 && ev.Kind != trace.KindGroup && ev.Kind != trace.KindScopeEnter &&
+		ev.Kind != trace.KindScopeExit && ev.Kind != trace.KindEmptyCache {
+		t.scopeOnly[ev.Group] = false
+	}
 	switch ev.Kind {
 	case trace.KindCall:
 		t.call(ev)
@@ -136,8 +143,13 @@ func (t *Timeline) Add(ev *trace.Event) {
 	case trace.KindGroup:
 		if _, seen := t.Groups[ev.Group]; !seen {
 			t.GroupOrder = append(t.GroupOrder, ev.Text)
+			t.groupIDs = append(t.groupIDs, ev.Group)
 		}
 		t.Groups[ev.Group] = ev.Text
+	case trace.KindScopeEnter, trace.KindScopeExit, trace.KindEmptyCache:
+		if _, used := t.scopeOnly[ev.Group]; !used {
+			t.scopeOnly[ev.Group] = true
+		}
 	case trace.KindRegionEnter:
 		t.Saved.end(ev)
 		t.regionEnter(ev)
@@ -170,6 +182,18 @@ func (t *Timeline) Add(ev *trace.Event) {
 	case trace.KindGuarded, trace.KindGuard, trace.KindGuardRestore:
 		t.guard(ev)
 	}
+}
+
+// SwapGroups is GroupOrder less the groups the trace used only as scopes (SWAPAGENT_CALL_SCOPE_ENTER: the
+// layers a job does not swap, functions inside them) or for its pool's empty cache.
+func (t *Timeline) SwapGroups() []string {
+	var out []string
+	for i, id := range t.groupIDs {
+		if !t.scopeOnly[id] {
+			out = append(out, t.GroupOrder[i])
+		}
+	}
+	return out
 }
 
 // Count is the number of events of kind k folded so far.

@@ -57,10 +57,11 @@ const (
 	CallReleasable    = 15 // SWAPAGENT_CALL_RELEASABLE: group or NULL, ptr, counts (or NULL), n
 	CallScopeEnter    = 16 // SWAPAGENT_CALL_SCOPE_ENTER: group
 	CallScopeExit     = 17 // SWAPAGENT_CALL_SCOPE_EXIT: group
+	CallEmptyCache    = 18 // SWAPAGENT_CALL_EMPTY_CACHE: group
 )
 
 // NumCalls is the number of call kinds: they are 1 to NumCalls.
-const NumCalls = 17
+const NumCalls = 18
 
 // CallNames names the call kinds by value (index kind-1): the header's names in lower case.
 var CallNames = [NumCalls]string{
@@ -81,6 +82,7 @@ var CallNames = [NumCalls]string{
 	"releasable",
 	"scope_enter",
 	"scope_exit",
+	"empty_cache",
 }
 
 // Options of swapagent_call (SWAPAGENT_OPT_*).

@@ -72,6 +72,8 @@ const (
 	// (SWAPAGENT_CALL_SCOPE_ENTER and SCOPE_EXIT: a layer it does not swap, a function inside one).
 	KindScopeEnter Kind = 23
 	KindScopeExit  Kind = 24
+	// KindEmptyCache: Group, the job's pool emptied its cache here (SWAPAGENT_CALL_EMPTY_CACHE).
+	KindEmptyCache Kind = 25
 )
 
 // Event is one decoded trace record. Fields a Kind does not use are zero.
@@ -113,7 +115,7 @@ var kindNames = [...]string{
 	KindClassify: "classify", KindState: "state", KindFault: "fault", KindStats: "stats",
 	KindLog: "log", KindMeta: "meta", KindLost: "lost", KindDescribe: "describe", KindGuard: "guard",
 	KindGuardRestore: "guard_restore", KindGuarded: "guarded", KindSegment: "segment",
-	KindScopeEnter: "scope_enter", KindScopeExit: "scope_exit",
+	KindScopeEnter: "scope_enter", KindScopeExit: "scope_exit", KindEmptyCache: "empty_cache",
 }
 
 // String returns the Kind's short name ("call", "region_enter", ...) or "kind(N)" for one this

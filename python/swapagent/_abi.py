@@ -101,10 +101,11 @@ CALL_QUEUEING = 14
 CALL_RELEASABLE = 15
 CALL_SCOPE_ENTER = 16
 CALL_SCOPE_EXIT = 17
-CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing", "releasable", "scope_enter", "scope_exit")
+CALL_EMPTY_CACHE = 18
+CALL_NAMES = ("region_enter", "region_exit", "save", "describe", "protect", "backward_enter", "backward_exit", "holders", "group_streams", "guard", "guard_release", "guard_restore", "note", "queueing", "releasable", "scope_enter", "scope_exit", "empty_cache")
 
 # The kinds SWAPAGENT_OPT_QUEUE may queue (shim/c/calls.def: SA_QUEUEABLE).
-CALL_QUEUEABLE = frozenset([CALL_REGION_ENTER, CALL_REGION_EXIT, CALL_BACKWARD_ENTER, CALL_BACKWARD_EXIT, CALL_SCOPE_ENTER, CALL_SCOPE_EXIT])
+CALL_QUEUEABLE = frozenset([CALL_REGION_ENTER, CALL_REGION_EXIT, CALL_BACKWARD_ENTER, CALL_BACKWARD_EXIT, CALL_SCOPE_ENTER, CALL_SCOPE_EXIT, CALL_EMPTY_CACHE])
 
 # Policies: the values of SWAPAGENT_POLICY.
 POLICY_SAFE = "safe"

@@ -197,8 +197,13 @@ struct swapagent_call {
  * group names the scope (any name a group may have; a swapped layer's name is allowed). */
 #define SWAPAGENT_CALL_SCOPE_ENTER 16   /* group */
 #define SWAPAGENT_CALL_SCOPE_EXIT 17    /* group */
+/* EMPTY_CACHE says the job's memory pool gave its free cached memory back to the runtime here (MindSpore's
+ * eager free, torch.cuda.empty_cache), whether or not it had any to give: a reader modelling the pool
+ * (package pool) empties its cache at this point, which a trace shows otherwise only where something was
+ * unmapped or freed. Recorded, nothing else; group names the pool (any name a group may have). */
+#define SWAPAGENT_CALL_EMPTY_CACHE 18   /* group */
 /* The kinds SWAPAGENT_OPT_QUEUE may queue ("Queued calls" below):
- * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT, SCOPE_ENTER, SCOPE_EXIT. */
+ * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT, SCOPE_ENTER, SCOPE_EXIT, EMPTY_CACHE. */
 /* ---- End of the lines from shim/c/calls.def. ---- */
 
 /* The kinds of a layer's own holders (GUARD_RELEASE's counts[2], or'ed): references that exist only to serve

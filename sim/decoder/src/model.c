@@ -113,6 +113,7 @@ void model_init(model *m, const model_config *cfg) {
     L->swapped = cfg->swap[i] && swap_present();
     snprintf(L->group, sizeof L->group, "layer.%d", i);
     snprintf(L->rope, sizeof L->rope, "layer.%d.rope", i);
+    snprintf(L->node, sizeof L->node, "layer.%d.node", i);
     L->w[P_WQ] = random_tensor(H, R, 1.0f / sqrtf((float)H), &rng);
     L->w[P_WK] = random_tensor(H, R, 1.0f / sqrtf((float)H), &rng);
     L->w[P_WO] = random_tensor(R, H, 0.2f / sqrtf((float)R), &rng);
@@ -237,12 +238,14 @@ static tensor layer_forward(model *m, layer *L, tensor x, tensor cos, tensor sin
   return out;
 }
 
-/* add_into returns acc + t as a new tensor and frees both. */
+/* add_into returns acc + t as a new tensor and frees both: a node of its own, as autograd's accumulation. */
 static tensor add_into(tensor *acc, tensor *t) {
+  swap_scope_enter("accumulate");
   tensor r = tensor_new(acc->rows, acc->cols);
   op_add(r, *acc, *t, 1.0f);
   tensor_free(acc);
   tensor_free(t);
+  swap_scope_exit("accumulate");
   return r;
 }
 
@@ -290,52 +293,68 @@ static tensor layer_backward(model *m, layer *L, tensor dout) {
   else
     swap_scope_enter(L->group);
 
+  /* Backward nodes as autograd runs them: each is a scope (swap_scope_enter) and a gradient dies when the
+   * last node that reads it returns, a layer's saved tensors when its backward ends (drop_saved). */
   /* MLP: out = h + (u*g) @ W2, u = h @ W1, g = h @ W3; on the MLP stream once dout is ready. */
   ops_use_stream(OPS_MLP);
+  swap_scope_enter(L->node);
   tensor mm = use(L, SV_M), w2 = use(L, SV_W2);
   L->grad[P_W2] = tensor_new(F, H);
   op_matmul(L->grad[P_W2], tensor_t(mm), dout);
   tensor dm = tensor_new(S, F);
   op_matmul(dm, dout, tensor_t(w2));
+  swap_scope_exit(L->node);
+  swap_scope_enter(L->node);
   tensor u = use(L, SV_U), g = use(L, SV_G);
   tensor du = tensor_new(S, F), dg = tensor_new(S, F);
   op_mul(du, dm, g);
   op_mul(dg, dm, u);
   tensor_free(&dm);
+  swap_scope_exit(L->node);
+  swap_scope_enter(L->node);
   tensor h3 = use(L, SV_H_3), w3 = use(L, SV_W3);
   L->grad[P_W3] = tensor_new(H, F);
   op_matmul(L->grad[P_W3], tensor_t(h3), dg);
   tensor dhg = tensor_new(S, H);
   op_matmul(dhg, dg, tensor_t(w3));
+  tensor_free(&dg);
+  swap_scope_exit(L->node);
+  swap_scope_enter(L->node);
   tensor h1 = use(L, SV_H_1), w1 = use(L, SV_W1);
   L->grad[P_W1] = tensor_new(H, F);
   op_matmul(L->grad[P_W1], tensor_t(h1), du);
   tensor dhu = tensor_new(S, H);
   op_matmul(dhu, du, tensor_t(w1));
   tensor_free(&du);
-  tensor_free(&dg);
+  swap_scope_exit(L->node);
+  swap_scope_enter(L->node);
   tensor dh = tensor_new(S, H);
   op_add(dh, dout, dhu, 1.0f);
   tensor_free(&dhu);
+  swap_scope_exit(L->node);
   dh = add_into(&dh, &dhg);
   ops_use_stream(OPS_MAIN); /* join: the attention backward reads dh, SGD the MLP's gradients */
 
   /* Attention: h = x + (qe*ke) @ Wo. */
+  swap_scope_enter(L->node);
   tensor a = use(L, SV_A), wo = use(L, SV_WO);
   L->grad[P_WO] = tensor_new(R, H);
   op_matmul(L->grad[P_WO], tensor_t(a), dh);
   tensor da = tensor_new(S, R);
   op_matmul(da, dh, tensor_t(wo));
+  swap_scope_exit(L->node);
+  swap_scope_enter(L->node);
   tensor qe = use(L, SV_QE), ke = use(L, SV_KE);
   tensor dqe = tensor_new(S, R), dke = tensor_new(S, R);
   op_mul(dqe, da, ke);
   op_mul(dke, da, qe);
   tensor_free(&da);
+  swap_scope_exit(L->node);
   tensor dx = dh; /* the residual path; rope_back adds the projections' input gradients */
   L->grad[P_WK] = rope_back(m, L, dke, &dx, SV_ROT_K, SV_X_K, SV_WK, SV_X_KR, SV_WKR, SV_COS_K, SV_SIN_K);
+  tensor_free(&dke);
   L->grad[P_WQ] = rope_back(m, L, dqe, &dx, SV_ROT_Q, SV_X_Q, SV_WQ, SV_X_QR, SV_WQR, SV_COS_Q, SV_SIN_Q);
   tensor_free(&dqe);
-  tensor_free(&dke);
 
   if (ops_sync_mode() == OPS_SYNC_LAYER) ops_sync();
   if (L->swapped)
@@ -370,12 +389,16 @@ void model_step(model *m, double *loss, double *grad_norm) {
   }
   *loss = sum / (double)(S * H);
 
+  swap_scope_enter("loss");
   tensor diff = tensor_new(S, H);
   op_add(diff, x, m->target, -1.0f);
   tensor_free(&x);
+  swap_scope_exit("loss");
+  swap_scope_enter("loss");
   tensor dout = tensor_new(S, H);
   op_mul(dout, diff, m->scale);
   tensor_free(&diff);
+  swap_scope_exit("loss");
   for (int i = m->cfg.layers - 1; i >= 0; i--) {
     tensor dx = layer_backward(m, &m->layers[i], dout);
     tensor_free(&dout);
@@ -397,6 +420,7 @@ void model_step(model *m, double *loss, double *grad_norm) {
   /* Every stream is idle and the launch queue empty: MindSpore's eager free (empty cache) can unmap the free
    * chunks at the end of a VMM pool with nothing queued or running on them (a no-op with --alloc malloc). */
   pool_empty_cache();
+  if (pool_mode() == POOL_VMM) swap_empty_cache();
   double gsum = 0;
   for (const float *g = m->grad_host; g < gh; g++) gsum += (double)*g * (double)*g;
   *grad_norm = sqrt(gsum);

@@ -32,6 +32,7 @@ typedef struct layer {
   int swapped;
   char group[32]; /* "layer.<i>" */
   char rope[40];  /* "layer.<i>.rope": rope_part's and rope_back's scope */
+  char node[40];  /* "layer.<i>.node": a backward node's scope */
   tensor w[P_COUNT];
   tensor grad[P_COUNT];
   saved sv[SV_COUNT];

@@ -228,7 +228,7 @@ void swap_backward_exit(const char *group) {
   for (size_t i = 0; i < ndrop; i++) storage_unref(drop[i]);
 }
 
-/* scope makes a scope call; an agent older than the kind refuses it, reported once. */
+/* scope makes a call that marks a point of the job; an agent older than the kind refuses it, reported once. */
 static void scope(uint32_t kind, const char *fn, const char *group) {
   if (!present || abi.call == NULL) return;
   ops_drain();
@@ -240,6 +240,8 @@ static void scope(uint32_t kind, const char *fn, const char *group) {
 void swap_scope_enter(const char *group) { scope(SWAPAGENT_CALL_SCOPE_ENTER, "swapagent_call(scope_enter)", group); }
 
 void swap_scope_exit(const char *group) { scope(SWAPAGENT_CALL_SCOPE_EXIT, "swapagent_call(scope_exit)", group); }
+
+void swap_empty_cache(void) { scope(SWAPAGENT_CALL_EMPTY_CACHE, "swapagent_call(empty_cache)", "pool"); }
 
 void swap_summary(void) {
   if (!present) return;

@@ -33,6 +33,10 @@ void swap_backward_exit(const char *group);
 void swap_scope_enter(const char *group);
 void swap_scope_exit(const char *group);
 
+/* swap_empty_cache says the pool emptied its cache (pool_empty_cache), so a reader of the trace knows it did
+ * where it had nothing to unmap. */
+void swap_empty_cache(void);
+
 /* swap_summary prints one stderr line of counts when the agent was present. */
 void swap_summary(void);
 
