@@ -1,5 +1,5 @@
-// scope_test.go checks SWAPAGENT_CALL_SCOPE_ENTER and SCOPE_EXIT: recorded in their place with their
-// group, nothing of the scope saved, kept or moved, and a bad group refused like any group call's.
+// scope_test.go checks SWAPAGENT_CALL_SCOPE_ENTER, SCOPE_EXIT and EMPTY_CACHE: recorded in their place with
+// their group, nothing of the scope saved, kept or moved, and a bad group refused like any group call's.
 package agent
 
 import (
@@ -27,6 +27,7 @@ func TestScopeIsRecordedAndNeverMoved(t *testing.T) {
 		{"nested scope_enter", Call{Kind: trace.CallScopeEnter, Group: "layer.1.rope"}, trace.CodeOK},
 		{"scope_exit", Call{Kind: trace.CallScopeExit, Group: "layer.1.rope"}, trace.CodeOK},
 		{"scope_exit", Call{Kind: trace.CallScopeExit, Group: "layer.1"}, trace.CodeOK},
+		{"empty_cache", Call{Kind: trace.CallEmptyCache, Group: "pool"}, trace.CodeOK},
 		{"scope_enter of no group", Call{Kind: trace.CallScopeEnter}, trace.CodeEINVAL},
 	} {
 		if got := a.Run(&c.call); got != c.want {
@@ -59,13 +60,14 @@ func TestScopeIsRecordedAndNeverMoved(t *testing.T) {
 		switch ev.Kind {
 		case trace.KindGroup:
 			names[ev.Group] = ev.Text
-		case trace.KindScopeEnter, trace.KindScopeExit:
+		case trace.KindScopeEnter, trace.KindScopeExit, trace.KindEmptyCache:
 			got = append(got, ev.Kind.String()+" "+names[ev.Group])
 		case trace.KindSave, trace.KindState, trace.KindClassify:
 			t.Errorf("a scope's trace holds %s", ev.Kind)
 		}
 	}
-	want := []string{"scope_enter layer.1", "scope_enter layer.1.rope", "scope_exit layer.1.rope", "scope_exit layer.1"}
+	want := []string{"scope_enter layer.1", "scope_enter layer.1.rope", "scope_exit layer.1.rope", "scope_exit layer.1",
+		"empty_cache pool"}
 	if len(got) != len(want) {
 		t.Fatalf("scope events %q, want %q", got, want)
 	}

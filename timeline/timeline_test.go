@@ -12,6 +12,28 @@ import (
 
 func fold(b *tracetest.Builder) *Timeline { return Fold(tracetest.Header(), b.Events, Options{}) }
 
+// TestSwapGroups: the groups a trace used only as scopes or for its pool's empty cache are no swap groups; a
+// group a region used is, whatever scope calls also named it.
+func TestSwapGroups(t *testing.T) {
+	b := tracetest.New()
+	b.ABI(trace.KindScopeEnter, "layer.0", 0, nil)
+	b.ABI(trace.KindScopeEnter, "layer.0.rope", 0, nil)
+	b.ABI(trace.KindScopeExit, "layer.0.rope", 0, nil)
+	b.ABI(trace.KindScopeExit, "layer.0", 0, nil)
+	b.Enter("layer.1", 0, nil)
+	b.ABI(trace.KindScopeEnter, "layer.1.rope", 0, nil)
+	b.ABI(trace.KindScopeExit, "layer.1.rope", 0, nil)
+	b.Exit("layer.1")
+	b.ABI(trace.KindScopeEnter, "layer.2", 0, nil)
+	b.ABI(trace.KindScopeExit, "layer.2", 0, nil)
+	b.ABI(trace.KindBackwardEnter, "layer.2", 0, nil) // a layer declared in forward, swapped in backward
+	b.ABI(trace.KindEmptyCache, "pool", 0, nil)
+	tl := fold(b)
+	if got := strings.Join(tl.SwapGroups(), ","); got != "layer.1,layer.2" {
+		t.Errorf("swap groups %q, want layer.1,layer.2 (all: %q)", got, tl.GroupOrder)
+	}
+}
+
 func TestNamesAndCalls(t *testing.T) {
 	b := tracetest.New()
 	b.Group("layer.1")
@@ -23,6 +45,9 @@ func TestNamesAndCalls(t *testing.T) {
 	tl := fold(b)
 	if got := strings.Join(tl.GroupOrder, ","); got != "layer.1,layer.0," {
 		t.Errorf("group order %q", got)
+	}
+	if got := strings.Join(tl.SwapGroups(), ","); got != "layer.1,layer.0," {
+		t.Errorf("swap groups %q", got)
 	}
 	if tl.GroupName(1) != "layer.1" || tl.GroupName(9) != "group#9" || tl.GroupName(5) != "group#5" {
 		t.Errorf("group names %q %q %q", tl.GroupName(1), tl.GroupName(9), tl.GroupName(5))
