@@ -5,7 +5,6 @@
 package agent
 
 import (
-	"swapagent/offload"
 	"swapagent/trace"
 	"swapagent/tracker"
 )
@@ -83,9 +82,15 @@ func (a *Agent) callEmptyCache(o origin, c *Call) int64 {
 	return int64(a.scope(o, "empty_cache", trace.KindEmptyCache, c.Group))
 }
 
-// scope records a call that only marks a point of the job (a scope's boundary, an empty cache).
+// scope records a call that only marks a point of the job (a scope's boundary, an empty cache), after the
+// runtime calls made before it (the drain). It needs no engine: nothing of it moves.
 func (a *Agent) scope(o origin, call string, kind trace.Kind, group string) int {
-	return a.groupCall(o, call, kind, group, nil, func(*offload.Engine) error { return nil })
+	if err := checkGroup(group); err != nil {
+		return a.result(call, err)
+	}
+	a.begin(o)
+	a.record(kind, group, 0, trace.CodeOK, nil)
+	return trace.CodeOK
 }
 
 func (a *Agent) callNote(_ origin, c *Call) int64 { return int64(a.Note(c.Group, c.Text)) }

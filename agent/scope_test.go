@@ -4,17 +4,29 @@ package agent
 
 import (
 	"encoding/json"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"go.uber.org/zap/zapcore"
+
+	"swapagent/offload"
 	"swapagent/trace"
 )
 
 func TestScopeIsRecordedAndNeverMoved(t *testing.T) {
 	n := &fakeNative{t0: time.Now()}
 	out := t.TempDir()
-	a := outputsOnlyAgent(n, out, "", nil)
+	a := New(Config{Policy: offload.PolicyOutputsOnly, Out: out, Prefetch: 0, MinBytes: 64, Level: zapcore.ErrorLevel,
+		Rank: -1}, n, io.Discard, nil)
+	// a scope needs no engine: nothing of it moves
+	if got := a.Run(&Call{Kind: trace.CallScopeEnter, Group: "before"}); got != trace.CodeOK {
+		t.Errorf("scope_enter without an engine: %d", got)
+	}
+	a.Run(&Call{Kind: trace.CallScopeExit, Group: "before"})
+	a.StartEngine(offload.NewMemcpyMover())
+	a.SetStorageOps(&resizeOps{released: map[int64]bool{}})
 	dev := make([]byte, 4096)
 	base := addr(dev)
 	n.push(fnMalloc, base, 4096)
@@ -66,7 +78,7 @@ func TestScopeIsRecordedAndNeverMoved(t *testing.T) {
 			t.Errorf("a scope's trace holds %s", ev.Kind)
 		}
 	}
-	want := []string{"scope_enter layer.1", "scope_enter layer.1.rope", "scope_exit layer.1.rope", "scope_exit layer.1",
+	want := []string{"scope_enter before", "scope_exit before", "scope_enter layer.1", "scope_enter layer.1.rope", "scope_exit layer.1.rope", "scope_exit layer.1",
 		"empty_cache pool"}
 	if len(got) != len(want) {
 		t.Fatalf("scope events %q, want %q", got, want)

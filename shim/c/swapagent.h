@@ -193,14 +193,16 @@ struct swapagent_call {
  * does not swap (its forward or its backward), or a function inside one whose temporaries die when it
  * returns. Nothing is saved, kept or ordered for it; the trace shows where it began and ended, so a reader
  * of the trace knows where the job let go of what the scope made (package pool's model of the job's memory
- * pool frees a block at the first region, backward or scope boundary after its last use). Scopes may nest;
- * group names the scope (any name a group may have; a swapped layer's name is allowed). */
+ * pool frees a block where the scope that last used it closes). Scopes may nest; group names the scope (any
+ * name a group may have; a swapped layer's name is allowed). SWAPAGENT_OK under every policy, with or
+ * without swap running: only a bad group is refused. */
 #define SWAPAGENT_CALL_SCOPE_ENTER 16   /* group */
 #define SWAPAGENT_CALL_SCOPE_EXIT 17    /* group */
 /* EMPTY_CACHE says the job's memory pool gave its free cached memory back to the runtime here (MindSpore's
  * eager free, torch.cuda.empty_cache), whether or not it had any to give: a reader modelling the pool
  * (package pool) empties its cache at this point, which a trace shows otherwise only where something was
- * unmapped or freed. Recorded, nothing else; group names the pool (any name a group may have). */
+ * unmapped or freed. Recorded, nothing else (SWAPAGENT_OK as a scope's); group names the pool (any name a
+ * group may have). */
 #define SWAPAGENT_CALL_EMPTY_CACHE 18   /* group */
 /* The kinds SWAPAGENT_OPT_QUEUE may queue ("Queued calls" below):
  * REGION_ENTER, REGION_EXIT, BACKWARD_ENTER, BACKWARD_EXIT, SCOPE_ENTER, SCOPE_EXIT, EMPTY_CACHE. */
