@@ -292,3 +292,55 @@ func TestTraceAfterCloseIsSaid(t *testing.T) {
 		}
 	}
 }
+
+// TestRepairSaysWhatWasDamaged: a repair names the damaged blocks' own bytes and events, one block or
+// several, not the stretch read up to the parity that mended them.
+func TestRepairSaysWhatWasDamaged(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type block struct{ start, end, events int }
+	var blocks []block
+	evs := kindEvents()
+	for i := 0; i < 40; i++ {
+		for j := 0; j < 3; j++ {
+			if err := w.Add(&evs[(3*i+j)%len(evs)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := buf.Len()
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		size := int(binary.LittleEndian.Uint32(buf.Bytes()[at+4:]))
+		blocks = append(blocks, block{at, at + blockFrame + size, 3})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	for _, c := range []struct {
+		name        string
+		first, last int // the blocks damaged
+	}{{"one block", 5, 5}, {"three blocks", 5, 7}} {
+		d := slices.Clone(data)
+		from, to := blocks[c.first].start+blockFrame+2, blocks[c.last].end-3
+		if c.first == c.last {
+			to = from + 1
+		}
+		for i := from; i < to; i++ {
+			d[i] ^= 0x5a
+		}
+		f, err := Read("t", bytes.NewReader(d))
+		if err != nil || len(f.Gaps) != 0 || f.Count != 120 {
+			t.Fatalf("%s: %v, gaps %v, %d events", c.name, err, f.Gaps, f.Count)
+		}
+		want := Repair{Offset: int64(blocks[c.first].start), Bytes: int64(blocks[c.last].end - blocks[c.first].start),
+			Blocks: c.last - c.first + 1, Events: 3 * (c.last - c.first + 1)}
+		if len(f.Repairs) != 1 || f.Repairs[0] != want {
+			t.Errorf("%s: repairs %+v, want %+v", c.name, f.Repairs, want)
+		}
+	}
+}
