@@ -10,10 +10,13 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"swapagent/offload"
@@ -178,42 +181,21 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	if prof.JobSwaps { // MindFormers' default_prefetch: the layer whose forward waits for the release
 		lowest = 1
 	}
+	ranges := make([][2]int, 0, n*(n+1)/2)
 	for a := 0; a < n; a++ {
 		for b := a; b < n; b++ {
-			var indices []int
-			for i := a; i <= b; i++ {
-				indices = append(indices, prof.Layers[i].Index)
-			}
-			var noPrefetch *replay.Result // shared by recompute and the swap without prefetch
-			simulate := func(pf int) *replay.Result {
-				if pf == 0 && noPrefetch != nil {
-					return noPrefetch
-				}
-				p.Simulations++
-				r := prof.simulateSwap(f, positions(a, b), pf)
-				if pf == 0 {
-					noPrefetch = r
-				}
-				return r
-			}
-			if opt.Recompute {
-				// What a swap without prefetch releases, recompute drops at the layer's exit and has back at its
-				// backward enter: the same peak; its cost is each layer's forward, run again.
-				r := simulate(0)
-				c := Candidate{Recompute: true, Layers: slices.Clone(indices), PeakBytes: r.PeakSimulated,
-					Released: r.ReleasedByArg}
-				for i := a; i <= b; i++ {
-					c.ExposedNS += prof.Layers[i].ForwardNS
-				}
-				p.Ranked = append(p.Ranked, c)
-			}
-			for pf := lowest; pf <= max(opt.PrefetchMax, lowest); pf++ {
-				if prof.JobSwaps && prof.Layers[b].Index+pf >= prof.NumLayers {
-					break // layer b + pf is not in the model: the job's wiring would fail
-				}
-				p.Ranked = append(p.Ranked, prof.swapCandidate(simulate(pf), positions(a, b), pf))
-			}
+			ranges = append(ranges, [2]int{a, b})
 		}
+	}
+	// Each range's simulations are independent (read-only recording and schedule): they run on every CPU,
+	// and their candidates are added in range order, so the plan is the same whatever the CPU count.
+	found, sims := make([][]Candidate, len(ranges)), make([]int, len(ranges))
+	parallel(len(ranges), func(k int) {
+		found[k], sims[k] = prof.rangeCandidates(f, ranges[k][0], ranges[k][1], lowest, opt)
+	})
+	for k := range ranges {
+		p.Ranked = append(p.Ranked, found[k]...)
+		p.Simulations += sims[k]
 	}
 	p.NoSwapPeak += extra
 	for i := range p.Ranked {
@@ -231,6 +213,64 @@ func Search(f *trace.File, opt Options) (*Plan, error) {
 	sort.SliceStable(p.Ranked, func(i, j int) bool { return better(p.Ranked[i], p.Ranked[j]) })
 	p.Best, p.Feasible = p.Ranked[0], p.Ranked[0].Fits
 	return p, nil
+}
+
+// rangeCandidates are the candidates of layers a..b (positions in Layers): each prefetch from lowest, and
+// with Options.Recompute its full recompute; and how many simulations they took.
+func (p *Profile) rangeCandidates(f *trace.File, a, b, lowest int, opt Options) ([]Candidate, int) {
+	var out []Candidate
+	var indices []int
+	for i := a; i <= b; i++ {
+		indices = append(indices, p.Layers[i].Index)
+	}
+	sims := 0
+	var noPrefetch *replay.Result // shared by recompute and the swap without prefetch
+	simulate := func(pf int) *replay.Result {
+		if pf == 0 && noPrefetch != nil {
+			return noPrefetch
+		}
+		sims++
+		r := p.simulateSwap(f, positions(a, b), pf)
+		if pf == 0 {
+			noPrefetch = r
+		}
+		return r
+	}
+	if opt.Recompute {
+		// What a swap without prefetch releases, recompute drops at the layer's exit and has back at its
+		// backward enter: the same peak; its cost is each layer's forward, run again.
+		r := simulate(0)
+		c := Candidate{Recompute: true, Layers: slices.Clone(indices), PeakBytes: r.PeakSimulated,
+			Released: r.ReleasedByArg}
+		for i := a; i <= b; i++ {
+			c.ExposedNS += p.Layers[i].ForwardNS
+		}
+		out = append(out, c)
+	}
+	for pf := lowest; pf <= max(opt.PrefetchMax, lowest); pf++ {
+		if p.JobSwaps && p.Layers[b].Index+pf >= p.NumLayers {
+			break // layer b + pf is not in the model: the job's wiring would fail
+		}
+		out = append(out, p.swapCandidate(simulate(pf), positions(a, b), pf))
+	}
+	return out, sims
+}
+
+// parallel runs do(0..n-1) on as many goroutines as the process may run at once, and returns when all are
+// done.
+func parallel(n int, do func(int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := int(next.Add(1)) - 1; k < n; k = int(next.Add(1)) - 1 {
+				do(k)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // positions are a, a+1, ..., b.

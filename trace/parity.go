@@ -106,7 +106,7 @@ func (p *parity) appendBlock(b []byte) []byte {
 // damaged bytes that held no data block (a parity block, stray bytes).
 type Repair struct {
 	Offset int64 // file offset where the damage starts
-	Bytes  int64 // bytes from there to the next good block
+	Bytes  int64 // bytes from there to the end of the last block put right; with none, to the next good block
 	Blocks int   // data blocks put right; 0 when the damage held none
 	Events int   // the events they hold
 }
@@ -117,8 +117,12 @@ func (r Repair) String() string {
 		return fmt.Sprintf("damaged bytes at offset %d (%d bytes) held no event (a parity block or padding): nothing lost",
 			r.Offset, r.Bytes)
 	}
-	return fmt.Sprintf("damaged block at offset %d (%d bytes) repaired from its group's parity: its %d events read, "+
-		"nothing lost", r.Offset, r.Bytes, r.Events)
+	if r.Blocks == 1 {
+		return fmt.Sprintf("damaged block at offset %d (%d bytes) repaired from its group's parity: its %d events "+
+			"read, nothing lost", r.Offset, r.Bytes, r.Events)
+	}
+	return fmt.Sprintf("%d damaged blocks at offset %d (%d bytes) repaired from their group's parity: their %d "+
+		"events read, nothing lost", r.Blocks, r.Offset, r.Bytes, r.Events)
 }
 
 // accept notes a good data block just read.
@@ -175,7 +179,10 @@ func (s *blockStream) repair() bool {
 		s.unread(win[resume:])
 		s.goodEnd = winOff + int64(resume)
 		s.fedAt = at // the blocks queued: a failure to decompress them is blamed on the whole stretch
-		r.Offset, r.Bytes = at, max(r.Bytes, winOff+int64(resume)-at)
+		r.Offset = at
+		if r.Blocks == 0 { // no block put right: the damaged bytes are all those before the good block
+			r.Bytes = winOff + int64(resume) - at
+		}
 		s.repairs = append(s.repairs, r)
 		return true
 	}
@@ -397,6 +404,7 @@ func (s *blockStream) groupSound(fixed, was []byte, from int, par []byte) (Repai
 		if !bytes.Equal(fixed[off:end], was[off:end]) || off == from {
 			r.Blocks++
 			r.Events += int(countOf(fixed[off:]))
+			r.Bytes = int64(end - from) // the damage: from the first block put right to the end of the last
 		}
 		off = end
 	}

@@ -297,12 +297,14 @@ type salvaged struct {
 	goesOn  bool   // the mark closed a segment the trace goes on from
 	end     uint64 // the index after the last event read or counted lost (the close mark's count when closed)
 	refused int    // good blocks refused (read already, or out of order)
+	closeAt int64  // file offset where the trace ends after its close mark (closed), else -1
+	another bool   // another trace's file magic is in the bytes after closeAt
 }
 
 // salvage reads a whole trace from rd as Salvage does, giving each event to emit as it is decoded. emit may
 // keep the event's Ptrs and Text (each event's are its own), not the event itself.
 func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
-	s.cutAt = -1
+	s.cutAt, s.closeAt = -1, -1
 	r, err := NewReader(rd)
 	if err != nil {
 		s.err = err
@@ -355,6 +357,9 @@ func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
 func (s *salvaged) count(r *Reader) {
 	st := r.stream
 	s.indexed, s.closed, s.goesOn, s.end, s.refused = true, st.closed, st.goesOn, r.cur, st.refused
+	if st.closed {
+		s.closeAt, s.another = st.afterClose(), findsTrace(st.raw)
+	}
 	n := len(s.gaps)
 	atEnd := n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == s.events
 	switch {
@@ -472,7 +477,31 @@ func read(name string, rd io.Reader, emit func(*Event, uint64)) (f *File, err er
 	if f.Truncated && sv.cutAt >= 0 {
 		f.Cut = cr.n - sv.cutAt
 	}
+	if sv.closeAt >= 0 {
+		// Nothing after the close mark (and its parity) is read: another trace there (files joined with cat) is
+		// said, with the bytes not read, never dropped in silence.
+		if sv.another && cr.n > sv.closeAt {
+			f.notes = append(f.notes, fmt.Sprintf("%s: %d bytes after the trace's close mark, not read: another "+
+				"trace starts there (files joined?); read each file on its own", name, cr.n-sv.closeAt))
+		}
+	}
 	return f, nil
+}
+
+// findsTrace reads r to its end and says whether a trace's file magic is in what it read.
+func findsTrace(r io.Reader) bool {
+	buf := make([]byte, 64<<10)
+	found, kept := false, 0
+	for {
+		n, err := r.Read(buf[kept:])
+		if !found && bytes.Contains(buf[:kept+n], fileMagic[:]) {
+			found = true
+		}
+		kept = copy(buf, buf[max(0, kept+n-len(fileMagic)+1):kept+n]) // a magic across two reads
+		if err != nil {
+			return found
+		}
+	}
 }
 
 // ScanReader is Read giving each event to emit as it is read, as Scan does.

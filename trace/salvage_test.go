@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -214,4 +216,131 @@ func FuzzSalvage(f *testing.F) {
 			}
 		}
 	})
+}
+
+// closedTrace is a closed trace of kindEvents and, with big, events whose text does not compress, each in a
+// block of its own: blocks (and their parity) larger than the reader's buffers.
+func closedTrace(t *testing.T, big bool) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := kindEvents()
+	if big {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range 4 {
+			b := make([]byte, 48<<10)
+			for i := range b {
+				b[i] = 'a' + byte(rng.IntN(26))
+			}
+			evs = append(evs, Event{Kind: KindMeta, Text: string(b)})
+		}
+	}
+	for i := range evs {
+		if err := w.Add(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if big {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestTraceAfterCloseIsSaid: nothing after a trace's close mark (and its parity) is read; a second trace there
+// (files joined with cat) is said with the bytes not read. A trace alone, stray bytes after it and a damaged
+// byte in the parity after its close mark say nothing: no event of a trace is in them.
+func TestTraceAfterCloseIsSaid(t *testing.T) {
+	for _, big := range []bool{false, true} {
+		one, two := closedTrace(t, big), closedTrace(t, !big)
+		damaged := slices.Clone(one)
+		damaged[len(damaged)-3] ^= 0x40 // in the parity block's second copy, after the close mark
+		for _, c := range []struct {
+			name  string
+			data  []byte
+			extra int
+		}{{"alone", one, 0}, {"joined", append(slices.Clone(one), two...), len(two)},
+			{"stray bytes", append(slices.Clone(one), "garbage"...), 0}, {"parity damaged", damaged, 0},
+			{"parity damaged, joined", append(slices.Clone(damaged), two...), -1}} {
+			f, err := Read("t", bytes.NewReader(c.data))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Count != len(kindEvents())+map[bool]int{true: 4}[big] || !f.Closed {
+				t.Fatalf("big %v, %s: %d events read, closed %v", big, c.name, f.Count, f.Closed)
+			}
+			var said []string
+			for _, w := range f.Warnings() {
+				if strings.Contains(w, "after the trace's close mark") {
+					said = append(said, w)
+				}
+			}
+			want := fmt.Sprintf("t: %d bytes after the trace's close mark, not read: another trace starts there", c.extra)
+			switch {
+			case c.extra == 0 && len(said) != 0,
+				c.extra > 0 && (len(said) != 1 || !strings.HasPrefix(said[0], want)),
+				c.extra < 0 && len(said) != 1: // the damaged copy is counted with the trace after it
+				t.Errorf("big %v, %s: warnings %q", big, c.name, f.Warnings())
+			}
+		}
+	}
+}
+
+// TestRepairSaysWhatWasDamaged: a repair names the damaged blocks' own bytes and events, one block or
+// several, not the stretch read up to the parity that mended them.
+func TestRepairSaysWhatWasDamaged(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type block struct{ start, end, events int }
+	var blocks []block
+	evs := kindEvents()
+	for i := 0; i < 40; i++ {
+		for j := 0; j < 3; j++ {
+			if err := w.Add(&evs[(3*i+j)%len(evs)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		at := buf.Len()
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		size := int(binary.LittleEndian.Uint32(buf.Bytes()[at+4:]))
+		blocks = append(blocks, block{at, at + blockFrame + size, 3})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	for _, c := range []struct {
+		name        string
+		first, last int // the blocks damaged
+	}{{"one block", 5, 5}, {"three blocks", 5, 7}} {
+		d := slices.Clone(data)
+		from, to := blocks[c.first].start+blockFrame+2, blocks[c.last].end-3
+		if c.first == c.last {
+			to = from + 1
+		}
+		for i := from; i < to; i++ {
+			d[i] ^= 0x5a
+		}
+		f, err := Read("t", bytes.NewReader(d))
+		if err != nil || len(f.Gaps) != 0 || f.Count != 120 {
+			t.Fatalf("%s: %v, gaps %v, %d events", c.name, err, f.Gaps, f.Count)
+		}
+		want := Repair{Offset: int64(blocks[c.first].start), Bytes: int64(blocks[c.last].end - blocks[c.first].start),
+			Blocks: c.last - c.first + 1, Events: 3 * (c.last - c.first + 1)}
+		if len(f.Repairs) != 1 || f.Repairs[0] != want {
+			t.Errorf("%s: repairs %+v, want %+v", c.name, f.Repairs, want)
+		}
+	}
 }

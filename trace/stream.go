@@ -217,6 +217,28 @@ func (s *blockStream) close(total uint64, flags uint32) {
 	s.closed, s.goesOn, s.total, s.end = true, flags&flagGoesOn != 0, total, io.EOF
 }
 
+// afterClose is the file offset where the trace ends once its close mark was read: past the parity blocks
+// that follow the mark (its group's, written with it); reading stops at the first byte that is none.
+func (s *blockStream) afterClose() int64 {
+	for {
+		frame, err := s.raw.Peek(blockFrame)
+		if err != nil || [4]byte(frame[:4]) != parityMagic {
+			return s.off
+		}
+		size := int(binary.LittleEndian.Uint32(frame[4:]))
+		if size > maxBlock {
+			return s.off
+		}
+		block := make([]byte, blockFrame+size) // read, not peeked: a block may outgrow the reader's buffer
+		n, err := io.ReadFull(s.raw, block)
+		s.off += int64(n)
+		if err != nil || !blockSound(block) {
+			s.unread(block[:n]) // whatever it is, what follows is read from its start
+			return s.off
+		}
+	}
+}
+
 // pop returns the index of the next batch the decoder gives: the first event of the oldest block fed that holds
 // events. dropOld first forgets the blocks fed to decoders before the last reset (the batch reader calls it
 // once it has read everything the old decoder gave).

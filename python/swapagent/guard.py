@@ -71,6 +71,9 @@ class Guard:
         # storage key -> (GuardLayer, storage object, the agent's token): released with the agent's consent;
         # its resize back is reported (SWAPAGENT_CALL_GUARD_RESTORE).
         self.released = {}
+        # hyper-parallel's groups of the layers that end a prefetch chain (set_forward_prefetch_layer's second,
+        # never a first): never offloaded, so a SwapTensor made there is no save whose release goes unasked.
+        self.tails = set()
         self.lock = threading.RLock()
 
     # ---- failure containment ----
@@ -431,16 +434,27 @@ def _then(fn, what, action):
 
 def _saved(_out, swap_tensor, *args, **kwargs):
     """SwapTensor(tensor, ...) is made by hyper-parallel's pack hook for each tensor it will swap: the
-    tensor's storage is a save of the open layer."""
-    _guard.tls.made = swap_tensor
+    tensor's storage is a save of the open layer. Inside AsyncSaveOnCpu's pack hook (tls.packing) it is
+    also handed to that hook (tls.made), and only there: a reference kept past the hook would keep the
+    tensor, and its graph, alive after hyper-parallel dropped it."""
+    tls = _guard.tls
+    if getattr(tls, "packing", False):
+        tls.made = swap_tensor
     gl = _guard.open_layer()
     if gl is not None and gl.layer is not None:
         t = next((a for a in list(args) + list(kwargs.values()) if gl.fw.is_tensor(a)), None)
         if t is not None:
             gl.saved(swap_tensor, t)
-    elif gl is None and _guard.layers:
+    elif gl is None and _guard.layers and not _in_tail():
         say_unguarded("SwapTensor", "a tensor saved outside every layer it reports (swap(fn, ...) of a plain "
                                     "function, swap_tensor_wrapper outside a wrapped or chained layer)")
+
+
+def _in_tail():
+    """hyper-parallel's current group is a chain's last (Guard.tails): it never offloads it."""
+    m = _manager()
+    name = m.get_current_group_name() if m is not None and hasattr(m, "get_current_group_name") else None
+    return name in _guard.tails
 
 
 def _unpacked(_val, swap_tensor, *_args, **_kwargs):
@@ -476,9 +490,12 @@ def _patch_save_on_cpu(cls):
         tls = _guard.tls
 
         def pack_hook(t):
-            tls.made = None
-            out = pack(t)
-            st, tls.made = getattr(tls, "made", None), None
+            tls.made, tls.packing = None, True
+            try:
+                out = pack(t)
+            finally:
+                tls.packing = False
+            st, tls.made = tls.made, None
             if st is not None and st.__dict__.get("val") is out:
                 st._swapagent_handed = True  # pylint: disable=protected-access
             return out
@@ -490,14 +507,26 @@ def _patch_save_on_cpu(cls):
 
 def _patch_manager(cls):
     """set_forward_prefetch_layer(first, second) wires the layers hyper-parallel swaps: first is attached
-    (a wrapper made before the guard was installed is found here)."""
+    (a wrapper made before the guard was installed is found here). hyper-parallel names a group for second
+    too; the chain's last layer's group (a second that is never a first) is one it never offloads, in every
+    layout read (the newest saves nothing into it), so its saves have no release to ask (Guard.tails)."""
     if cls not in _manager_class:
         _manager_class.append(cls)
     if getattr(cls, _PATCHED, False):
         return
     cls.set_forward_prefetch_layer = _then(cls.set_forward_prefetch_layer, "SwapManager.set_forward_prefetch_layer",
-                                           lambda _out, _self, first, *a, **k: _guard.attach(first))
+                                           lambda _out, _self, *a, **k: _chained(*(a + tuple(k.values()))[:2]))
     setattr(cls, _PATCHED, True)
+
+
+def _chained(first, second):
+    _guard.attach(first)
+    g = _guard
+    with g.lock:
+        g.tails.discard(getattr(first, "_swap_group_name", None))
+        name = getattr(second, "_swap_group_name", None)
+        if isinstance(name, str) and id(second) not in g.layers:
+            g.tails.add(name)
 
 
 def _wrap_swap_wrapper(fn):

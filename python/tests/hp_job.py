@@ -23,7 +23,8 @@ chained with set_forward_prefetch_layer(layer i, layer i+1), so the hidden state
 what the swap offloads. --keep-inputs keeps every layer's input in a list, as output_hidden_states=True
 does, and reads them after the last layer (a small term of the loss). result.json's "held" is, per step,
 the bytes of the stand-in's saved storages still on device at the end of the forward (a census of its
-SwapTensors).
+SwapTensors); its "left" is, per step, how many of the stand-in's SwapTensors something still holds once the
+step is over, and their device bytes (hyper-parallel drops each at its unpack).
 
 Under msrun each worker writes into DIR/rank<R>. It appends to DIR/probe.txt, at every layer's entry, "step layer cos_bytes" (flushed: a crash keeps it),
 and writes DIR/result.json at the end: the losses, every gradient's bytes (hex) and the stand-in's count
@@ -298,7 +299,22 @@ def swap_tensors(layout):
         from hyper_parallel.core.activation_memory.swap import SwapManager as M
         return [st for g in M().groups() for st in g.swap_tensors()]
     from hyper_parallel.core.activation_checkpoint.swap import SwapManager as M
-    return [st for sts in M().groups.values() for st in sts]
+    return [st for sts in M().groups.values() for st in sts if st is not None]
+
+
+def swap_tensors_alive():
+    """(how many, device bytes) of the stand-in's SwapTensors anything still holds (either layout)."""
+    import gc
+    gc.collect()
+    n, seen = 0, {}
+    for o in gc.get_objects():
+        if type(o).__name__ == "SwapTensor" and type(o).__module__.startswith("hyper_parallel."):
+            n += 1
+            val = getattr(o, "val", None)
+            s = val.untyped_storage() if hasattr(val, "untyped_storage") else None
+            if s is not None and s.nbytes():
+                seen[s.data_ptr()] = s.nbytes()
+    return n, sum(seen.values())
 
 
 def main():
@@ -401,15 +417,17 @@ def main():
                 released[0] += 1
                 released[1] += before
         SwapTensor.wait_offload = counted
-    losses, grads = [], None
+    losses, grads, left = [], None, []
     for i in range(a.steps):
         probe.step = i
         loss, grads = step()
         losses.append(loss)
+        if a.mode == "acswap":
+            left.append(swap_tensors_alive())
         print("step %d/%d: loss %.9g" % (i + 1, a.steps, loss), flush=True)
     with open(os.path.join(a.out, "result.json"), "w") as f:
         json.dump({"losses": [repr(x) for x in losses], "grads": grads, "released": released[0],
-                   "released_bytes": released[1], "held": held, "saved": saved}, f)
+                   "released_bytes": released[1], "held": held, "saved": saved, "left": left}, f)
     print("done", flush=True)
     return 0
 

@@ -484,6 +484,13 @@ def test_recompute_swap_releases_what_nobody_else_holds(runs, layout):
     assert [(k["arg"], k["reason"], k["saves"], k.get("own_holders")) for k in g["released_unheld"]] == [
         ("args[0]", "input", 14, [own_kind])], g
     assert g["kept"] == [] and g["releases_kept"] == 0, g
+    # The chain's last layer saves into a group of its own that hyper-parallel never offloads: no release
+    # goes unasked there, and it is not called unguarded. Nothing the guard keeps of hyper-parallel's swap
+    # outlives a step (it drops each SwapTensor at its unpack): the memory after every step is the stand-in's
+    # own.
+    assert "not guarded" not in safe.stderr, safe.why()
+    assert g["groups"] == ["swap_group_%d" % i for i in range(7)], g["groups"]
+    assert safe.result["left"] == alone.result["left"] == [[0, 0], [0, 0]], (safe.result["left"], alone.result["left"])
 
 
 @pytest.mark.parametrize("layout", sorted(AC_LAYOUTS))

@@ -1,12 +1,15 @@
 """hyper_parallel.core.activation_checkpoint.swap (stand-in): SwapTensor, SwapManager and swap_wrapper.
 
-The schedule is hyper-parallel's: a wrapped layer's forward saves its eligible tensors as SwapTensors of
-its group (swap_group_<n>); its forward hook protects the output's aliases and launches the group's
-offload (copy to host); the forward hook of the layer it prefetches with waits for that offload, and
-wait_offload releases each device storage with untyped_storage().resize_(0). In backward, the gradient
-of the layer's output launches the load of the group before it and waits for its own: resize_ back, then
-copy the host bytes in. Duplicates are found per group only, and nothing but the output is protected:
-the issue-294 bug."""
+The schedule is hyper-parallel's: set_forward_prefetch_layer names a group (swap_group_<n>) for both
+layers it chains. A wrapped layer's forward saves its eligible tensors as SwapTensors of its group; the
+forward hook of a layer with a next one protects the output's aliases and launches the group's offload
+(copy to host); the forward hook of the next layer waits for that offload, and wait_offload releases each
+device storage with untyped_storage().resize_(0). The last layer of a chain keeps its group on device. In
+backward, the gradient of the layer's output launches the load of the group before it and waits for its
+own: resize_ back, then copy the host bytes in. The unpack hands a SwapTensor's tensor to autograd and
+drops the SwapTensor, as hyper-parallel pops it from its storage: nothing of the swap outlives the
+backward. Duplicates are found per group only, and nothing but the output is protected: the issue-294
+bug."""
 
 import os
 
@@ -102,8 +105,14 @@ class SwapManager:
         self.groups[group_name].append(swap_tensor)
         return len(self.groups[group_name]) - 1
 
-    def get(self, group_name, index):
-        return self.groups[group_name][index]
+    def take(self, group_name, index):
+        """The SwapTensor at index, dropped from its group (the unpack's: it is used once)."""
+        sts = self.groups[group_name]
+        st, sts[index] = sts[index], None
+        return st
+
+    def swap_tensors(self, group_name):
+        return [st for st in self.groups.get(group_name, ()) if st is not None]
 
     def get_current_group_name(self):
         return self.current
@@ -113,23 +122,23 @@ class SwapManager:
 
     def protect_alias_tensors(self, group_name, tensors):
         ptrs = {t.untyped_storage().data_ptr() for t in get_platform().tensors_in(tensors)}
-        for st in self.groups.get(group_name, ()):
+        for st in self.swap_tensors(group_name):
             st.protect_if_aliases(ptrs)
 
     def launch_offload(self, group_name):
-        for st in self.groups.get(group_name, ()):
+        for st in self.swap_tensors(group_name):
             st.async_offload()
 
     def wait_offload(self, group_name):
-        for st in self.groups.get(group_name, ()):
+        for st in self.swap_tensors(group_name):
             st.wait_offload()
 
     def launch_load(self, group_name):
-        for st in self.groups.get(group_name, ()):
+        for st in self.swap_tensors(group_name):
             st.async_load()
 
     def wait_load(self, group_name):
-        for st in self.groups.get(group_name, ()):
+        for st in self.swap_tensors(group_name):
             st.wait_load()
 
     def release_group_storage(self, group_name):
@@ -141,16 +150,20 @@ class SwapManager:
         self.release_group_storage(group_name)
 
     def set_forward_prefetch_layer(self, first, second):
-        """Wires first's offload to be waited for in second's forward, and second's backward to load first's
-        group ahead. Hooks without kwargs, as hyper-parallel registers them."""
+        """Names a group for each of first and second (once), wires first's offload to be waited for in
+        second's forward, and second's backward to load first's group ahead. Hooks without kwargs, as
+        hyper-parallel registers them."""
         platform = get_platform()
-        name = getattr(first, "_swap_group_name", None)
-        if name is None:
-            name = "swap_group_%d" % len(self.order)
-            platform.set_attr(first, "_swap_group_name", name)
-            self.order.append(name)
-        self.ensure_group(name)
-        platform.set_attr(second, "_swap_prev_group", name)
+        for m in (first, second):
+            if getattr(m, "_swap_group_name", None) is None:
+                name = "swap_group_%d" % len(self.order)
+                platform.set_attr(m, "_swap_group_name", name)
+                self.order.append(name)
+                self.ensure_group(name)
+        if getattr(first, "_swap_next_group", None) is None:
+            platform.set_attr(first, "_swap_next_group", second._swap_group_name)
+        if getattr(second, "_swap_prev_group", None) is None:
+            platform.set_attr(second, "_swap_prev_group", first._swap_group_name)
         _install(self, platform, first)
         _install(self, platform, second)
 
@@ -188,7 +201,7 @@ def _install(manager, platform, layer):
     def post(_module, _args, output):
         name = getattr(layer, "_swap_group_name", None)
         prev = getattr(layer, "_swap_prev_group", None)
-        if name is not None:
+        if name is not None and getattr(layer, "_swap_next_group", None) is not None:
             protect = getattr(manager, "protect_alias_tensors", None)  # absent in older versions
             if protect is not None:
                 protect(name, output)
@@ -228,7 +241,7 @@ class SaveOnCpu:
 
     def unpack(self, packed):
         if isinstance(packed, tuple):
-            return SwapManager().get(*packed).get_val()
+            return SwapManager().take(*packed).get_val()
         return packed
 
 
