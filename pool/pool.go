@@ -14,6 +14,11 @@
 // addresses, so it holds the same for any run of the same requests.
 package pool
 
+import (
+	"slices"
+	"sort"
+)
+
 // Kind is where the pool's memory comes from.
 type Kind int
 
@@ -56,8 +61,11 @@ type chunk struct {
 
 // Model is one pool.
 type Model struct {
-	cfg      Config
-	chunks   []*chunk // in the order they were made (best fit's tie order)
+	cfg    Config
+	chunks []*chunk // in the order they were made: their addresses rise with it
+	// free are the free blocks by size, then address: best fit's order (a tie goes to the first chunk made,
+	// then the lowest address; chunks are placed in the order they are made), found by binary search.
+	free     []*block
 	live     map[int64]*block
 	nextBase uint64
 	mapped   uint64 // VMM: bytes mapped from the segment's start
@@ -113,28 +121,22 @@ func (m *Model) Alloc(id int64, n uint64) {
 	}
 	n = m.Round(max(n, 1))
 	var best *block
-	for _, c := range m.chunks {
-		for b := c.first; b != nil; b = b.next {
-			if b.free && b.size >= n && (best == nil || b.size < best.size) {
-				best = b
-			}
-		}
+	if i := sort.Search(len(m.free), func(i int) bool { return m.free[i].size >= n }); i < len(m.free) {
+		best = m.free[i]
+	} else if m.cfg.Kind == VMM {
+		best = m.growVMM(n)
+	} else {
+		best = m.growMalloc(n)
 	}
-	if best == nil {
-		if m.cfg.Kind == VMM {
-			best = m.growVMM(n)
-		} else {
-			best = m.growMalloc(n)
-		}
-	}
+	m.unfree(best)
 	if best.size-n >= m.cfg.Align {
 		rest := &block{addr: best.addr + n, size: best.size - n, free: true, prev: best, next: best.next, chunk: best.chunk}
 		if best.next != nil {
 			best.next.prev = rest
 		}
 		best.next, best.size = rest, n
+		m.setFree(rest)
 	}
-	best.free = false
 	m.live[id] = best
 	m.inUse += best.size
 	m.inUsePeak = max(m.inUsePeak, m.inUse)
@@ -148,8 +150,8 @@ func (m *Model) Free(id int64) {
 	}
 	delete(m.live, id)
 	m.inUse -= b.size
-	b.free = true
 	if n := b.next; n != nil && n.free {
+		m.unfree(n)
 		b.size += n.size
 		b.next = n.next
 		if n.next != nil {
@@ -157,12 +159,35 @@ func (m *Model) Free(id int64) {
 		}
 	}
 	if p := b.prev; p != nil && p.free {
+		m.unfree(p)
 		p.size += b.size
 		p.next = b.next
 		if b.next != nil {
 			b.next.prev = p
 		}
+		b = p
 	}
+	m.setFree(b)
+}
+
+// setFree marks b free and indexes it; unfree takes it out (before its size changes) and marks it used.
+func (m *Model) setFree(b *block) {
+	b.free = true
+	m.free = slices.Insert(m.free, m.freeAt(b), b)
+}
+
+func (m *Model) unfree(b *block) {
+	i := m.freeAt(b)
+	m.free = slices.Delete(m.free, i, i+1)
+	b.free = false
+}
+
+// freeAt is where b is, or goes, in free.
+func (m *Model) freeAt(b *block) int {
+	return sort.Search(len(m.free), func(i int) bool {
+		f := m.free[i]
+		return f.size > b.size || f.size == b.size && f.addr >= b.addr
+	})
 }
 
 func (m *Model) grew(n uint64) {
@@ -174,7 +199,8 @@ func (m *Model) growMalloc(n uint64) *block {
 	size := max(n, m.cfg.Step)
 	c := &chunk{base: m.nextBase, size: size}
 	m.nextBase += (size + m.cfg.Step) / m.cfg.Step * m.cfg.Step
-	c.first = &block{addr: c.base, size: size, free: true, chunk: c}
+	c.first = &block{addr: c.base, size: size, chunk: c}
+	m.setFree(c.first)
 	m.chunks = append(m.chunks, c)
 	m.grew(size)
 	return c.first
@@ -198,9 +224,10 @@ func (m *Model) growVMM(n uint64) *block {
 	added := (n - have + m.cfg.Step - 1) / m.cfg.Step * m.cfg.Step
 	m.mapped += added
 	if tail != nil && tail.free {
+		m.unfree(tail)
 		tail.size += added
 	} else {
-		b := &block{addr: seg.base + seg.size, size: added, free: true, prev: tail, chunk: seg}
+		b := &block{addr: seg.base + seg.size, size: added, prev: tail, chunk: seg}
 		if tail != nil {
 			tail.next = b
 		} else {
@@ -208,6 +235,7 @@ func (m *Model) growVMM(n uint64) *block {
 		}
 		tail = b
 	}
+	m.setFree(tail)
 	seg.size += added
 	m.grew(added)
 	return tail
@@ -230,8 +258,10 @@ func (m *Model) EmptyCache() {
 	}
 	m.held -= m.mapped - keep
 	m.mapped, seg.size = keep, keep
+	m.unfree(tail)
 	if seg.base+keep > tail.addr {
 		tail.size = seg.base + keep - tail.addr
+		m.setFree(tail)
 		return
 	}
 	if tail.prev != nil {

@@ -1,6 +1,11 @@
 package pool
 
-import "testing"
+import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
 
 // TestMallocPool: best fit, split, coalescing, and growth by chunks (a large request its own), as
 // sim/decoder/src/pool.c does.
@@ -51,4 +56,68 @@ func TestVMMPool(t *testing.T) {
 	if m.Held() != 0 {
 		t.Errorf("an empty pool holds %d after empty cache", m.Held())
 	}
+}
+
+// TestBestFitIndex: after every operation of a long random run, on both pools, the index best fit searches
+// holds exactly the free blocks, by size then address, and each block went where a scan of every block in
+// chunk order would have put it (the smallest that holds it, the first of those).
+func TestBestFitIndex(t *testing.T) {
+	for _, kind := range []Kind{Malloc, VMM} {
+		m := New(Config{Kind: kind})
+		rng := rand.New(rand.NewPCG(7, uint64(kind)))
+		var live []int64
+		for op := int64(1); op <= 5000; op++ {
+			switch r := rng.IntN(10); {
+			case r < 5 || len(live) == 0:
+				n := uint64(rng.IntN(3<<20)) + 1
+				if rng.IntN(4) > 0 {
+					n %= 64 << 10 // mostly small: many blocks, many ties
+				}
+				want := scanBestFit(m, m.Round(max(n, 1)))
+				m.Alloc(op, n)
+				if got := m.live[op]; want != nil && got.addr != want.addr {
+					t.Fatalf("%v op %d: Alloc(%d) took the block at %#x, a scan takes %#x", kind, op, n, got.addr, want.addr)
+				}
+				live = append(live, op)
+			case r < 9:
+				i := rng.IntN(len(live))
+				m.Free(live[i])
+				live = slices.Delete(live, i, i+1)
+			default:
+				m.EmptyCache()
+			}
+			var free []*block
+			for _, c := range m.chunks {
+				for b := c.first; b != nil; b = b.next {
+					if b.free {
+						free = append(free, b)
+					}
+				}
+			}
+			slices.SortFunc(free, func(a, b *block) int {
+				if a.size != b.size {
+					return cmp.Compare(a.size, b.size)
+				}
+				return cmp.Compare(a.addr, b.addr)
+			})
+			if !slices.Equal(free, m.free) {
+				t.Fatalf("%v op %d: the index holds %d blocks, the chunks %d free ones (or another order)", kind, op,
+					len(m.free), len(free))
+			}
+		}
+	}
+}
+
+// scanBestFit is best fit as a scan of every block in chunk order: the smallest free block that holds n, the
+// first of those; nil when none does.
+func scanBestFit(m *Model, n uint64) *block {
+	var best *block
+	for _, c := range m.chunks {
+		for b := c.first; b != nil; b = b.next {
+			if b.free && b.size >= n && (best == nil || b.size < best.size) {
+				best = b
+			}
+		}
+	}
+	return best
 }
