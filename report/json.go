@@ -50,6 +50,7 @@ type ProcessJSON struct {
 	Reserved       Memory            `json:"reserved_address_space"`
 	LostRanges     []LostRange       `json:"lost_ranges"`     // damaged batches skipped while reading
 	RepairedBlocks []RepairedBlock   `json:"repaired_blocks"` // damage undone from parity: nothing lost
+	JoinedTraces   []JoinedTrace     `json:"joined_traces"`   // other traces after the file's own: not read
 	ABI            ABI               `json:"abi"`
 	LostEvents     uint64            `json:"lost_events"`
 	Logs           []string          `json:"logs"`
@@ -82,6 +83,13 @@ type RepairedBlock struct {
 	Description string `json:"description"`
 }
 
+// JoinedTrace is another trace found after a file's own (files joined with cat), not read (trace.Joined).
+type JoinedTrace struct {
+	File   string `json:"file"`
+	Offset int64  `json:"offset"`
+	Bytes  int64  `json:"bytes"` // to the file's end; -1 when the input (a pipe) was not read to its end
+}
+
 // Report is the top-level JSON object.
 type Report struct {
 	Processes []ProcessJSON `json:"processes"`
@@ -99,11 +107,14 @@ func JSON(sums []*Summary) Report {
 			TraceBytes: s.TraceBytes, TraceBytesPerEvent: perEvent, TraceBytesPerSecond: perSecond,
 			TraceSegments: s.Segments, TraceFirstSegment: s.FirstSegment, TraceFromNS: s.FromNS, Stats: s.Stats, StatsSource: "derived", AgentStats: nil, Memory: s.Mem,
 			Calls: s.Calls, Device: s.Device, HostPinned: s.HostPinned, Reserved: s.Reserved, ABI: s.ABI,
-			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, RepairedBlocks: []RepairedBlock{}, Guard: s.Guard, Holders: s.Holders,
+			LostEvents: s.Lost, Logs: s.Logs, Meta: s.Meta, LostRanges: []LostRange{}, RepairedBlocks: []RepairedBlock{}, JoinedTraces: []JoinedTrace{}, Guard: s.Guard, Holders: s.Holders,
 		}
 		for _, g := range s.Gaps {
 			p.LostRanges = append(p.LostRanges, LostRange{Batch: g.Batch, Offset: g.Offset, Bytes: g.Bytes,
 				Events: g.Events, AfterEvent: g.After, FromNS: g.FromTS, ToNS: g.ToTS, Description: g.String()})
+		}
+		for _, j := range s.Joined {
+			p.JoinedTraces = append(p.JoinedTraces, JoinedTrace{File: j.Name, Offset: j.At, Bytes: j.Bytes})
 		}
 		for _, r := range s.Repairs {
 			p.RepairedBlocks = append(p.RepairedBlocks, RepairedBlock{Offset: r.Offset, Bytes: r.Bytes, Blocks: r.Blocks,

@@ -137,7 +137,7 @@ func LoadFile(file string, keep *Keep) (*Summary, error) {
 	}
 	t.Header = f.Header
 	s := summarize(file, t, hf, events, f.Truncated)
-	s.Gaps, s.Repairs, s.Warnings, s.Damaged = f.Gaps, f.Repairs, f.Warnings(), f.Damaged()
+	s.Gaps, s.Repairs, s.Joined, s.Warnings, s.Damaged = f.Gaps, f.Repairs, f.Joined, f.Warnings(), f.Damaged()
 	s.Indexed, s.Closed, s.End = f.Indexed, f.Finished(), f.End
 	if file != Stdin {
 		s.TraceBytes = uint64(f.Bytes)

@@ -76,7 +76,14 @@ func writeTextOne(w io.Writer, s *Summary, detail bool) {
 		note += fmt.Sprintf(", %d damaged batches skipped (%s)", len(s.Gaps), lostString(s.Gaps))
 	}
 	if len(s.Repairs) > 0 {
-		note += fmt.Sprintf(", %d damaged blocks repaired (nothing lost)", len(s.Repairs))
+		n := 0
+		for _, r := range s.Repairs {
+			n += max(r.Blocks, 1) // damage that held no data block: one stretch
+		}
+		note += fmt.Sprintf(", %d damaged blocks repaired (nothing lost)", n)
+	}
+	if len(s.Joined) > 0 {
+		note += fmt.Sprintf(", %d other trace(s) joined after it, not read", len(s.Joined))
 	}
 	if s.TraceBytes > 0 {
 		note += "; " + Bytes(s.TraceBytes)

@@ -39,6 +39,7 @@ type Timeline struct {
 	EndNS     int64          // the largest event timestamp: the trace spans [StartUnix, StartUnix+EndNS]
 	Gaps      []trace.Gap    // damaged stretches skipped while reading: set by the reader, not by the fold
 	Repairs   []trace.Repair // damage the reader undid (nothing lost): set by the reader
+	Joined    []trace.Joined // other traces after the file's own (files joined), not read: set by the reader
 	Truncated bool           // the trace ends inside a batch (a killed process): set by the reader
 
 	Funcs      map[uint16]string // function names by id (KindFunc)

@@ -18,9 +18,10 @@ import (
 )
 
 // Damaged reports whether reading f met damage, lost (Gaps) or repaired (Repairs), a cut end, pieces refused,
-// or (version 4) no close mark: whether anything may be missing, what the commands' exit code 3 says.
+// another trace joined to it, or (version 4) no close mark: whether anything may be missing, what the commands' exit code 3 says.
 func (f *File) Damaged() bool {
-	return len(f.Gaps) > 0 || len(f.Repairs) > 0 || f.Truncated || f.Indexed && !f.Finished() || f.Refused > 0
+	return len(f.Gaps) > 0 || len(f.Repairs) > 0 || f.Truncated || f.Indexed && !f.Finished() || f.Refused > 0 ||
+		len(f.Joined) > 0
 }
 
 // Finished says whether the writer closed the trace (version 4): its last segment ends with the close mark,
@@ -278,7 +279,7 @@ func (r *Reader) cutAt() int64 {
 // ends inside its last batch (a killed process), ErrFormat for a bad header, or a read error.
 func Salvage(rd io.Reader) (Header, []Event, []Gap, error) {
 	var events []Event
-	s := salvage(rd, func(ev *Event, _ uint64) { events = append(events, *ev) })
+	s := salvage(rd, true, func(ev *Event, _ uint64) { events = append(events, *ev) })
 	return s.h, events, s.gaps, s.err
 }
 
@@ -297,14 +298,16 @@ type salvaged struct {
 	goesOn  bool   // the mark closed a segment the trace goes on from
 	end     uint64 // the index after the last event read or counted lost (the close mark's count when closed)
 	refused int    // good blocks refused (read already, or out of order)
-	closeAt int64  // file offset where the trace ends after its close mark (closed), else -1
-	another bool   // another trace's file magic is in the bytes after closeAt
+	// Version 2 on: another trace after this one's end (files joined) starts at joinedAt (-1: none seen);
+	// drained says the input was read to its end, so its bytes are known.
+	joinedAt int64
+	drained  bool
 }
 
 // salvage reads a whole trace from rd as Salvage does, giving each event to emit as it is decoded. emit may
 // keep the event's Ptrs and Text (each event's are its own), not the event itself.
-func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
-	s.cutAt, s.closeAt = -1, -1
+func salvage(rd io.Reader, drain bool, emit func(*Event, uint64)) (s salvaged) {
+	s.cutAt, s.joinedAt = -1, -1
 	r, err := NewReader(rd)
 	if err != nil {
 		s.err = err
@@ -317,6 +320,9 @@ func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
 		}
 		if r.stream != nil && r.stream.indexed {
 			s.count(r)
+		}
+		if r.stream != nil {
+			s.joined(r.stream, drain)
 		}
 	}()
 	var ev Event
@@ -351,15 +357,38 @@ func salvage(rd io.Reader, emit func(*Event, uint64)) (s salvaged) {
 	}
 }
 
+// joined looks for another trace after this one's end: where the blocks met another trace's header, or after
+// the close mark and its parity. With drain the rest of the input is read to its end, so the bytes of what
+// follows are known; without (a pipe, which its writer may hold open), only the bytes already buffered are
+// looked at after a close mark.
+func (s *salvaged) joined(st *blockStream, drain bool) {
+	at := st.joinedAt
+	if st.closed {
+		end := st.afterClose()
+		rest := io.Reader(st.raw)
+		if !drain {
+			rest = io.LimitReader(st.raw, int64(st.raw.Buffered()))
+		}
+		if i := findTrace(rest); i >= 0 {
+			at = end + i
+		}
+	}
+	if at < 0 {
+		return
+	}
+	s.joinedAt = at
+	if drain {
+		_, err := io.Copy(io.Discard, st.raw)
+		s.drained = err == nil
+	}
+}
+
 // count settles what a version-4 file lost once reading ended: with its close mark, the events after the last
 // one read are a gap of exactly their number; without it, the events after it were never written (or are in
 // a tail that cannot be read), which Warnings says. A gap of no event held none: it is a repair.
 func (s *salvaged) count(r *Reader) {
 	st := r.stream
 	s.indexed, s.closed, s.goesOn, s.end, s.refused = true, st.closed, st.goesOn, r.cur, st.refused
-	if st.closed {
-		s.closeAt, s.another = st.afterClose(), findsTrace(st.raw)
-	}
 	n := len(s.gaps)
 	atEnd := n > 0 && s.gaps[n-1].ToTS < 0 && s.gaps[n-1].After == s.events
 	switch {
@@ -416,8 +445,18 @@ type File struct {
 	GoesOn  bool
 	End     uint64
 	Refused int
-	notes   []string // what reading the segments found (a missing or foreign one), for Warnings
-	lastTS  int64    // TS of the last event read
+	// Joined are other traces found after a file's own (files joined with cat): not read, said by Warnings,
+	// and Damaged (an input left out).
+	Joined []Joined
+	notes  []string // what reading the segments found (a missing or foreign one), for Warnings
+	lastTS int64    // TS of the last event read
+}
+
+// Joined is another trace after a file's own trace: at file offset At, Bytes long to the file's end (-1 when
+// the input, a pipe, was not read to its end).
+type Joined struct {
+	Name      string // the file it is in (Warnings)
+	At, Bytes int64
 }
 
 // Lost is the events counted in gaps (exact in version 4; a gap of unknown size counts nothing).
@@ -452,8 +491,14 @@ func read(name string, rd io.Reader, emit func(*Event, uint64)) (f *File, err er
 			f, err = nil, fmt.Errorf("%s: trace reader failed: %v", name, p)
 		}
 	}()
+	// A pipe is not read past what the trace needs: its writer may hold it open after the trace.
+	drain := true
+	if fd, ok := rd.(*os.File); ok {
+		fi, err := fd.Stat()
+		drain = err == nil && fi.Mode().IsRegular()
+	}
 	cr := &countReader{r: rd}
-	sv := salvage(cr, emit)
+	sv := salvage(cr, drain, emit)
 	why := ""
 	if sv.err != nil {
 		why = strings.TrimPrefix(sv.err.Error(), "trace: ")
@@ -477,29 +522,32 @@ func read(name string, rd io.Reader, emit func(*Event, uint64)) (f *File, err er
 	if f.Truncated && sv.cutAt >= 0 {
 		f.Cut = cr.n - sv.cutAt
 	}
-	if sv.closeAt >= 0 {
-		// Nothing after the close mark (and its parity) is read: another trace there (files joined with cat) is
-		// said, with the bytes not read, never dropped in silence.
-		if sv.another && cr.n > sv.closeAt {
-			f.notes = append(f.notes, fmt.Sprintf("%s: %d bytes after the trace's close mark, not read: another "+
-				"trace starts there (files joined?); read each file on its own", name, cr.n-sv.closeAt))
+	if sv.joinedAt >= 0 {
+		j := Joined{Name: name, At: sv.joinedAt, Bytes: -1}
+		if sv.drained {
+			j.Bytes = cr.n - sv.joinedAt
 		}
+		f.Joined = append(f.Joined, j)
 	}
 	return f, nil
 }
 
-// findsTrace reads r to its end and says whether a trace's file magic is in what it read.
-func findsTrace(r io.Reader) bool {
+// findTrace reads r until a trace's file magic and returns its offset in what r gave, -1 when r ends without
+// one.
+func findTrace(r io.Reader) int64 {
 	buf := make([]byte, 64<<10)
-	found, kept := false, 0
+	var base int64 // offset in r of buf[0]
+	kept := 0
 	for {
 		n, err := r.Read(buf[kept:])
-		if !found && bytes.Contains(buf[:kept+n], fileMagic[:]) {
-			found = true
+		if i := bytes.Index(buf[:kept+n], fileMagic[:]); i >= 0 {
+			return base + int64(i)
 		}
-		kept = copy(buf, buf[max(0, kept+n-len(fileMagic)+1):kept+n]) // a magic across two reads
+		keep := min(kept+n, len(fileMagic)-1) // a magic across two reads
+		base += int64(kept + n - keep)
+		kept = copy(buf, buf[kept+n-keep:kept+n])
 		if err != nil {
-			return found
+			return -1
 		}
 	}
 }
@@ -630,6 +678,7 @@ func Scan(path string, emit func(*Event)) (*File, error) {
 			f.Gaps = append(f.Gaps, gap)
 		}
 		f.Repairs = append(f.Repairs, g.Repairs...)
+		f.Joined, f.notes = append(f.Joined, g.Joined...), append(f.notes, g.notes...)
 		if g.Count > skipped {
 			f.lastTS = g.lastTS
 		}
@@ -730,6 +779,9 @@ func scanOne(path string, emit func(*Event, uint64)) (*File, error) {
 	f, err := read(path, in, emit)
 	if err == nil {
 		f.Bytes = fi.Size()
+		for _, j := range f.Joined {
+			f.Bytes -= max(j.Bytes, 0) // another trace's bytes are not this one's
+		}
 	}
 	return f, err
 }
@@ -764,6 +816,14 @@ func (f *File) Warnings() []string {
 	}
 	for _, r := range f.Repairs {
 		out = append(out, f.Name+": "+r.String())
+	}
+	for _, j := range f.Joined {
+		w := fmt.Sprintf("%s: another trace follows this one at byte %d (files joined?): not read", j.Name, j.At)
+		if j.Bytes >= 0 {
+			w = fmt.Sprintf("%s: another trace follows this one at byte %d (files joined?): its %d bytes not read",
+				j.Name, j.At, j.Bytes)
+		}
+		out = append(out, w+"; read each file on its own")
 	}
 	return out
 }

@@ -255,8 +255,9 @@ func closedTrace(t *testing.T, big bool) []byte {
 }
 
 // TestTraceAfterCloseIsSaid: nothing after a trace's close mark (and its parity) is read; a second trace there
-// (files joined with cat) is said with the bytes not read. A trace alone, stray bytes after it and a damaged
-// byte in the parity after its close mark say nothing: no event of a trace is in them.
+// (files joined with cat) is said, where it starts and its bytes, and the file counts as damaged (an input
+// left out). A trace alone, stray bytes after it and a damaged byte in the parity after its close mark say
+// nothing: no event of a trace is in them.
 func TestTraceAfterCloseIsSaid(t *testing.T) {
 	for _, big := range []bool{false, true} {
 		one, two := closedTrace(t, big), closedTrace(t, !big)
@@ -268,7 +269,7 @@ func TestTraceAfterCloseIsSaid(t *testing.T) {
 			extra int
 		}{{"alone", one, 0}, {"joined", append(slices.Clone(one), two...), len(two)},
 			{"stray bytes", append(slices.Clone(one), "garbage"...), 0}, {"parity damaged", damaged, 0},
-			{"parity damaged, joined", append(slices.Clone(damaged), two...), -1}} {
+			{"parity damaged, joined", append(slices.Clone(damaged), two...), len(two)}} {
 			f, err := Read("t", bytes.NewReader(c.data))
 			if err != nil {
 				t.Fatal(err)
@@ -278,16 +279,15 @@ func TestTraceAfterCloseIsSaid(t *testing.T) {
 			}
 			var said []string
 			for _, w := range f.Warnings() {
-				if strings.Contains(w, "after the trace's close mark") {
+				if strings.Contains(w, "another trace follows") {
 					said = append(said, w)
 				}
 			}
-			want := fmt.Sprintf("t: %d bytes after the trace's close mark, not read: another trace starts there", c.extra)
-			switch {
-			case c.extra == 0 && len(said) != 0,
-				c.extra > 0 && (len(said) != 1 || !strings.HasPrefix(said[0], want)),
-				c.extra < 0 && len(said) != 1: // the damaged copy is counted with the trace after it
-				t.Errorf("big %v, %s: warnings %q", big, c.name, f.Warnings())
+			want := fmt.Sprintf("t: another trace follows this one at byte %d (files joined?): its %d bytes not read",
+				len(c.data)-c.extra, c.extra)
+			if c.extra == 0 && (len(said) != 0 || f.Damaged()) ||
+				c.extra > 0 && (len(said) != 1 || !strings.HasPrefix(said[0], want) || !f.Damaged()) {
+				t.Errorf("big %v, %s: warnings %q, damaged %v", big, c.name, f.Warnings(), f.Damaged())
 			}
 		}
 	}
@@ -341,6 +341,47 @@ func TestRepairSaysWhatWasDamaged(t *testing.T) {
 			Blocks: c.last - c.first + 1, Events: 3 * (c.last - c.first + 1)}
 		if len(f.Repairs) != 1 || f.Repairs[0] != want {
 			t.Errorf("%s: repairs %+v, want %+v", c.name, f.Repairs, want)
+		}
+	}
+}
+
+// TestTraceAfterAnUnclosedOne: a trace its process never closed (killed), then another (files joined): the
+// first ends where the other's header is, its unwritten end said as for any killed process, the other said
+// where it starts, with its bytes; no damage is made up of the other's blocks. The same with the first one's
+// last block cut short.
+func TestTraceAfterAnUnclosedOne(t *testing.T) {
+	var buf bytes.Buffer
+	w, err := NewWriter(&buf, testHeader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := kindEvents()
+	for i := range evs {
+		if err := w.Add(&evs[i]); err != nil {
+			t.Fatal(err)
+		}
+		if i%4 == 3 {
+			if err := w.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	killed, two := buf.Bytes(), closedTrace(t, false) // no Close: the events of the last, unflushed batch are lost
+	read := len(evs) / 4 * 4
+	for _, c := range []struct {
+		name  string
+		first []byte
+		count int
+		gaps  int // the block cut short: damage at the trace's end
+	}{{"killed", killed, read, 0}, {"killed mid-block", killed[:len(killed)-5], read - 4, 1}} {
+		f, err := Read("t", bytes.NewReader(append(slices.Clone(c.first), two...)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := Joined{Name: "t", At: int64(len(c.first)), Bytes: int64(len(two))}
+		if f.Count != c.count || len(f.Gaps) != c.gaps || f.Refused != 0 || len(f.Joined) != 1 || f.Joined[0] != want {
+			t.Errorf("%s: %d events (want %d), gaps %v, refused %d, joined %+v (want %+v)", c.name, f.Count, c.count,
+				f.Gaps, f.Refused, f.Joined, want)
 		}
 	}
 }

@@ -237,3 +237,29 @@ func TestKilledBetweenSegmentsIsNotClosed(t *testing.T) {
 		t.Fatalf("warnings %q; want %q, before the whole trace's end #%d", ws, want, whole.End)
 	}
 }
+
+// TestTraceJoinedToALaterSegmentIsSaid: another trace appended to a segment after the first (files joined) is
+// said as for a trace of one file: what a later segment's reading found is the trace's too.
+func TestTraceJoinedToALaterSegmentIsSaid(t *testing.T) {
+	dir := t.TempDir()
+	first, _, cur, oldest := writeSegments(t, dir, 64<<10)
+	other := closedTrace(t, false)
+	last := SegmentPath(first, cur)
+	size := int64(0)
+	if fi, err := os.Stat(last); err == nil {
+		size = fi.Size()
+	}
+	f, err := os.OpenFile(last, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(other); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	got, err := Load(SegmentPath(first, oldest))
+	want := Joined{Name: last, At: size, Bytes: int64(len(other))}
+	if err != nil || len(got.Joined) != 1 || got.Joined[0] != want || !got.Damaged() {
+		t.Fatalf("%v: joined %+v, want %+v; damaged %v", err, got.Joined, want, got.Damaged())
+	}
+}

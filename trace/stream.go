@@ -82,16 +82,17 @@ type blockStream struct {
 	block      []byte // the block nextBlock read last, reused for the next (accept copies what it keeps)
 
 	// Version 4: what the blocks say of the events, so the batch reader counts what was lost exactly.
-	indexed bool
-	idx     []blockIndex // blocks fed to the decoder whose batches the batch reader has not taken (pop)
-	epoch   int          // decoder resets so far: a reset drops what the old decoder held
-	seen    bool         // a data block was taken
-	expect  uint64       // the index of the event after the last block taken
-	inFrame bool         // the last block taken did not end its zstd frame
-	closed  bool         // the writer's close mark was read
-	goesOn  bool         // that mark closed a segment the trace goes on from (flagGoesOn)
-	total   uint64       // its count: the events the file holds
-	refused int          // good blocks refused: already read, or older than the last one taken
+	indexed  bool
+	idx      []blockIndex // blocks fed to the decoder whose batches the batch reader has not taken (pop)
+	epoch    int          // decoder resets so far: a reset drops what the old decoder held
+	seen     bool         // a data block was taken
+	expect   uint64       // the index of the event after the last block taken
+	inFrame  bool         // the last block taken did not end its zstd frame
+	closed   bool         // the writer's close mark was read
+	goesOn   bool         // that mark closed a segment the trace goes on from (flagGoesOn)
+	total    uint64       // its count: the events the file holds
+	refused  int          // good blocks refused: already read, or older than the last one taken
+	joinedAt int64        // file offset where another trace's header follows this one's blocks (files joined), else -1
 
 	// Version 3: what repair needs (parity.go).
 	numbered bool     // the blocks are numbered and grouped under parity blocks
@@ -125,7 +126,7 @@ func idleDecoder() *zstd.Decoder {
 const maxIdle = 4
 
 func newBlockStream(raw *bufio.Reader, off int64, version uint32) (*blockStream, error) {
-	s := &blockStream{raw: raw, off: off, goodEnd: off, numbered: version >= 3, indexed: version >= 4}
+	s := &blockStream{raw: raw, off: off, goodEnd: off, numbered: version >= 3, indexed: version >= 4, joinedAt: -1}
 	if z := idleDecoder(); z != nil && z.Reset(feeder{s}) == nil {
 		s.z = z
 		return s, nil
@@ -278,6 +279,12 @@ func (s *blockStream) nextBlock(start bool, skipped *int) string {
 		case err != nil:
 			s.unread(s.frame[1:n])
 			return cutShort
+		case [8]byte(s.frame[:8]) == fileMagic:
+			// Another trace's header where a block should be (files joined, the first one unclosed): this
+			// trace ends here; the other is not read (Joined says so).
+			s.unread(s.frame[:])
+			s.joinedAt, s.end = s.off, io.EOF
+			return ""
 		case magic != blockMagic && !(s.numbered && magic == parityMagic):
 			s.unread(s.frame[1:])
 			return "bad block magic"
@@ -375,6 +382,10 @@ func (s *blockStream) damaged(why string, cut bool) int {
 	s.epoch++     // the decoder starts afresh on the next chunk
 	skipped := 0
 	for !s.closed {
+		if b, _ := s.raw.Peek(len(fileMagic)); len(b) == len(fileMagic) && [8]byte(b) == fileMagic {
+			s.joinedAt = s.off // another trace's header: the damage ends this trace (files joined)
+			break
+		}
 		b, err := s.raw.Peek(len(blockMagic))
 		if err != nil {
 			n, _ := s.raw.Discard(len(b))

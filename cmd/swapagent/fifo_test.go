@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,5 +162,59 @@ func TestTextToFullDisk(t *testing.T) {
 		if r.Code != c.code || !strings.Contains(r.Stderr, "no space left on device") {
 			t.Errorf("%s > /dev/full: exit %d stderr %q, want %d and the write's error", c.args, r.Code, r.Stderr, c.code)
 		}
+	}
+}
+
+// TestJoinedTraces: two traces joined into one file (cat) read as the first, and the second is said, where it
+// starts and its bytes, with exit 3 (an input left out); JSON lists it. Through a pipe its writer holds open
+// after the joined file, report still returns (it does not read the pipe on to its end; testenv.Run fails a
+// command not done within its bound) and says the other trace, without its byte count.
+func TestJoinedTraces(t *testing.T) {
+	one, err := os.ReadFile(testenv.Path(t, "trace/testdata/v4.swtrace"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := filepath.Join(t.TempDir(), "joined.swtrace")
+	if err := os.WriteFile(joined, append(slices.Clone(one), one...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf("another trace follows this one at byte %d (files joined?)", len(one))
+	r := swapagent(t, nil, "report", joined)
+	if r.Code != exitPartial || strings.Count(r.Stderr, line) != 1 ||
+		!strings.Contains(r.Stderr, fmt.Sprintf("its %d bytes not read", len(one))) ||
+		!strings.Contains(r.Stdout, "1 other trace(s) joined after it, not read") {
+		t.Errorf("report FILE: exit %d\nstdout %s\nstderr %s", r.Code, r.Stdout, r.Stderr)
+	}
+	var doc struct {
+		Processes []struct {
+			Joined []struct{ Offset, Bytes int64 } `json:"joined_traces"`
+		} `json:"processes"`
+	}
+	j := swapagent(t, nil, "report", "--format", "json", joined)
+	if err := json.Unmarshal([]byte(j.Stdout), &doc); err != nil || len(doc.Processes) != 1 ||
+		len(doc.Processes[0].Joined) != 1 || doc.Processes[0].Joined[0].Offset != int64(len(one)) ||
+		doc.Processes[0].Joined[0].Bytes != int64(len(one)) {
+		t.Errorf("report --format json: %v %+v", err, doc)
+	}
+	// The pipe's writer holds it open after the joined file, until the reader is done.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pw.Close()
+	if _, err := pw.Write(append(slices.Clone(one), one...)); err != nil { // within the pipe's capacity
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, testenv.Path(t, testenv.CLI), "report", "-")
+	cmd.Env, cmd.Stdin = testenv.CleanEnv(), pr
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	pr.Close()
+	code := cmd.ProcessState.ExitCode()
+	if ctx.Err() != nil || code != exitPartial || !strings.Contains(stderr.String(), "standard input: "+line+": not read") {
+		t.Errorf("report - (a pipe held open): %v, exit %d, stderr %s", err, code, stderr.String())
 	}
 }
