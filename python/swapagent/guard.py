@@ -515,8 +515,17 @@ def _patch_manager(cls):
     if getattr(cls, _PATCHED, False):
         return
     cls.set_forward_prefetch_layer = _then(cls.set_forward_prefetch_layer, "SwapManager.set_forward_prefetch_layer",
-                                           lambda _out, _self, *a, **k: _chained(*(a + tuple(k.values()))[:2]))
+                                           lambda _out, _self, *a, **k: _chained(*_pair(a, k)))
     setattr(cls, _PATCHED, True)
+
+
+def _pair(args, kwargs):
+    """(first, second) of a set_forward_prefetch_layer call, by position or by name (first_layer and
+    second_layer in hyper-parallel; first and second accepted too), None where the call gave none."""
+    got = list(args[:2])
+    for names in (("first_layer", "first"), ("second_layer", "second"))[len(got):]:
+        got.append(next((kwargs[n] for n in names if n in kwargs), None))
+    return got
 
 
 def _chained(first, second):

@@ -399,8 +399,8 @@ def main():
             return CheckpointPolicy.MUST_SWAP if op in mm else CheckpointPolicy.MUST_RECOMPUTE
         for i in range(LAYERS):
             layers[i] = checkpoint_wrapper(layers[i], policy_fn=policy_fn, swap_inputs=True)
-        for i in SWAP:
-            SwapManager().set_forward_prefetch_layer(layers[i], layers[i + 1])
+        for i in SWAP:  # by name, in another order than hyper-parallel's signature, as a job may call it
+            SwapManager().set_forward_prefetch_layer(second_layer=layers[i + 1], first_layer=layers[i])
     released = [0, 0]
     if a.mode in ("swap", "acswap"):  # the stand-in's own count of what it released (SwapTensor.wait_offload)
         if a.layout == "memory":

@@ -149,23 +149,23 @@ class SwapManager:
         self.set_current_group_name(group_name)
         self.release_group_storage(group_name)
 
-    def set_forward_prefetch_layer(self, first, second):
-        """Names a group for each of first and second (once), wires first's offload to be waited for in
-        second's forward, and second's backward to load first's group ahead. Hooks without kwargs, as
+    def set_forward_prefetch_layer(self, first_layer, second_layer):
+        """Names a group for each layer (once), wires first_layer's offload to be waited for in second_layer's
+        forward, and second_layer's backward to load first_layer's group ahead. Hooks without kwargs, as
         hyper-parallel registers them."""
         platform = get_platform()
-        for m in (first, second):
+        for m in (first_layer, second_layer):
             if getattr(m, "_swap_group_name", None) is None:
                 name = "swap_group_%d" % len(self.order)
                 platform.set_attr(m, "_swap_group_name", name)
                 self.order.append(name)
                 self.ensure_group(name)
-        if getattr(first, "_swap_next_group", None) is None:
-            platform.set_attr(first, "_swap_next_group", second._swap_group_name)
-        if getattr(second, "_swap_prev_group", None) is None:
-            platform.set_attr(second, "_swap_prev_group", first._swap_group_name)
-        _install(self, platform, first)
-        _install(self, platform, second)
+        if getattr(first_layer, "_swap_next_group", None) is None:
+            platform.set_attr(first_layer, "_swap_next_group", second_layer._swap_group_name)
+        if getattr(second_layer, "_swap_prev_group", None) is None:
+            platform.set_attr(second_layer, "_swap_prev_group", first_layer._swap_group_name)
+        _install(self, platform, first_layer)
+        _install(self, platform, second_layer)
 
 
 def _install(manager, platform, layer):

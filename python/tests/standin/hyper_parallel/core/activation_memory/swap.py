@@ -188,9 +188,9 @@ class SwapManager:
         if name in self._groups:
             self._groups[name].storages = []
 
-    def set_forward_prefetch_layer(self, first, second):
-        """Both layers get a group (swap_group_<n>); first's next is second. Hooks as hyper-parallel registers
-        them: forward pre (prepend) and forward hooks without kwargs, full backward pre (prepend) and full
+    def set_forward_prefetch_layer(self, first_layer, second_layer):
+        """Both layers get a group (swap_group_<n>); first_layer's next is second_layer. Hooks as hyper-parallel
+        registers them: forward pre (prepend) and forward hooks without kwargs, full backward pre (prepend) and full
         backward hooks, so torch hands each wired layer views of its positional inputs and outputs."""
         def ensure(m):
             if not hasattr(m, "_swap_group_name"):
@@ -199,12 +199,12 @@ class SwapManager:
                 self._layer_count += 1
             self._groups.setdefault(m._swap_group_name, SwapGroup(m._swap_group_name))
             return m._swap_group_name
-        a, b = ensure(first), ensure(second)
-        if first._swap_group_order["next"] is None:
-            first._swap_group_order["next"] = b
-        if second._swap_group_order["prev"] is None:
-            second._swap_group_order["prev"] = a
-        for m in (first, second):
+        a, b = ensure(first_layer), ensure(second_layer)
+        if first_layer._swap_group_order["next"] is None:
+            first_layer._swap_group_order["next"] = b
+        if second_layer._swap_group_order["prev"] is None:
+            second_layer._swap_group_order["prev"] = a
+        for m in (first_layer, second_layer):
             self._groups[m._swap_group_name].is_last_group = m._swap_group_order["next"] is None
             if not getattr(m, "_swap_hooked", False):
                 m._swap_hooked = True
