@@ -107,14 +107,7 @@ func TestDescribedInputFault(t *testing.T) {
 		t.Errorf("the positional input is on device; got:\n%s", block)
 	}
 
-	files, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(files) != 1 {
-		t.Fatalf("traces: %v", files)
-	}
-	_, evs, err := trace.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := onlyTrace(t, out)
 	var enters, describes int
 	for _, ev := range evs {
 		switch ev.Kind {
@@ -198,14 +191,7 @@ func regionEndRun(t *testing.T, oneCall bool) ([]int64, trace.Stats, string) {
 		t.Fatal(err)
 	}
 	a.Shutdown()
-	files, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(files) != 1 {
-		t.Fatalf("traces: %v", files)
-	}
-	_, evs, err := trace.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := onlyTrace(t, out)
 	described := 0
 	for _, ev := range evs {
 		if ev.Kind == trace.KindDescribe && ev.Ret == 0 && len(ev.Ptrs) == 3 && strings.Contains(ev.Text, "64,32") {
@@ -238,4 +224,18 @@ func TestRegionEndIsItsThreeCalls(t *testing.T) {
 	if !strings.Contains(block1, want) || !strings.Contains(block3, want) {
 		t.Errorf("fault blocks lack %q:\none call:\n%s\nthree:\n%s", want, block1, block3)
 	}
+}
+
+// onlyTrace is the events of the one trace an agent wrote into out.
+func onlyTrace(t *testing.T, out string) []trace.Event {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
+	if len(files) != 1 {
+		t.Fatalf("traces: %v", files)
+	}
+	_, evs, err := trace.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
 }

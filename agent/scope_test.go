@@ -5,7 +5,6 @@ package agent
 import (
 	"encoding/json"
 	"io"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -58,14 +57,7 @@ func TestScopeIsRecordedAndNeverMoved(t *testing.T) {
 	if st.Saves != 0 || st.OffloadedStorages != 0 || st.OffloadedBytes != 0 {
 		t.Errorf("a scope moved memory: %+v", st)
 	}
-	files, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(files) != 1 {
-		t.Fatalf("traces: %v", files)
-	}
-	_, evs, err := trace.ReadFile(files[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	evs := onlyTrace(t, out)
 	names := map[uint32]string{}
 	var got []string
 	for _, ev := range evs {

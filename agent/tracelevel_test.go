@@ -5,7 +5,6 @@ package agent
 import (
 	"bytes"
 	"encoding/json"
-	"path/filepath"
 	"reflect"
 	"regexp"
 	"testing"
@@ -233,14 +232,7 @@ func runLevel(t *testing.T, level string, dev []byte) levelRun {
 	}
 	a.Shutdown()
 	r.stderr = stderr.String()
-	files, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(files) != 1 {
-		t.Fatalf("%s: traces %v", level, files)
-	}
-	var err error
-	if _, r.events, err = trace.ReadFile(files[0]); err != nil {
-		t.Fatal(err)
-	}
+	r.events = onlyTrace(t, out)
 	return r
 }
 
