@@ -71,9 +71,7 @@ class Guard:
         # storage key -> (GuardLayer, storage object, the agent's token): released with the agent's consent;
         # its resize back is reported (SWAPAGENT_CALL_GUARD_RESTORE).
         self.released = {}
-        # hyper-parallel's groups of the layers that end a prefetch chain (set_forward_prefetch_layer's second,
-        # never a first): never offloaded, so a SwapTensor made there is no save whose release goes unasked.
-        self.tails = set()
+        self.tails = set()  # the groups that end a prefetch chain: never offloaded (_patch_manager)
         self.lock = threading.RLock()
 
     # ---- failure containment ----
@@ -323,8 +321,6 @@ HOLDERS_UNKNOWN = -1
 UNCOUNTED = (HOLDERS_UNKNOWN, 0, 0)
 
 
-
-
 # ---- framework parts ---------------------------------------------------------------------------------
 
 def framework_of(module):
@@ -434,12 +430,10 @@ def _then(fn, what, action):
 
 def _saved(_out, swap_tensor, *args, **kwargs):
     """SwapTensor(tensor, ...) is made by hyper-parallel's pack hook for each tensor it will swap: the
-    tensor's storage is a save of the open layer. Inside AsyncSaveOnCpu's pack hook (tls.packing) it is
-    also handed to that hook (tls.made), and only there: a reference kept past the hook would keep the
-    tensor, and its graph, alive after hyper-parallel dropped it."""
-    tls = _guard.tls
-    if getattr(tls, "packing", False):
-        tls.made = swap_tensor
+    tensor's storage is a save of the open layer. Handed to AsyncSaveOnCpu's pack hook (tls.made) only
+    inside it: a reference kept past it would keep the tensor and its graph alive after hyper-parallel."""
+    if getattr(_guard.tls, "packing", False):
+        _guard.tls.made = swap_tensor
     gl = _guard.open_layer()
     if gl is not None and gl.layer is not None:
         t = next((a for a in list(args) + list(kwargs.values()) if gl.fw.is_tensor(a)), None)
@@ -451,10 +445,8 @@ def _saved(_out, swap_tensor, *args, **kwargs):
 
 
 def _in_tail():
-    """hyper-parallel's current group is a chain's last (Guard.tails): it never offloads it."""
-    m = _manager()
-    name = m.get_current_group_name() if m is not None and hasattr(m, "get_current_group_name") else None
-    return name in _guard.tails
+    m = _manager()  # hyper-parallel's current group ends a chain (Guard.tails): it never offloads it
+    return m is not None and getattr(m, "get_current_group_name", lambda: None)() in _guard.tails
 
 
 def _unpacked(_val, swap_tensor, *_args, **_kwargs):
@@ -507,35 +499,29 @@ def _patch_save_on_cpu(cls):
 
 def _patch_manager(cls):
     """set_forward_prefetch_layer(first, second) wires the layers hyper-parallel swaps: first is attached
-    (a wrapper made before the guard was installed is found here). hyper-parallel names a group for second
-    too; the chain's last layer's group (a second that is never a first) is one it never offloads, in every
-    layout read (the newest saves nothing into it), so its saves have no release to ask (Guard.tails)."""
+    (a wrapper made before the guard was installed is found here). The group of a second never a first ends
+    the chain: hyper-parallel never offloads it in any layout read, so nothing there goes unasked."""
     if cls not in _manager_class:
         _manager_class.append(cls)
     if getattr(cls, _PATCHED, False):
         return
     cls.set_forward_prefetch_layer = _then(cls.set_forward_prefetch_layer, "SwapManager.set_forward_prefetch_layer",
-                                           lambda _out, _self, *a, **k: _chained(*_pair(a, k)))
+                                           lambda _out, _self, *a, **k: _chained(a, k))
     setattr(cls, _PATCHED, True)
 
 
-def _pair(args, kwargs):
-    """(first, second) of a set_forward_prefetch_layer call, by position or by name (first_layer and
-    second_layer in hyper-parallel; first and second accepted too), None where the call gave none."""
+def _chained(args, kwargs):
+    """set_forward_prefetch_layer's layers by position or name (hyper-parallel's first_layer, second_layer)."""
     got = list(args[:2])
     for names in (("first_layer", "first"), ("second_layer", "second"))[len(got):]:
         got.append(next((kwargs[n] for n in names if n in kwargs), None))
-    return got
-
-
-def _chained(first, second):
+    first, second = got
     _guard.attach(first)
-    g = _guard
-    with g.lock:
-        g.tails.discard(getattr(first, "_swap_group_name", None))
+    with _guard.lock:
+        _guard.tails.discard(getattr(first, "_swap_group_name", None))
         name = getattr(second, "_swap_group_name", None)
-        if isinstance(name, str) and id(second) not in g.layers:
-            g.tails.add(name)
+        if isinstance(name, str) and id(second) not in _guard.layers:
+            _guard.tails.add(name)
 
 
 def _wrap_swap_wrapper(fn):
