@@ -83,11 +83,12 @@ type blockRec struct {
 // the layers it does not swap, a function inside a layer, a backward node); they nest. A framework frees a
 // scope's temporaries when the scope returns, a value a scope consumed (an input gradient a backward node
 // took) when that scope returns, and a layer's saved tensors when its backward returns (decoder-sim: before
-// region_exit or scope_exit, after backward_exit). So a block last used in a scope ends where the innermost
-// scope open at its last use closes, when it was made inside the same outermost scope; made elsewhere (in a
-// layer's forward, last used in its backward: saved for it), where the outermost scope open at its last use
-// closes (the layer's backward). Without nested scopes that is the first region or backward boundary after
-// its last use. A block made in a scope and last used with none open (a gradient the optimizer reads, the
+// region_exit or scope_exit, after backward_exit). So a block last used in a scope ends where that scope
+// closes when it holds the block's making too; else where the scope open at its last use just inside the
+// innermost one that holds both closes (the backward node that took a gradient; for a tensor a layer's
+// forward saved, the layer's backward), the outermost open at the use when none does (ending). A scope
+// around everything (a job's whole step, one never exited) so changes nothing. Without nested scopes that
+// is the first region or backward boundary after its last use. A block made in a scope and last used with none open (a gradient the optimizer reads, the
 // last layer's output the loss reads) is the step's own, which a framework frees when its last reference
 // dies: it ends right after the last kernel or copy that used it. A block made and last used with no scope
 // open may be a layer's the job does not declare, held past its last use (its saved tensors until its
@@ -157,20 +158,30 @@ func (b *Blocks) Schedule() *Schedule {
 	return s
 }
 
-// ending is the scope whose close ends a block made in scope birth and last used in scope use (>= 0): use
-// itself when the two lie in one outermost scope, else the outermost scope open at the use.
+// ending is the scope whose close ends a block made in scope birth (-1: none) and last used in scope use
+// (>= 0): use itself when it holds the birth too (a temporary of use); else the scope open at the use just
+// inside the innermost one that also holds the birth (the scope that took the block in: a backward, for a
+// tensor a layer's forward saved), or the outermost open at the use when none holds both. A scope around
+// them all (a job's whole step, or one never exited) so changes nothing.
 func (b *Blocks) ending(birth, use int32) int32 {
-	if birth >= 0 && b.outermost(birth) == b.outermost(use) {
+	if b.holds(use, birth) {
 		return use
 	}
-	return b.outermost(use)
+	c := use
+	for p := b.scopes[c].parent; p >= 0 && !b.holds(p, birth); p = b.scopes[c].parent {
+		c = p
+	}
+	return c
 }
 
-func (b *Blocks) outermost(s int32) int32 {
-	for b.scopes[s].parent >= 0 {
-		s = b.scopes[s].parent
+// holds says whether scope s is scope t or one it opened in.
+func (b *Blocks) holds(s, t int32) bool {
+	for ; t >= 0; t = b.scopes[t].parent {
+		if t == s {
+			return true
+		}
 	}
-	return s
+	return false
 }
 
 // scope is the innermost scope open now (-1: none).
