@@ -83,7 +83,7 @@ func writeTextOne(w io.Writer, s *Summary, detail bool) {
 		note += fmt.Sprintf(", %d damaged blocks repaired (nothing lost)", n)
 	}
 	if len(s.Joined) > 0 {
-		note += fmt.Sprintf(", %d other trace(s) joined after it, not read", len(s.Joined))
+		note += ", another trace joined after it, not read (with all that follows it)"
 	}
 	if s.TraceBytes > 0 {
 		note += "; " + Bytes(s.TraceBytes)

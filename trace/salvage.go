@@ -364,7 +364,7 @@ func salvage(rd io.Reader, drain bool, emit func(*Event, uint64)) (s salvaged) {
 func (s *salvaged) joined(st *blockStream, drain bool) {
 	at := st.joinedAt
 	if st.closed {
-		end := st.afterClose()
+		end := st.afterClose(drain)
 		rest := io.Reader(st.raw)
 		if !drain {
 			rest = io.LimitReader(st.raw, int64(st.raw.Buffered()))

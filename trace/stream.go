@@ -219,15 +219,22 @@ func (s *blockStream) close(total uint64, flags uint32) {
 }
 
 // afterClose is the file offset where the trace ends once its close mark was read: past the parity blocks
-// that follow the mark (its group's, written with it); reading stops at the first byte that is none.
-func (s *blockStream) afterClose() int64 {
+// that follow the mark (its group's, written with it); reading stops at the first byte that is none. Without
+// drain (a pipe) only the bytes already buffered are looked at.
+func (s *blockStream) afterClose(drain bool) int64 {
 	for {
+		if !drain && s.raw.Buffered() < blockFrame {
+			return s.off // a pipe: what its writer has not sent is not waited for
+		}
 		frame, err := s.raw.Peek(blockFrame)
 		if err != nil || [4]byte(frame[:4]) != parityMagic {
 			return s.off
 		}
 		size := int(binary.LittleEndian.Uint32(frame[4:]))
 		if size > maxBlock {
+			return s.off
+		}
+		if !drain && s.raw.Buffered() < blockFrame+size {
 			return s.off
 		}
 		block := make([]byte, blockFrame+size) // read, not peeked: a block may outgrow the reader's buffer
