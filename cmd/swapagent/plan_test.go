@@ -128,6 +128,13 @@ func TestPlanFitsBudgetsAsRun(t *testing.T) {
 		!strings.Contains(v.Stdout, "step time: predicted") {
 		t.Errorf("--verify: exit %d\n%s\n%s", v.Code, v.Stdout, testenv.Tail(v.Stderr, 10))
 	}
+	// A budget the job fits without swap: the plan swaps nothing, and --verify runs the job as it is (decoder-sim
+	// then declares no layer: its peak is measured, no step time).
+	v = swapagent(t, nil, "plan", rec, "--budget", fmt.Sprint(all.NoSwapPeak), "--verify", "--",
+		testenv.Path(t, testenv.DecoderSim), "--steps", "3")
+	if v.Code != 0 || !strings.Contains(v.Stdout, "within the budget") || !strings.Contains(v.Stdout, "swapped nothing") {
+		t.Errorf("--verify of a plan that swaps nothing: exit %d\n%s\n%s", v.Code, v.Stdout, testenv.Tail(v.Stderr, 10))
+	}
 	// --recompute: over a slow link a layer's forward costs less than its copies, so full recompute wins, costed
 	// by the layers' recorded forward times, nothing moved, written as MindFormers' recompute section; over a
 	// fast one swap does. decoder-sim cannot recompute: --verify says so.
