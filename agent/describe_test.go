@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
+	"swapagent/internal/testenv"
 	"swapagent/offload"
 	"swapagent/trace"
 )
@@ -229,11 +229,7 @@ func TestRegionEndIsItsThreeCalls(t *testing.T) {
 // onlyTrace is the events of the one trace an agent wrote into out.
 func onlyTrace(t *testing.T, out string) []trace.Event {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(files) != 1 {
-		t.Fatalf("traces: %v", files)
-	}
-	_, evs, err := trace.ReadFile(files[0])
+	_, evs, err := trace.ReadFile(testenv.OnlyTrace(t, out))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"path/filepath"
 	"reflect"
 	"runtime"
 	"testing"
@@ -20,11 +19,7 @@ func TestSearchIsTheSameOnAnyCPUCount(t *testing.T) {
 		"2"); r.Code != 0 {
 		t.Fatalf("decoder-sim: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 10))
 	}
-	paths, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(paths) != 1 {
-		t.Fatalf("%d traces, want 1", len(paths))
-	}
-	f, err := report.ReadTrace(paths[0])
+	f, err := report.ReadTrace(testenv.OnlyTrace(t, out))
 	if err != nil {
 		t.Fatal(err)
 	}

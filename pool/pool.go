@@ -152,22 +152,24 @@ func (m *Model) Free(id int64) {
 	m.inUse -= b.size
 	if n := b.next; n != nil && n.free {
 		m.unfree(n)
-		b.size += n.size
-		b.next = n.next
-		if n.next != nil {
-			n.next.prev = b
-		}
+		absorbNext(b)
 	}
 	if p := b.prev; p != nil && p.free {
 		m.unfree(p)
-		p.size += b.size
-		p.next = b.next
-		if b.next != nil {
-			b.next.prev = p
-		}
+		absorbNext(p)
 		b = p
 	}
 	m.setFree(b)
+}
+
+// absorbNext merges the block after b into b.
+func absorbNext(b *block) {
+	n := b.next
+	b.size += n.size
+	b.next = n.next
+	if n.next != nil {
+		n.next.prev = b
+	}
 }
 
 // setFree marks b free and indexes it; unfree takes it out (before its size changes) and marks it used.

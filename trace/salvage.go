@@ -818,12 +818,12 @@ func (f *File) Warnings() []string {
 		out = append(out, f.Name+": "+r.String())
 	}
 	for _, j := range f.Joined {
-		w := fmt.Sprintf("%s: another trace follows this one at byte %d (files joined?): not read", j.Name, j.At)
+		unread := "not read"
 		if j.Bytes >= 0 {
-			w = fmt.Sprintf("%s: another trace follows this one at byte %d (files joined?): its %d bytes not read",
-				j.Name, j.At, j.Bytes)
+			unread = fmt.Sprintf("its %d bytes not read", j.Bytes)
 		}
-		out = append(out, w+"; read each file on its own")
+		out = append(out, fmt.Sprintf("%s: another trace follows this one at byte %d (files joined?): %s; read each "+
+			"file on its own", j.Name, j.At, unread))
 	}
 	return out
 }

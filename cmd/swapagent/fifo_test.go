@@ -123,13 +123,10 @@ func TestPipedTraceReadOnce(t *testing.T) {
 		"--layers", "2", "--steps", "2"); r.Code != 0 {
 		t.Fatalf("decoder-sim: exit %d\n%s", r.Code, testenv.Tail(r.Stderr, 10))
 	}
-	paths, _ := filepath.Glob(filepath.Join(out, "*.swtrace"))
-	if len(paths) != 1 {
-		t.Fatalf("%d traces, want 1", len(paths))
-	}
+	path := testenv.OnlyTrace(t, out)
 	for _, cmd := range []string{"report", "replay"} {
 		r := testenv.Run(t, 30*time.Second, testenv.CleanEnv(), "bash", "-c", `"$1" "$2" <(cat "$3")`, "bash",
-			testenv.Path(t, testenv.CLI), cmd, paths[0])
+			testenv.Path(t, testenv.CLI), cmd, path)
 		if r.Code != 0 || r.Stderr != "" || !strings.Contains(r.Stdout, "/dev/fd/") {
 			t.Errorf("%s <(cat trace): exit %d stdout %q stderr %q", cmd, r.Code, testenv.Tail(r.Stdout, 3), r.Stderr)
 		}

@@ -354,15 +354,12 @@ func TestPlanRefusesKilledSwapRun(t *testing.T) {
 		"--layers", "4", "--steps", "3"); r.Code != 0 {
 		t.Fatalf("swap run: exit %d\n%s", r.Code, r.Stderr)
 	}
-	paths, _ := filepath.Glob(filepath.Join(rec, "*.swtrace"))
-	if len(paths) != 1 {
-		t.Fatalf("%d traces, want 1", len(paths))
-	}
-	data, err := os.ReadFile(paths[0])
+	path := testenv.OnlyTrace(t, rec)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cut := writeFile(t, t.TempDir(), filepath.Base(paths[0]), data[:len(data)*2/3])
+	cut := writeFile(t, t.TempDir(), filepath.Base(path), data[:len(data)*2/3])
 	r := swapagent(t, nil, "plan", cut, "--budget", "1G")
 	if r.Code != 2 || r.Stdout != "" || !strings.Contains(r.Stderr, "the recording was made under policy safe, which moved") {
 		t.Errorf("exit %d stdout %q stderr %q, want 2 and the refusal", r.Code, testenv.Tail(r.Stdout, 3), r.Stderr)

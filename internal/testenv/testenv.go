@@ -86,6 +86,16 @@ func AgentEnv(t testing.TB, out string, extra ...string) []string {
 	return append(append(CleanEnv(), "LD_PRELOAD="+Path(t, AgentLib), "SWAPAGENT_OUT="+out), extra...)
 }
 
+// OnlyTrace is the path of the one trace a run wrote into dir; the test fails when there is not exactly one.
+func OnlyTrace(t testing.TB, dir string) string {
+	t.Helper()
+	paths, _ := filepath.Glob(filepath.Join(dir, "*.swtrace"))
+	if len(paths) != 1 {
+		t.Fatalf("%s holds %d traces, want 1: %v", dir, len(paths), paths)
+	}
+	return paths[0]
+}
+
 // Run runs name with the whole environment env (nil: CleanEnv()), bounded by timeout. A process that
 // times out or cannot start fails the test (with the end of its stderr); how it exited is the caller's
 // to judge.
